@@ -1,0 +1,227 @@
+"""Settings: one YAML file, validated once at start-up.
+
+Every section is a frozen pydantic model that forbids unknown keys, so a typo in the YAML is an
+error naming the key instead of a setting silently ignored. `load_settings` is the only loader.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+ENV_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+class ConfigError(ValueError):
+    """A configuration problem, worded for the person who edits the YAML."""
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Listen(Section):
+    host: str = "127.0.0.1"
+    port: int = Field(8787, ge=0, le=65535)
+
+
+class Upstream(Section):
+    base_url: str = "https://api.openai.com/v1"
+    api_key: str = ""
+    connect_timeout_s: float = Field(10, gt=0)
+    read_timeout_s: float = Field(600, gt=0)
+    max_connections: int = Field(512, ge=1)
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError(f"expected an http:// or https:// URL, got {value!r}")
+        return value.rstrip("/")
+
+    @field_validator("api_key", mode="before")
+    @classmethod
+    def _empty_key(cls, value: object) -> object:
+        # `api_key: ${OPENAI_API_KEY:-}` interpolates to an empty YAML value, which YAML reads as null.
+        return "" if value is None else value
+
+
+class Truncate(Section):
+    max_lines: int = Field(2000, ge=4)
+    max_bytes: int = Field(51200, ge=256)
+
+
+class Mask(Section):
+    keep_tool_results: int = Field(5, ge=0)
+    keep_tool_results_min: int = Field(2, ge=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Mask:
+        if self.keep_tool_results_min > self.keep_tool_results:
+            raise ValueError("keep_tool_results_min must not exceed keep_tool_results")
+        return self
+
+
+class Summarize(Section):
+    model: str | None = None
+    base_url: str | None = None
+    api_key: str | None = None
+    timeout_s: float = Field(60, gt=0)
+    max_summary_tokens: int = Field(2000, ge=64)
+    keep_recent_tokens: int = Field(20000, ge=0)
+    fallback_models: tuple[str, ...] = ()
+    clip_tool_output_chars: int = Field(1800, ge=100)
+
+
+class Cache(Section):
+    max_entries: int = Field(10000, ge=1)
+    ttl_s: float = Field(86400, gt=0)
+
+
+class Compaction(Section):
+    enabled: bool = True
+    reserve_tokens: int = Field(16384, ge=0)
+    prune_at: float = Field(0.70, gt=0, le=1)
+    summarize_at: float = Field(0.85, gt=0, le=1)
+    target: float = Field(0.50, gt=0, le=1)
+    truncate: Truncate = Truncate()
+    mask: Mask = Mask()
+    summarize: Summarize = Summarize()
+    cache: Cache = Cache()
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Compaction:
+        if not self.target <= self.prune_at <= self.summarize_at:
+            raise ValueError(
+                f"expected target <= prune_at <= summarize_at, got {self.target}, {self.prune_at}, {self.summarize_at}"
+            )
+        return self
+
+
+Encoding = Literal["o200k_base", "cl100k_base"]
+
+
+class ModelEntry(Section):
+    context_window: int | None = Field(None, ge=256)
+    max_output_tokens: int | None = Field(None, ge=1)
+    encoding: Encoding | None = None
+    # A partial `compaction:` block; merged over the global one by `Settings.compaction_for`.
+    compaction: dict[str, Any] | None = None
+
+
+class Settings(Section):
+    listen: Listen = Listen()
+    upstream: Upstream = Upstream()
+    default_context_window: int = Field(128000, ge=256)
+    discover_context_window: bool = True
+    models: dict[str, ModelEntry] = {}
+    compaction: Compaction = Compaction()
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @model_validator(mode="after")
+    def _model_overrides_valid(self) -> Settings:
+        for pattern, entry in self.models.items():
+            if entry.compaction is not None:
+                try:
+                    _merge_compaction(self.compaction, entry.compaction)
+                except ValidationError as exc:
+                    raise ValueError(f"models.{pattern}.compaction: {_first_error(exc)}") from exc
+        return self
+
+    def model_entry(self, model: str) -> ModelEntry | None:
+        """The first `models:` entry whose glob matches; an exact name wins over any glob."""
+        if model in self.models:
+            return self.models[model]
+        for pattern, entry in self.models.items():
+            if fnmatch.fnmatchcase(model, pattern):
+                return entry
+        return None
+
+    def compaction_for(self, model: str) -> Compaction:
+        entry = self.model_entry(model)
+        if entry is None or entry.compaction is None:
+            return self.compaction
+        return _merge_compaction(self.compaction, entry.compaction)
+
+
+def _merge_compaction(base: Compaction, override: dict[str, Any]) -> Compaction:
+    return Compaction.model_validate(_deep_merge(base.model_dump(), override))
+
+
+def _deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def interpolate_env(text: str, environ: dict[str, str] | os._Environ[str] = os.environ) -> str:
+    """Expand `${VAR}` and `${VAR:-default}`; an unset `${VAR}` without default is an error."""
+
+    def replace(match: re.Match[str]) -> str:
+        name, default = match.group(1), match.group(2)
+        value = environ.get(name)
+        if value is None or (value == "" and default is not None):
+            if default is None:
+                raise ConfigError(f"environment variable {name} is not set and has no default (use ${{{name}:-}})")
+            return default
+        return value
+
+    return ENV_PATTERN.sub(replace, text)
+
+
+def _first_error(exc: ValidationError) -> str:
+    error = exc.errors()[0]
+    return _describe(error)
+
+
+def _describe(error: Any) -> str:
+    location = ".".join(str(part) for part in error["loc"])
+    message = error["msg"]
+    if error["type"] == "extra_forbidden":
+        message = "unknown key (check the spelling; see the YAML reference in README.md)"
+    elif "input" in error and error["type"] != "missing" and not isinstance(error["input"], dict):
+        message = f"{message}, got {error['input']!r}"
+    return f"{location}: {message}" if location else message
+
+
+def load_settings(path: str | Path | None = None, *, overrides: dict[str, Any] | None = None) -> Settings:
+    """Read, interpolate and validate the YAML file (or the built-in defaults when `path` is None).
+
+    `overrides` are nested dicts applied over the file, as the CLI's `--host/--port/--upstream` do.
+    """
+    raw: dict[str, Any] = {}
+    source = "built-in defaults"
+    if path is not None:
+        source = str(path)
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {source}: {exc.strerror}") from exc
+        try:
+            loaded = yaml.safe_load(interpolate_env(text))
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{source}: not valid YAML: {exc}") from exc
+        except ConfigError as exc:
+            raise ConfigError(f"{exc} ({source})") from exc
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{source}: expected a mapping at the top level, got {type(loaded).__name__}")
+        raw = loaded
+    if overrides:
+        raw = _deep_merge(raw, overrides)
+    try:
+        return Settings.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(_describe(error) for error in exc.errors())
+        raise ConfigError(f"{problems} ({source})") from exc

@@ -1,0 +1,43 @@
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any
+
+import pytest
+
+from proxy import create_app, load_settings
+from tests.servers import serve
+from tests.upstream import UpstreamApp
+
+
+@pytest.fixture
+def upstream() -> Iterator[tuple[UpstreamApp, str]]:
+    """A recording upstream on a loopback port: (app, base URL ending in /v1)."""
+    app = UpstreamApp()
+    with serve(app) as url:
+        yield app, url + "/v1"
+
+
+ProxyFactory = Callable[..., AbstractContextManager[str]]
+
+
+@pytest.fixture
+def start_proxy() -> ProxyFactory:
+    """Start a proxy with config overrides; yields its base URL ending in /v1."""
+
+    @contextmanager
+    def start(upstream_url: str, **overrides: Any) -> Iterator[str]:
+        overrides.setdefault("upstream", {})
+        overrides["upstream"] = {"base_url": upstream_url, **overrides["upstream"]}
+        settings = load_settings(None, overrides=overrides)
+        with serve(create_app(settings)) as url:
+            yield url + "/v1"
+
+    return start
+
+
+@pytest.fixture
+def proxy(upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory) -> Iterator[str]:
+    with start_proxy(upstream[1]) as url:
+        yield url
