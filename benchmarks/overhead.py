@@ -15,15 +15,15 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import httpx  # noqa: E402
 import orjson  # noqa: E402
 from harness import free_port, inflight, median, percentile, process, table  # noqa: E402
 
 EVENTS = 64
-INTERVAL_S = float(__import__("os").environ.get("BENCH_INTERVAL", "0.002"))
+INTERVAL_S = 0.002
 COMPLETION = orjson.dumps(
     {
         "id": "chatcmpl-bench",
@@ -65,67 +65,102 @@ async def upstream_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
 
 
-async def timed_post(client: httpx.AsyncClient, url: str) -> float:
-    start = time.perf_counter()
-    response = await client.post(url, content=REQUEST, headers={"content-type": "application/json"})
-    await response.aread()
-    assert response.status_code == 200, response.text
-    return (time.perf_counter() - start) * 1000
-
-
 async def sequential(direct: str, proxied: str, count: int) -> dict[str, list[float]]:
     results: dict[str, list[float]] = {"direct": [], "proxy": []}
-    async with httpx.AsyncClient(timeout=30) as client:
-        for url in (direct, proxied):  # warm-up: connections, caches
-            for _ in range(50):
-                await timed_post(client, url)
-        for _ in range(count):
-            results["direct"].append(await timed_post(client, direct))
-            results["proxy"].append(await timed_post(client, proxied))
+    connections = {"direct": await RawConnection.open(direct), "proxy": await RawConnection.open(proxied)}
+    for connection in connections.values():  # warm-up: connections, caches
+        for _ in range(100):
+            await connection.post()
+    for _ in range(count):
+        for name, connection in connections.items():
+            results[name].append(await connection.post())
+    for connection in connections.values():
+        connection.close()
     return results
+
+
+class RawConnection:
+    """A bare keep-alive HTTP/1.1 connection: at concurrency 32 httpx's own pool would be the bottleneck."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes) -> None:
+        self.reader, self.writer, self.request = reader, writer, request
+
+    @classmethod
+    async def open(cls, url: str, body: bytes = REQUEST) -> RawConnection:
+        parts = urlsplit(url)
+        reader, writer = await asyncio.open_connection(parts.hostname, parts.port)
+        head = (
+            f"POST {parts.path} HTTP/1.1\r\nHost: {parts.netloc}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        )
+        return cls(reader, writer, head.encode() + body)
+
+    async def post(self) -> float:
+        start = time.perf_counter()
+        self.writer.write(self.request)
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200"), head
+        length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+        await self.reader.readexactly(length)
+        return (time.perf_counter() - start) * 1000
+
+    async def stream(self) -> tuple[float, int]:
+        """Time to the first body byte of a chunked SSE response, and the number of events in it."""
+        start = time.perf_counter()
+        self.writer.write(self.request)
+        data = b""
+        ttfb = 0.0
+        while not data.endswith(b"\r\n0\r\n\r\n"):
+            data += await self.reader.read(65536)
+            if not ttfb and b"\r\n\r\n" in data and not data.endswith(b"\r\n\r\n"):
+                ttfb = (time.perf_counter() - start) * 1000
+        return ttfb, data.count(b"data: ")
+
+    def close(self) -> None:
+        self.writer.close()
 
 
 async def concurrent(url: str, *, concurrency: int, seconds: float) -> tuple[list[float], float]:
     latencies: list[float] = []
+    connections = [await RawConnection.open(url) for _ in range(concurrency)]
+    for connection in connections:
+        await connection.post()
     deadline = time.perf_counter() + seconds
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(timeout=30, limits=limits) as client:
 
-        async def worker() -> None:
-            while time.perf_counter() < deadline:
-                latencies.append(await timed_post(client, url))
+    async def worker(connection: RawConnection) -> None:
+        while time.perf_counter() < deadline:
+            latencies.append(await connection.post())
 
-        start = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-        elapsed = time.perf_counter() - start
-    return latencies, len(latencies) / elapsed
-
-
-async def stream_once(client: httpx.AsyncClient, url: str) -> tuple[float, int]:
     start = time.perf_counter()
-    ttfb = 0.0
-    data = b""
-    async with client.stream("POST", url, content=STREAM_REQUEST, headers={"content-type": "application/json"}) as r:
-        async for chunk in r.aiter_raw():
-            if not data:
-                ttfb = (time.perf_counter() - start) * 1000
-            data += chunk
-    return ttfb, data.count(b"data: ")
+    await asyncio.gather(*(worker(c) for c in connections))
+    elapsed = time.perf_counter() - start
+    for connection in connections:
+        connection.close()
+    return latencies, len(latencies) / elapsed
 
 
 async def streams(direct: str, proxied: str, count: int) -> dict[str, tuple[list[float], list[int]]]:
     results: dict[str, tuple[list[float], list[int]]] = {"direct": ([], []), "proxy": ([], [])}
-    async with httpx.AsyncClient(timeout=30) as client:
-        for _ in range(count):
-            for name, url in (("direct", direct), ("proxy", proxied)):
-                ttfb, events = await stream_once(client, url)
-                results[name][0].append(ttfb)
-                results[name][1].append(events)
+    connections = {
+        "direct": await RawConnection.open(direct, STREAM_REQUEST),
+        "proxy": await RawConnection.open(proxied, STREAM_REQUEST),
+    }
+    for connection in connections.values():
+        for _ in range(10):
+            await connection.stream()
+    for _ in range(count):
+        for name, connection in connections.items():
+            ttfb, events = await connection.stream()
+            results[name][0].append(ttfb)
+            results[name][1].append(events)
+    for connection in connections.values():
+        connection.close()
     return results
 
 
 async def measure(direct: str, proxied: str, args: argparse.Namespace) -> None:
     chat_direct, chat_proxy = f"{direct}/chat/completions", f"{proxied}/chat/completions"
+    stream = await streams(chat_direct, chat_proxy, args.streams)
     seq = await sequential(chat_direct, chat_proxy, args.requests)
     conc: dict[str, tuple[list[float], list[float]]] = {"direct": ([], []), "proxy": ([], [])}
     for _ in range(args.rounds):  # interleave the two targets in short rounds
@@ -133,7 +168,6 @@ async def measure(direct: str, proxied: str, args: argparse.Namespace) -> None:
             latencies, rps = await concurrent(url, concurrency=32, seconds=args.seconds)
             conc[name][0].extend(latencies)
             conc[name][1].append(rps)
-    stream = await streams(chat_direct, chat_proxy, args.streams)
 
     def row(label: str, direct_values: list[float], proxy_values: list[float], pct: float) -> list[object]:
         d, p = percentile(direct_values, pct), percentile(proxy_values, pct)
@@ -148,7 +182,8 @@ async def measure(direct: str, proxied: str, args: argparse.Namespace) -> None:
         row("stream TTFB p99 (ms)", stream["direct"][0], stream["proxy"][0], 99),
     ]
     rps_direct, rps_proxy = median(conc["direct"][1]), median(conc["proxy"][1])
-    rows.append(["requests/s, concurrency 32", f"{rps_direct:.0f}", f"{rps_proxy:.0f}", f"{rps_proxy - rps_direct:+.0f}"])
+    added_rps = f"{rps_proxy - rps_direct:+.0f}"
+    rows.append(["requests/s, concurrency 32", f"{rps_direct:.0f}", f"{rps_proxy:.0f}", added_rps])
     sent = EVENTS + 1
     received = f"{sum(stream['proxy'][1])}/{sent * args.streams}"
     rows.append(["stream events received/sent", f"{sum(stream['direct'][1])}/{sent * args.streams}", received, ""])

@@ -6,7 +6,6 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import httpx
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -49,8 +48,13 @@ class PassThrough:
 
     async def handle(self, request: Request, timing: Timing) -> Relay:
         headers = self.upstream.outgoing_headers(request.scope["headers"])
-        has_body = request.headers.get("content-length", "0") != "0" or "transfer-encoding" in request.headers
-        content = request.stream() if has_body else None
+        content = None
+        if "transfer-encoding" in request.headers and "content-length" not in request.headers:
+            # Transfer-Encoding is hop-by-hop: our own hop frames the streamed body in chunks again.
+            headers.append((b"transfer-encoding", b"chunked"))
+            content = request.stream()
+        elif request.headers.get("content-length", "0") != "0":
+            content = request.stream()
         url = self.upstream.url_for(request.url.path, request.scope["query_string"])
         response = await self.upstream.open(request.method, url, headers=headers, content=content)
         timing.upstream_answered()
@@ -66,9 +70,9 @@ async def internal_error(request: Request, exc: Exception) -> Response:
     return render(ProxyError(f"inflight internal error: {type(exc).__name__}"))
 
 
-def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None) -> Starlette:
+def create_app(settings: Settings) -> Starlette:
     """Build a proxy app; everything it holds lives on this app, nothing in module globals."""
-    upstream = UpstreamClient(settings.upstream, transport=transport)
+    upstream = UpstreamClient(settings.upstream)
     chat = ChatCompletions(upstream)
     passthrough = PassThrough(upstream)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import httpx
+import httpcore
 import orjson
 from starlette.responses import Response
 
@@ -62,10 +62,10 @@ def render(error: ProxyError, headers: dict[str, str] | None = None) -> Response
 
 @asynccontextmanager
 async def upstream_errors(host: str) -> AsyncIterator[None]:
-    """The one place where httpx's transport exceptions become proxy errors."""
+    """The one place where the upstream connection's exceptions become proxy errors."""
     try:
         yield
-    except httpx.TimeoutException as exc:
+    except httpcore.TimeoutException as exc:
         raise UpstreamTimeout(f"upstream {host} timed out ({type(exc).__name__})") from exc
-    except httpx.TransportError as exc:
+    except (httpcore.NetworkError, httpcore.ProtocolError, httpcore.UnsupportedProtocol) as exc:
         raise UpstreamUnreachable(f"upstream {host} is unreachable ({type(exc).__name__}: {exc})") from exc

@@ -14,12 +14,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-import httpx
-from cachetools import LRUCache
+import httpcore
 from starlette.types import Receive, Scope, Send
 
 from proxy.config import Upstream as UpstreamSettings
 from proxy.errors import upstream_errors
+from proxy.pool import ConnectionPool, UpstreamResponse
 
 log = logging.getLogger("inflight")
 
@@ -93,38 +93,32 @@ class Timing:
 
 
 class UpstreamClient:
-    """The one shared upstream connection pool of a process, and how requests are addressed to it.
+    """The process's one upstream connection pool, and how requests are addressed to the upstream."""
 
-    Requests go straight to an `httpx.AsyncHTTPTransport`: a proxy needs none of the client
-    layer (cookies, redirects, auth flows, default headers), and skipping it halves our overhead.
-    """
-
-    def __init__(self, settings: UpstreamSettings, *, transport: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(self, settings: UpstreamSettings) -> None:
         self.base_url = settings.base_url
-        self.host = urlsplit(settings.base_url).netloc
+        parts = urlsplit(settings.base_url)
+        self.host = parts.netloc
         self.api_key = settings.api_key
-        limits = httpx.Limits(
-            max_connections=settings.max_connections, max_keepalive_connections=settings.max_connections
-        )
-        # No proxy from the environment: an HTTP(S)_PROXY meant for the agent's tools must not reroute us.
-        self.transport = transport or httpx.AsyncHTTPTransport(limits=limits, trust_env=False)
-        self.timeout = httpx.Timeout(
-            connect=settings.connect_timeout_s,
-            read=settings.read_timeout_s,
-            write=settings.read_timeout_s,
-            pool=settings.connect_timeout_s,
-        ).as_dict()
-        self._urls: LRUCache[tuple[str, bytes], httpx.URL] = LRUCache(maxsize=256)
+        self._scheme = parts.scheme.encode()
+        self._hostname = (parts.hostname or "").encode("idna")
+        self._port = parts.port or (443 if parts.scheme == "https" else 80)
+        self._base_path = parts.path.rstrip("/")
+        self.pool = ConnectionPool(max_connections=settings.max_connections)
+        self.timeout = {
+            "connect": settings.connect_timeout_s,
+            "read": settings.read_timeout_s,
+            "write": settings.read_timeout_s,
+            "pool": settings.connect_timeout_s,
+        }
 
-    def url_for(self, v1_path: str, query: bytes = b"") -> httpx.URL:
-        """`/v1/x/y?q` -> `<base_url>/x/y?q`, query string kept byte for byte; parsed once per distinct URL."""
-        url = self._urls.get((v1_path, query))
-        if url is None:
-            suffix = v1_path[len("/v1") :] if v1_path.startswith("/v1") else v1_path
-            text = self.base_url + suffix
-            url = httpx.URL(f"{text}?{query.decode('latin-1')}" if query else text)
-            self._urls[(v1_path, query)] = url
-        return url
+    def url_for(self, v1_path: str, query: bytes = b"") -> httpcore.URL:
+        """`/v1/x/y?q` -> `<base_url>/x/y?q`, path and query string kept byte for byte."""
+        suffix = v1_path[len("/v1") :] if v1_path.startswith("/v1") else v1_path
+        target = (self._base_path + suffix).encode("latin-1")
+        if query:
+            target += b"?" + query
+        return httpcore.URL(scheme=self._scheme, host=self._hostname, port=self._port, target=target)
 
     def outgoing_headers(self, raw: Iterable[tuple[bytes, bytes]], *, rewrite_body: bool = False) -> RawHeaders:
         drop = {b"host"}
@@ -132,6 +126,7 @@ class UpstreamClient:
             # The body sent is not the client's: its length is recomputed, and it is not compressed.
             drop |= {b"content-length", b"content-encoding"}
         headers = filter_headers(raw, frozenset(drop))
+        headers.insert(0, (b"host", self.host.encode("idna")))
         if self.api_key:
             headers = [(n, v) for n, v in headers if n != b"authorization"]
             headers.append((b"authorization", b"Bearer " + self.api_key.encode("latin-1")))
@@ -140,24 +135,23 @@ class UpstreamClient:
     async def open(
         self,
         method: str,
-        url: httpx.URL,
+        url: httpcore.URL,
         *,
         headers: RawHeaders,
         content: bytes | AsyncIterator[bytes] | None,
-    ) -> httpx.Response:
-        """Send and return the response with its body still unread (the caller must close it)."""
-        request = httpx.Request(method, url, headers=headers, content=content, extensions={"timeout": self.timeout})
+    ) -> UpstreamResponse:
+        """Send and return the response with its body still unread (the caller must `aclose()` it)."""
+        if isinstance(content, bytes) and not any(name == b"content-length" for name, _ in headers):
+            headers = [*headers, (b"content-length", str(len(content)).encode())]
         async with upstream_errors(self.host):
-            response = await self.transport.handle_async_request(request)
-        response.request = request
-        return response
+            return await self.pool.request(method.encode(), url, headers=headers, content=content, timeout=self.timeout)
 
     async def aclose(self) -> None:
-        await self.transport.aclose()
+        await self.pool.aclose()
 
 
-def response_headers(response: httpx.Response, extra: dict[str, str] | None = None) -> RawHeaders:
-    headers = filter_headers(response.headers.raw)
+def response_headers(response: UpstreamResponse, extra: dict[str, str] | None = None) -> RawHeaders:
+    headers = filter_headers(response.headers)
     content_type = header_value(headers, b"content-type") or b""
     if content_type.startswith(b"text/event-stream"):
         # Stop nginx-style buffering between us and the client from batching SSE events.
@@ -203,7 +197,7 @@ class Relay:
             if not state.client_gone:
                 raise
             task.uncancel()  # our own cancellation: the client went away, nothing is left to do
-        except (httpx.TransportError, httpx.StreamError) as exc:
+        except (httpcore.NetworkError, httpcore.ProtocolError, httpcore.TimeoutException) as exc:
             # Headers are out; the only honest signal left is an incomplete response.
             self.timing.notes.append(f"upstream_stream_error={type(exc).__name__}")
         except OSError:
@@ -241,7 +235,7 @@ class _RelayState:
 
 
 def relay_response(
-    response: httpx.Response,
+    response: UpstreamResponse,
     timing: Timing,
     *,
     extra_headers: dict[str, str] | None = None,
@@ -251,7 +245,7 @@ def relay_response(
     on_complete: Callable[[], None] | None = None,
 ) -> Relay:
     return Relay(
-        status=response.status_code,
+        status=response.status,
         headers=response_headers(response, extra_headers),
         chunks=chunks if chunks is not None else response.aiter_raw(),
         close=response.aclose,

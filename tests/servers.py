@@ -19,7 +19,7 @@ def free_port() -> int:
 
 
 @contextmanager
-def serve(app: Any, *, port: int | None = None) -> Iterator[str]:
+def serve(app: Any, *, port: int | None = None, **options: Any) -> Iterator[str]:
     """Run `app` under uvicorn on 127.0.0.1 and yield its base URL (no trailing slash)."""
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -33,6 +33,7 @@ def serve(app: Any, *, port: int | None = None) -> Iterator[str]:
         date_header=False,
         lifespan="on",
         timeout_graceful_shutdown=1,
+        **options,
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)

@@ -11,7 +11,7 @@ import openai
 import orjson
 import pytest
 
-from tests.servers import free_port
+from tests.servers import free_port, serve
 from tests.upstream import UpstreamApp
 
 TOOLS = [
@@ -189,6 +189,8 @@ def test_large_request_body(upstream: tuple[UpstreamApp, str], proxy: str) -> No
     assert app.requests[-1].body == body
     upload = httpx.post(f"{proxy}/echo", content=big.encode())
     assert upload.json()["length"] == len(big)
+    chunked = httpx.post(f"{proxy}/echo", content=iter([b"a" * 70000, b"b" * 5]))  # no Content-Length
+    assert chunked.json()["length"] == 70005
 
 
 @pytest.mark.parametrize(
@@ -265,3 +267,13 @@ def test_log_line_per_request_without_secrets(
     assert len(lines) == 1
     assert "200" in lines[0] and "model=gpt-4o-mini" in lines[0] and "upstream_ms=" in lines[0]
     assert all("sk-secret" not in r.getMessage() for r in caplog.records)
+
+
+def test_connection_closed_by_upstream_while_idle_is_replaced(start_proxy) -> None:
+    app = UpstreamApp()
+    with serve(app, timeout_keep_alive=0.2) as url, start_proxy(url + "/v1") as proxy_url:
+        body = {"model": "m", "messages": MESSAGES}
+        assert httpx.post(f"{proxy_url}/chat/completions", json=body).status_code == 200
+        time.sleep(0.5)  # the upstream drops the idle keep-alive connection meanwhile
+        assert httpx.post(f"{proxy_url}/chat/completions", json=body).status_code == 200
+        assert httpx.get(f"{proxy_url}/models").status_code == 200
