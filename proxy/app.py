@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -16,6 +17,9 @@ from proxy.chat import ChatCompletions
 from proxy.config import Settings
 from proxy.errors import ProxyError, render
 from proxy.forward import Relay, Timing, UpstreamClient, relay_response
+from proxy.models import ContextRegistry
+from proxy.tokens import FALLBACK_ENCODING, TokenCounter
+from proxy.usage import Calibration
 
 log = logging.getLogger("inflight")
 
@@ -65,6 +69,13 @@ async def healthz(request: Request) -> Response:
     return JSONResponse({"status": "ok"})
 
 
+async def stats(request: Request) -> Response:
+    """What this process has learned: calibration ratios and context windows."""
+    registry: ContextRegistry = request.app.state.registry
+    calibration: Calibration = request.app.state.calibration
+    return JSONResponse({"calibration": calibration.report(), "learned_windows": registry.learned()})
+
+
 async def internal_error(request: Request, exc: Exception) -> Response:
     log.exception("internal error on %s %s", request.method, request.url.path, exc_info=exc)
     return render(ProxyError(f"inflight internal error: {type(exc).__name__}"))
@@ -73,11 +84,16 @@ async def internal_error(request: Request, exc: Exception) -> Response:
 def create_app(settings: Settings) -> Starlette:
     """Build a proxy app; everything it holds lives on this app, nothing in module globals."""
     upstream = UpstreamClient(settings.upstream)
-    chat = ChatCompletions(upstream)
+    counter = TokenCounter()
+    registry = ContextRegistry(settings)
+    calibration = Calibration()
+    chat = ChatCompletions(settings, upstream, counter=counter, registry=registry, calibration=calibration)
     passthrough = PassThrough(upstream)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        # Building an encoding takes about a second: do it before the first request, off the loop.
+        await asyncio.to_thread(counter.encoding, FALLBACK_ENCODING)
         try:
             yield
         finally:
@@ -85,10 +101,13 @@ def create_app(settings: Settings) -> Starlette:
 
     routes = [
         Route("/healthz", healthz, methods=["GET"]),
+        Route("/inflight/stats", stats, methods=["GET"]),
         Route("/v1/chat/completions", Endpoint(chat.handle), methods=["POST"]),
         Route("/v1/{path:path}", Endpoint(passthrough.handle), methods=METHODS),
     ]
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={Exception: internal_error})
     app.state.settings = settings
     app.state.upstream = upstream
+    app.state.registry = registry
+    app.state.calibration = calibration
     return app

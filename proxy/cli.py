@@ -7,10 +7,21 @@ import logging
 import sys
 from typing import Any
 
+import orjson
 import uvicorn
 
 from proxy.app import create_app
+from proxy.body import parse_object
 from proxy.config import ConfigError, Settings, load_settings
+from proxy.errors import BadRequest
+from proxy.models import ContextRegistry, reserve_for
+from proxy.tokens import TokenCounter, choose_encoding
+
+GIL_SWITCH_INTERVAL_S = 0.0005
+
+
+class CommandError(Exception):
+    """A problem with a command's input, printed as one line."""
 
 
 def _load(args: argparse.Namespace, overrides: dict[str, Any] | None = None) -> Settings:
@@ -35,6 +46,9 @@ def serve(args: argparse.Namespace) -> int:
         settings.listen.port,
         settings.upstream.base_url,
     )
+    # Counting runs in worker threads; with the default 5 ms GIL switch interval, a counting thread
+    # could hold up the event loop (and every small request) for that long.
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     uvicorn.run(
         create_app(settings),
         host=settings.listen.host,
@@ -49,6 +63,49 @@ def serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def read_request(path: str) -> dict[str, Any]:
+    try:
+        data = sys.stdin.buffer.read() if path == "-" else open(path, "rb").read()
+    except OSError as exc:
+        raise CommandError(f"cannot read {path}: {exc.strerror}") from exc
+    try:
+        return parse_object(data)
+    except BadRequest as exc:
+        raise CommandError(f"{path}: {exc.message}") from exc
+
+
+def count(args: argparse.Namespace) -> int:
+    """Offline: the window comes from the config, then the built-in table (no discovery)."""
+    settings = _load(args)
+    payload = read_request(args.file)
+    model = args.model or payload.get("model")
+    if not isinstance(model, str):
+        raise CommandError(f"{args.file} names no model; pass --model")
+    entry = settings.model_entry(model)
+    choice = choose_encoding(model, entry.encoding if entry else None)
+    tokens = TokenCounter().count_request(payload, choice.name).total
+    limits = ContextRegistry(settings).resolve(model)
+    reserve = reserve_for(
+        payload,
+        reserve_tokens=settings.compaction_for(model).reserve_tokens,
+        context_window=limits.context_window,
+    )
+    budget = max(limits.context_window - reserve, 0)
+    if args.json:
+        print(
+            orjson.dumps(
+                {"model": model, "prompt_tokens": tokens, "context_window": limits.context_window, "budget": budget}
+            ).decode()
+        )
+        return 0
+    kind = "exact" if choice.exact else "estimate"
+    print(
+        f"{model}: {tokens:,} prompt tokens ({choice.name}, {kind}); window {limits.context_window:,} "
+        f"({limits.source}); budget {budget:,}; {100 * tokens / max(budget, 1):.1f}% of budget"
+    )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="inflight", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -59,6 +116,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve_cmd.add_argument("--port", type=int)
     serve_cmd.add_argument("--upstream", metavar="URL", help="upstream base URL, e.g. http://127.0.0.1:8080/v1")
     serve_cmd.set_defaults(run=serve)
+
+    count_cmd = commands.add_parser("count", help="count a chat-completion request body's prompt tokens")
+    count_cmd.add_argument("file", help="request body JSON file (- for stdin)")
+    count_cmd.add_argument("--model", help="count as this model (default: the body's model)")
+    count_cmd.add_argument("--config", help="YAML config file (for models: and compaction.reserve_tokens)")
+    count_cmd.add_argument("--json", action="store_true", help="print a JSON object instead of a sentence")
+    count_cmd.set_defaults(run=count)
     return parser
 
 
@@ -69,3 +133,6 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"inflight: config error: {exc}", file=sys.stderr)
         return 2
+    except CommandError as exc:
+        print(f"inflight: {exc}", file=sys.stderr)
+        return 1

@@ -132,6 +132,21 @@ class UpstreamClient:
             headers.append((b"authorization", b"Bearer " + self.api_key.encode("latin-1")))
         return headers
 
+    def credential_headers(self, raw: Iterable[tuple[bytes, bytes]]) -> RawHeaders:
+        """Only who the client is (for requests the proxy makes on its own, like model discovery)."""
+        keep = {b"authorization", b"openai-organization", b"openai-project", b"api-key"}
+        client = [(name, value) for name, value in filter_headers(raw) if name in keep]
+        return self.outgoing_headers(client)
+
+    async def fetch(self, v1_path: str, *, headers: RawHeaders) -> tuple[int, bytes]:
+        """GET a small resource from the upstream and read it whole."""
+        response = await self.open("GET", self.url_for(v1_path), headers=headers, content=None)
+        try:
+            async with upstream_errors(self.host):
+                return response.status, await response.aread()
+        finally:
+            await response.aclose()
+
     async def open(
         self,
         method: str,

@@ -1,0 +1,64 @@
+"""Agent conversations of any size, grown from the shared SWE-agent traces.
+
+The head (system prompt, task) comes from one trace; the body repeats the traces' assistant/tool
+turns with fresh tool-call ids and a varied line in each message, so no two messages are equal
+(a cache cannot cheat) and every tool call keeps its result.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+from proxy.tokens import TokenCounter
+
+TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
+
+
+def load_traces() -> dict[str, dict[str, Any]]:
+    return {path.stem: json.loads(path.read_text()) for path in sorted(TRACES.glob("*.json"))}
+
+
+def turns_of(messages: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Split the messages after the task into turns: an assistant message and what answers it."""
+    turns: list[list[dict[str, Any]]] = []
+    for message in messages:
+        if message["role"] == "assistant" or not turns:
+            turns.append([])
+        turns[-1].append(message)
+    return turns
+
+
+def grow(target_tokens: int, *, seed_trace: str = "swe_marshmallow_function_calling") -> dict[str, Any]:
+    """A request body of about `target_tokens` o200k tokens (at least, by one turn at most)."""
+    traces = load_traces()
+    base = traces[seed_trace]
+    head = base["messages"][:2]
+    pool = [turn for body in traces.values() if body.get("tools") for turn in turns_of(body["messages"][2:])]
+    counter = TokenCounter()
+    messages = copy.deepcopy(head)
+    total = counter.count_request({"messages": messages, "tools": base.get("tools")}, "o200k_base").total
+    index = 0
+    while total < target_tokens:
+        turn = copy.deepcopy(pool[index % len(pool)])
+        for message in turn:
+            _vary(message, index)
+        messages.extend(turn)
+        total += sum(counter.count_messages(turn, "o200k_base"))
+        index += 1
+    return {"model": base["model"], "messages": messages, "tools": base.get("tools")}
+
+
+def _vary(message: dict[str, Any], index: int) -> None:
+    tag = f"(step {index})"
+    for call in message.get("tool_calls") or []:
+        call["id"] = f"{call['id']}_{index}"
+    if message.get("tool_call_id"):
+        message["tool_call_id"] = f"{message['tool_call_id']}_{index}"
+    content = message.get("content")
+    if isinstance(content, str):
+        message["content"] = f"{content}\n{tag}"
+    elif content is None and message["role"] == "assistant":
+        message["content"] = tag
