@@ -154,7 +154,8 @@ def test_counting_needs_no_network_and_no_tiktoken_cache(tmp_path: Path) -> None
     script = (
         "from proxy.tokens import TokenCounter;"
         "body={'model':'gpt-4','messages':[{'role':'user','content':'hello world'}]};"
-        "print(TokenCounter().count_request(body,'o200k_base').total, TokenCounter().count_request(body,'cl100k_base').total)"
+        "counter=TokenCounter();"
+        "print(counter.count_request(body,'o200k_base').total, counter.count_request(body,'cl100k_base').total)"
     )
     result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
