@@ -7,6 +7,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import httpx
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -14,6 +15,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from proxy.chat import ChatCompletions
+from proxy.compaction import MemoryRecordStore
 from proxy.config import Settings
 from proxy.errors import ProxyError, render
 from proxy.forward import Relay, Timing, UpstreamClient, relay_response
@@ -87,7 +89,18 @@ def create_app(settings: Settings) -> Starlette:
     counter = TokenCounter()
     registry = ContextRegistry(settings)
     calibration = Calibration()
-    chat = ChatCompletions(settings, upstream, counter=counter, registry=registry, calibration=calibration)
+    cache = settings.compaction.cache
+    records = MemoryRecordStore(max_entries=cache.max_entries, ttl_s=cache.ttl_s)
+    summarizer_client = httpx.AsyncClient(trust_env=False)
+    chat = ChatCompletions(
+        settings,
+        upstream,
+        counter=counter,
+        registry=registry,
+        calibration=calibration,
+        records=records,
+        summarizer_client=summarizer_client,
+    )
     passthrough = PassThrough(upstream)
 
     @asynccontextmanager
@@ -98,6 +111,7 @@ def create_app(settings: Settings) -> Starlette:
             yield
         finally:
             await upstream.aclose()
+            await summarizer_client.aclose()
 
     routes = [
         Route("/healthz", healthz, methods=["GET"]),

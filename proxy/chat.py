@@ -5,18 +5,34 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from dataclasses import dataclass
+import weakref
+from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
+import orjson
 from starlette.requests import Request
 
 from proxy.body import decode_content, parse_object
-from proxy.config import Settings
-from proxy.errors import UpstreamUnreachable
+from proxy.compaction import (
+    Budget,
+    Compactor,
+    Conversation,
+    Outcome,
+    RecordStore,
+    SummaryJob,
+    best_record,
+    conversation_key,
+    with_record,
+)
+from proxy.compaction.conversation import head_length
+from proxy.config import Compaction, Settings
+from proxy.errors import ContextTooLong, UpstreamUnreachable
 from proxy.forward import Relay, Timing, UpstreamClient, header_value, relay_response
 from proxy.models import ContextRegistry, ModelLimits, reserve_for
 from proxy.pool import UpstreamResponse
-from proxy.tokens import THREAD_THRESHOLD_BYTES, TokenCounter, choose_encoding
+from proxy.summarizer import Summarizer
+from proxy.tokens import THREAD_THRESHOLD_BYTES, RequestCount, TokenCounter, choose_encoding
 from proxy.usage import Calibration, UsageReader
 
 log = logging.getLogger("inflight")
@@ -56,6 +72,17 @@ async def read_payload(raw: bytes, content_encoding: str) -> dict[str, Any]:
     return parse_object(decode_content(raw, content_encoding))
 
 
+@dataclass
+class Prepared:
+    """The body to send upstream and what the proxy says about it."""
+
+    body: bytes
+    rewritten: bool
+    sent_tokens: int  # our uncalibrated count of what is sent, for calibration
+    headers: dict[str, str]
+    notes: list[str] = field(default_factory=list)
+
+
 class ChatCompletions:
     def __init__(
         self,
@@ -65,30 +92,43 @@ class ChatCompletions:
         counter: TokenCounter,
         registry: ContextRegistry,
         calibration: Calibration,
+        records: RecordStore,
+        summarizer_client: httpx.AsyncClient,
     ) -> None:
         self.settings = settings
         self.upstream = upstream
         self.counter = counter
         self.registry = registry
         self.calibration = calibration
+        self.records = records
+        self.summarizer_client = summarizer_client
+        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
     async def handle(self, request: Request, timing: Timing) -> Relay:
         raw = await request.body()
         payload = await read_payload(raw, request.headers.get("content-encoding", ""))
         model = payload.get("model")
         timing.model = model if isinstance(model, str) else "-"
-        accounting = None
-        if isinstance(model, str) and isinstance(payload.get("messages"), list):
-            accounting = await self.account(request, payload, model, size_hint=len(raw))
-        headers = self.upstream.outgoing_headers(request.scope["headers"])
         url = self.upstream.url_for(request.url.path, request.scope["query_string"])
-        response = await self.upstream.open("POST", url, headers=headers, content=raw)
-        timing.upstream_answered()
-        if accounting is None:
+        if not isinstance(model, str) or not _countable(payload.get("messages")):
+            # Not ours to judge: the upstream answers whatever this is with its own error.
+            response = await self.upstream.open("POST", url, headers=self.outgoing(request, False), content=raw)
+            timing.upstream_answered()
             return relay_response(response, timing)
-        return self.relay_with_usage(response, timing, accounting, sent_tokens=accounting.raw_tokens)
+        accounting, count = await self.account(request, payload, model, size_hint=len(raw))
+        prepared = await self.prepare(request, raw, payload, accounting, count)
+        timing.notes += prepared.notes
+        headers = self.outgoing(request, prepared.rewritten)
+        response = await self.upstream.open("POST", url, headers=headers, content=prepared.body)
+        timing.upstream_answered()
+        return self.relay_with_usage(response, timing, accounting, prepared)
 
-    async def account(self, request: Request, payload: dict[str, Any], model: str, *, size_hint: int) -> Accounting:
+    def outgoing(self, request: Request, rewritten: bool) -> list[tuple[bytes, bytes]]:
+        return self.upstream.outgoing_headers(request.scope["headers"], rewrite_body=rewritten)
+
+    async def account(
+        self, request: Request, payload: dict[str, Any], model: str, *, size_hint: int
+    ) -> tuple[Accounting, RequestCount]:
         credentials = self.upstream.credential_headers(request.scope["headers"])
 
         async def fetch_models() -> bytes:
@@ -122,10 +162,126 @@ class ChatCompletions:
             limits.source,
             "" if choice.exact else f" calibration={accounting.ratio:.3f}",
         )
-        return accounting
+        return accounting, count
+
+    async def prepare(
+        self,
+        request: Request,
+        raw: bytes,
+        payload: dict[str, Any],
+        accounting: Accounting,
+        count: RequestCount,
+        *,
+        budget: int | None = None,
+    ) -> Prepared:
+        """The original bytes when the request fits; else the compacted body. Never fails for our own bugs."""
+        untouched = Prepared(raw, False, count.total, accounting.headers() | _compaction_headers(count.total))
+        settings = self.settings.compaction_for(accounting.model)
+        mode = request.headers.get("x-inflight-compaction", "").strip().lower()
+        if not settings.enabled or mode == "off":
+            return untouched
+        limit = budget if budget is not None else accounting.budget
+        raw_limit = int(limit / accounting.ratio)  # compaction counts in our own units
+        try:
+            outcome = await self.compact(request, payload, accounting, count, raw_limit, force=mode == "force")
+        except Exception as exc:  # a bug of ours must not cost the user the request
+            log.exception("[compaction] failed for %s; forwarding the request unchanged", accounting.model)
+            untouched.notes.append(f"compaction_error={type(exc).__name__}")
+            untouched.headers["x-inflight-actions"] = "error"
+            return untouched
+        if outcome is None:
+            return untouched
+        if not outcome.fits:
+            raise ContextTooLong(
+                f"This request needs at least {accounting.calibrated(outcome.tokens_after):,} prompt tokens after "
+                f"compaction (it had {accounting.calibrated(outcome.tokens_before):,}), but {accounting.model} "
+                f"allows {limit:,} ({accounting.limits.context_window:,}-token context window minus the tokens "
+                "reserved for the reply). Shorten the system prompt, the tools or the last message."
+            )
+        body = orjson.dumps({**payload, "messages": outcome.messages})
+        headers = accounting.headers() | {
+            "x-inflight-tokens-before": str(accounting.calibrated(outcome.tokens_before)),
+            "x-inflight-tokens-after": str(accounting.calibrated(outcome.tokens_after)),
+            "x-inflight-actions": ",".join(outcome.actions),
+        }
+        return Prepared(body, True, outcome.tokens_after, headers, [f"actions={','.join(outcome.actions)}"])
+
+    async def compact(
+        self,
+        request: Request,
+        payload: dict[str, Any],
+        accounting: Accounting,
+        count: RequestCount,
+        raw_limit: int,
+        *,
+        force: bool,
+    ) -> Outcome | None:
+        settings = self.settings.compaction_for(accounting.model)
+        messages = payload["messages"]
+        conversation = Conversation(messages, count.messages, count.digests, count.fixed)
+        budget = Budget.of(raw_limit, settings)
+        key = conversation_key(
+            session=request.headers.get("x-inflight-session"),
+            model=accounting.model,
+            head_digests=count.digests[: head_length(messages)],
+        )
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        async with lock:  # one compaction per conversation at a time: the second request reuses the first's
+            records = await self.records.load(key)
+            record = best_record(records, count.digests)
+            compactor = self.compactor(request, accounting, settings)
+            outcome = await compactor.run(conversation, budget=budget, record=record, force=force)
+            if outcome is None:
+                return None
+            await self.records.save(key, with_record(records, record, outcome.record))
+        log.info(
+            "[compaction] key=%s tokens %d->%d budget=%d actions=%s replaced=%d summarizer_calls=%d summarizer_ms=%s%s",
+            key[:48],
+            accounting.calibrated(outcome.tokens_before),
+            accounting.calibrated(outcome.tokens_after),
+            int(raw_limit * accounting.ratio),
+            ",".join(outcome.actions),
+            outcome.messages_replaced,
+            outcome.summarizer_calls,
+            f"{outcome.summarizer_ms:.0f}" if outcome.summarizer_ms is not None else "-",
+            "".join(f" {note}" for note in outcome.notes),
+        )
+        return outcome
+
+    def compactor(self, request: Request, accounting: Accounting, settings: Compaction) -> Compactor:
+        encoding = self.counter.encoding(accounting.encoding)
+        options = settings.summarize
+        summary_model = options.model or accounting.model
+        summarizer = Summarizer(
+            self.summarizer_client,
+            base_url=options.base_url or self.settings.upstream.base_url,
+            timeout_s=options.timeout_s,
+        )
+        authorization = self.summarizer_authorization(request, settings)
+        models = [summary_model, *options.fallback_models]
+
+        async def summarize(job: SummaryJob) -> str:
+            return await summarizer(job, models=models, authorization=authorization)
+
+        # The summarizer's reply is bounded by max_summary_tokens, which the engine keeps room for.
+        window = self.registry.resolve(summary_model).context_window
+        return Compactor(
+            settings,
+            count_message=lambda message: self.counter.count_message(message, encoding),
+            count_text=lambda text: len(encoding.encode_ordinary(text)),
+            summarize=summarize,
+            summarizer_input_tokens=int(window / accounting.ratio),
+        )
+
+    def summarizer_authorization(self, request: Request, settings: Compaction) -> str | None:
+        if settings.summarize.api_key:
+            return f"Bearer {settings.summarize.api_key}"
+        if settings.summarize.base_url is None and self.settings.upstream.api_key:
+            return f"Bearer {self.settings.upstream.api_key}"
+        return request.headers.get("authorization")
 
     def relay_with_usage(
-        self, response: UpstreamResponse, timing: Timing, accounting: Accounting, *, sent_tokens: int
+        self, response: UpstreamResponse, timing: Timing, accounting: Accounting, prepared: Prepared
     ) -> Relay:
         """Relay unchanged, reading `usage.prompt_tokens` on the way to calibrate this model's estimates."""
         content_type = header_value(response.headers, b"content-type") or b""
@@ -137,12 +293,24 @@ class ChatCompletions:
         def on_complete() -> None:
             actual = reader.finish()
             if response.status == 200 and actual is not None:
-                self.calibration.record(accounting.model, estimate=sent_tokens, actual=actual)
+                self.calibration.record(accounting.model, estimate=prepared.sent_tokens, actual=actual)
 
         return relay_response(
             response,
             timing,
-            extra_headers=accounting.headers(),
+            extra_headers=prepared.headers,
             observe=reader.feed if response.status == 200 else None,
             on_complete=on_complete,
         )
+
+
+def _countable(messages: Any) -> bool:
+    return isinstance(messages, list) and all(isinstance(m, dict) for m in messages)
+
+
+def _compaction_headers(tokens: int) -> dict[str, str]:
+    return {
+        "x-inflight-tokens-before": str(tokens),
+        "x-inflight-tokens-after": str(tokens),
+        "x-inflight-actions": "none",
+    }

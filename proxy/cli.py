@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
+import os
 import sys
 from typing import Any
 
+import httpx
 import orjson
 import uvicorn
 
 from proxy.app import create_app
 from proxy.body import parse_object
+from proxy.compaction import Budget, Compactor, Conversation, Outcome, SummaryJob
 from proxy.config import ConfigError, Settings, load_settings
 from proxy.errors import BadRequest
 from proxy.models import ContextRegistry, reserve_for
+from proxy.summarizer import Summarizer
 from proxy.tokens import TokenCounter, choose_encoding
 
 GIL_SWITCH_INTERVAL_S = 0.0005
@@ -106,6 +111,65 @@ def count(args: argparse.Namespace) -> int:
     return 0
 
 
+def compact(args: argparse.Namespace) -> int:
+    """Print the rewritten body as the proxy would send it (forced), and a one-line report on stderr."""
+    settings = _load(args)
+    payload = read_request(args.file)
+    model = args.model or payload.get("model")
+    if not isinstance(model, str) or not isinstance(payload.get("messages"), list):
+        raise CommandError(f"{args.file} needs a model (or --model) and a messages list")
+    outcome, budget = asyncio.run(_compact(settings, payload, model, use_llm=not args.no_llm))
+    if outcome is None:
+        print(orjson.dumps(payload).decode())
+        print(f"inflight: fits ({budget:,}-token budget); nothing to do", file=sys.stderr)
+        return 0
+    print(orjson.dumps({**payload, "messages": outcome.messages}).decode())
+    print(
+        f"inflight: {outcome.tokens_before:,} -> {outcome.tokens_after:,} tokens (budget {budget:,}); "
+        f"actions {','.join(outcome.actions)}; {outcome.messages_replaced} messages summarized; "
+        f"{outcome.summarizer_calls} summarizer calls" + "".join(f"; {note}" for note in outcome.notes),
+        file=sys.stderr,
+    )
+    return 0 if outcome.fits else 1
+
+
+async def _compact(
+    settings: Settings, payload: dict[str, Any], model: str, *, use_llm: bool
+) -> tuple[Outcome | None, int]:
+    counter = TokenCounter()
+    entry = settings.model_entry(model)
+    choice = choose_encoding(model, entry.encoding if entry else None)
+    count = counter.count_request(payload, choice.name)
+    limits = ContextRegistry(settings).resolve(model)
+    options = settings.compaction_for(model)
+    budget = limits.context_window - reserve_for(
+        payload, reserve_tokens=options.reserve_tokens, context_window=limits.context_window
+    )
+    encoding = counter.encoding(choice.name)
+    async with httpx.AsyncClient(trust_env=False) as client:
+        summarizer = Summarizer(
+            client,
+            base_url=options.summarize.base_url or settings.upstream.base_url,
+            timeout_s=options.summarize.timeout_s,
+        )
+        key = options.summarize.api_key or settings.upstream.api_key or os.environ.get("OPENAI_API_KEY", "")
+        models = [options.summarize.model or model, *options.summarize.fallback_models]
+
+        async def summarize(job: SummaryJob) -> str:
+            return await summarizer(job, models=models, authorization=f"Bearer {key}" if key else None)
+
+        compactor = Compactor(
+            options,
+            count_message=lambda message: counter.count_message(message, encoding),
+            count_text=lambda text: len(encoding.encode_ordinary(text)),
+            summarize=summarize if use_llm else None,
+            summarizer_input_tokens=budget,
+        )
+        conversation = Conversation(payload["messages"], count.messages, count.digests, count.fixed)
+        outcome = await compactor.run(conversation, budget=Budget.of(budget, options), record=None, force=True)
+    return outcome, budget
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="inflight", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -123,6 +187,13 @@ def build_parser() -> argparse.ArgumentParser:
     count_cmd.add_argument("--config", help="YAML config file (for models: and compaction.reserve_tokens)")
     count_cmd.add_argument("--json", action="store_true", help="print a JSON object instead of a sentence")
     count_cmd.set_defaults(run=count)
+
+    compact_cmd = commands.add_parser("compact", help="print a request body compacted as the proxy would send it")
+    compact_cmd.add_argument("file", help="request body JSON file (- for stdin)")
+    compact_cmd.add_argument("--config", help="YAML config file")
+    compact_cmd.add_argument("--model", help="compact as this model (default: the body's model)")
+    compact_cmd.add_argument("--no-llm", action="store_true", help="use the local digest instead of a summarizer call")
+    compact_cmd.set_defaults(run=compact)
     return parser
 
 

@@ -86,6 +86,12 @@ class RequestCount:
     total: int
     messages: tuple[int, ...]
     tools: int
+    digests: tuple[bytes, ...]  # each message's hash: the cache key, and how compaction records know a message
+
+    @property
+    def fixed(self) -> int:
+        """What no compaction can remove: the reply priming and the tool definitions."""
+        return REPLY_PRIMING + self.tools
 
 
 class TokenCounter:
@@ -108,9 +114,11 @@ class TokenCounter:
     def count_request(self, payload: dict[str, Any], encoding: str) -> RequestCount:
         enc = self.encoding(encoding)
         messages = payload.get("messages")
-        counts = tuple(self.count_message(m, enc) for m in messages) if isinstance(messages, list) else ()
+        pairs = [self.count_with_digest(m, enc) for m in messages] if isinstance(messages, list) else []
+        counts = tuple(tokens for tokens, _ in pairs)
         tools = self.count_tools(payload, enc)
-        return RequestCount(total=REPLY_PRIMING + sum(counts) + tools, messages=counts, tools=tools)
+        total = REPLY_PRIMING + sum(counts) + tools
+        return RequestCount(total=total, messages=counts, tools=tools, digests=tuple(d for _, d in pairs))
 
     async def count_request_async(self, payload: dict[str, Any], encoding: str, *, size_hint: int) -> RequestCount:
         """Count on the loop when it is cheap; in a worker thread when it may take milliseconds."""
@@ -123,17 +131,21 @@ class TokenCounter:
         return tuple(self.count_message(m, enc) for m in messages)
 
     def count_message(self, message: Any, enc: tiktoken.Encoding) -> int:
-        key = (enc.name, hashlib.sha1(orjson.dumps(message, option=orjson.OPT_SORT_KEYS)).digest())
+        return self.count_with_digest(message, enc)[0]
+
+    def count_with_digest(self, message: Any, enc: tiktoken.Encoding) -> tuple[int, bytes]:
+        digest = message_digest(message)
+        key = (enc.name, digest)
         with self._lock:
             cached = self._cache.get(key)
             if cached is not None:
                 self.hits += 1
-                return cached
+                return cached, digest
         tokens = message_tokens(message, enc)
         with self._lock:
             self.misses += 1
             self._cache[key] = tokens
-        return tokens
+        return tokens, digest
 
     def count_tools(self, payload: dict[str, Any], enc: tiktoken.Encoding) -> int:
         definitions = [*_functions(payload.get("tools")), *_functions(payload.get("functions"))]
@@ -143,6 +155,11 @@ class TokenCounter:
 
     def text_tokens(self, text: str, encoding: str) -> int:
         return len(self.encoding(encoding).encode_ordinary(text))
+
+
+def message_digest(message: Any) -> bytes:
+    """A hash of the message's canonical bytes (sorted keys): equal messages, equal digests."""
+    return hashlib.sha1(orjson.dumps(message, option=orjson.OPT_SORT_KEYS), usedforsecurity=False).digest()
 
 
 def message_tokens(message: Any, enc: tiktoken.Encoding) -> int:

@@ -89,6 +89,12 @@ def stream_events(model: str, *, include_usage: bool, prompt_tokens: int, chunks
     return events
 
 
+def is_summarizer_call(payload: dict[str, Any]) -> bool:
+    messages = payload.get("messages") or [{}]
+    first = messages[0].get("content") if isinstance(messages[0], dict) else None
+    return isinstance(first, str) and first.startswith("You compact the history")
+
+
 class UpstreamApp:
     def __init__(self) -> None:
         self.requests: list[Recorded] = []
@@ -96,6 +102,9 @@ class UpstreamApp:
         # What `usage.prompt_tokens` reports: a fixed number, or a factor of the request's JSON length.
         self.prompt_tokens: int | None = None
         self.prompt_tokens_factor: float | None = None
+        # Summarizer calls (recognised by the proxy's summary prompt) are answered here, or fail.
+        self.summaries: list[Recorded] = []
+        self.summarizer_status = 200
         self.models_body: Any = {
             "object": "list",
             "data": [{"id": "gpt-4o-mini", "object": "model", "created": 1700000000, "owned_by": "test"}],
@@ -201,6 +210,9 @@ class UpstreamApp:
             return
         payload = record.json()
         model = payload.get("model", "unknown")
+        if is_summarizer_call(payload):
+            await self.summary(record, send, model)
+            return
         if payload.get("stream"):
             include_usage = bool((payload.get("stream_options") or {}).get("include_usage"))
             delay = 0.02 if record.headers.get("x-scenario") == "paced" else 0.0
@@ -209,6 +221,15 @@ class UpstreamApp:
         else:
             body = orjson.dumps(completion(model, prompt_tokens=self.usage_tokens(record)))
             await self.respond(record, send, 200, body, "application/json")
+
+    async def summary(self, record: Recorded, send: Any, model: str) -> None:
+        self.summaries.append(record)
+        if self.summarizer_status != 200:
+            error = {"error": {"message": "summarizer down", "type": "server_error", "param": None, "code": None}}
+            await self.respond(record, send, self.summarizer_status, orjson.dumps(error), "application/json")
+            return
+        text = f"## Original task\nFix the bug.\n## Progress and decisions\nSummary number {len(self.summaries)}."
+        await self.respond(record, send, 200, orjson.dumps(completion(model, text)), "application/json")
 
     async def stream_until_disconnect(self, record: Recorded, receive: Any, send: Any) -> None:
         record.status = 200

@@ -1,0 +1,100 @@
+"""The shape of a conversation: its head, its turns, and where it may be cut without breaking it.
+
+OpenAI rejects a request in which a `tool` message does not answer a tool call of an earlier
+assistant message, or in which an assistant's tool call has no answer. So a cut is only allowed
+where every tool call made before it has been answered before it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+Message = dict[str, Any]
+PINNED_ROLES = frozenset({"system", "developer"})
+
+
+def head_length(messages: Sequence[Message]) -> int:
+    """The system/developer messages and the first user message (the task) that lead the conversation."""
+    for index, message in enumerate(messages):
+        if message.get("role") == "user":
+            return index + 1
+        if message.get("role") not in PINNED_ROLES:
+            return index
+    return len(messages)
+
+
+def call_ids(message: Message) -> list[str]:
+    calls = message.get("tool_calls") if message.get("role") == "assistant" else None
+    if not isinstance(calls, list):
+        return []
+    return [call["id"] for call in calls if isinstance(call, dict) and isinstance(call.get("id"), str)]
+
+
+def cut_points(messages: Sequence[Message]) -> list[bool]:
+    """`cut[i]` is True when messages[:i] and messages[i:] keep every tool call with its result."""
+    unanswered: set[str] = set()
+    cuts = [True]
+    for message in messages:
+        unanswered.update(call_ids(message))
+        if message.get("role") == "tool":
+            unanswered.discard(message.get("tool_call_id"))  # type: ignore[arg-type]
+        cuts.append(not unanswered)
+    # A tool message right after a cut would be an orphan even if its call was answered already.
+    for index, message in enumerate(messages):
+        if message.get("role") == "tool":
+            cuts[index] = False
+    return cuts
+
+
+def last_user_index(messages: Sequence[Message]) -> int | None:
+    for index in range(len(messages) - 1, -1, -1):
+        if messages[index].get("role") == "user":
+            return index
+    return None
+
+
+def tool_calls_by_id(messages: Sequence[Message]) -> dict[str, dict[str, Any]]:
+    """Each tool call's `function` object (name, arguments), by call id."""
+    found: dict[str, dict[str, Any]] = {}
+    for message in messages:
+        if message.get("role") != "assistant" or not isinstance(message.get("tool_calls"), list):
+            continue
+        for call in message["tool_calls"]:
+            if isinstance(call, dict) and isinstance(call.get("id"), str) and isinstance(call.get("function"), dict):
+                found[call["id"]] = call["function"]
+    return found
+
+
+def problems(messages: Sequence[Message]) -> list[str]:
+    """What makes a message list invalid for OpenAI's tool-call rules (empty when it is valid)."""
+    found: list[str] = []
+    pending: set[str] = set()
+    answered: set[str] = set()
+    for index, message in enumerate(messages):
+        role = message.get("role")
+        if role == "tool":
+            call_id = message.get("tool_call_id")
+            if call_id not in pending:
+                found.append(f"message {index}: tool result {call_id!r} answers no earlier open tool call")
+            pending.discard(call_id)  # type: ignore[arg-type]
+            answered.add(call_id)  # type: ignore[arg-type]
+            continue
+        if pending and role != "tool":
+            found.append(f"message {index}: tool calls {sorted(pending)} have no result before it")
+            pending.clear()
+        pending.update(call_ids(message))
+    if pending:
+        found.append(f"end: tool calls {sorted(pending)} have no result")
+    return found
+
+
+def text_of(content: Any) -> str:
+    """The readable text of a message's content (string or parts)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = [p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)]
+        others = sum(1 for p in content if not (isinstance(p, dict) and isinstance(p.get("text"), str)))
+        return "\n".join(texts) + (f"\n[{others} non-text part(s)]" if others else "")
+    return ""
