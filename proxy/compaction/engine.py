@@ -209,17 +209,15 @@ class Compactor:
     # --- stage 2 -------------------------------------------------------------------------------
 
     def mask(self, conversation: Conversation, draft: Draft, budget: Budget, outcome: Outcome, *, force: bool) -> int:
+        """All but the newest `keep_tool_results` results at once (then `keep_tool_results_min` if still
+        above summarize_at): one big step rather than one result a turn, so the next turns need no change
+        and the prefix stays stable."""
         messages = conversation.messages
         total = draft.tokens(conversation)
         results = [i for i in range(draft.prefix_len, len(messages)) if messages[i].get("role") == "tool"]
         calls = tool_calls_by_id(messages)
-        keep_steps = [self.settings.mask.keep_tool_results]
-        if force or total > budget.summarize_at:
-            keep_steps.append(self.settings.mask.keep_tool_results_min)
-        for keep in keep_steps:
+        for keep in (self.settings.mask.keep_tool_results, self.settings.mask.keep_tool_results_min):
             for index in results[: max(len(results) - keep, 0)]:
-                if not force and total <= budget.target:
-                    return total
                 current = draft.replaced.get(index)
                 if current is not None and current.kind == "mask":
                     continue
