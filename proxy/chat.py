@@ -6,6 +6,7 @@ import asyncio
 import logging
 import math
 import weakref
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,10 +28,12 @@ from proxy.compaction import (
 )
 from proxy.compaction.conversation import head_length
 from proxy.config import Compaction, Settings
-from proxy.errors import ContextTooLong, UpstreamUnreachable
+from proxy.errors import ContextTooLong, UpstreamUnreachable, upstream_errors
 from proxy.forward import Relay, Timing, UpstreamClient, header_value, relay_response
 from proxy.models import ContextRegistry, ModelLimits, reserve_for
 from proxy.pool import UpstreamResponse
+from proxy.refusals import MAX_BODY as MAX_ERROR_BODY
+from proxy.refusals import Refusal, detect, detect_event, first_event
 from proxy.summarizer import Summarizer
 from proxy.tokens import THREAD_THRESHOLD_BYTES, RequestCount, TokenCounter, choose_encoding
 from proxy.usage import Calibration, UsageReader
@@ -49,6 +52,7 @@ class Accounting:
     budget: int
     raw_tokens: int  # our count before calibration
     ratio: float
+    reserve: int = 0
 
     @property
     def prompt_tokens(self) -> int:
@@ -81,6 +85,8 @@ class Prepared:
     sent_tokens: int  # our uncalibrated count of what is sent, for calibration
     headers: dict[str, str]
     notes: list[str] = field(default_factory=list)
+    limit: int = 0  # the budget it was prepared against
+    reserve: int | None = None
 
 
 class ChatCompletions:
@@ -118,10 +124,64 @@ class ChatCompletions:
         accounting, count = await self.account(request, payload, model, size_hint=len(raw))
         prepared = await self.prepare(request, raw, payload, accounting, count)
         timing.notes += prepared.notes
-        headers = self.outgoing(request, prepared.rewritten)
-        response = await self.upstream.open("POST", url, headers=headers, content=prepared.body)
+        response = await self.upstream.open(
+            "POST", url, headers=self.outgoing(request, prepared.rewritten), content=prepared.body
+        )
+        if not self.retries(request, accounting):
+            timing.upstream_answered()
+            return self.relay_with_usage(response, timing, accounting, prepared)
+        try:
+            held = await hold_until_known(response, event_stream=payload.get("stream") is True, host=self.upstream.host)
+        except BaseException:
+            await response.aclose()
+            raise
+        if held.refusal is None:
+            timing.upstream_answered()
+            return self.relay_with_usage(response, timing, accounting, prepared, held=held)
+        await response.aclose()
+        limit = self.learn(accounting, held.refusal, prepared, payload)
+        timing.notes.append(f"refused_by={held.refusal.upstream}")
+        retry = await self.prepare(request, raw, payload, accounting, count, budget=limit, force=True)
+        retry.headers["x-inflight-actions"] = ",".join([*retry.headers["x-inflight-actions"].split(","), "retry"])
+        retry.headers["x-inflight-retried"] = "1"
+        timing.notes += [*retry.notes, "retried"]
+        headers = self.outgoing(request, retry.rewritten)
+        response = await self.upstream.open("POST", url, headers=headers, content=retry.body)
         timing.upstream_answered()
-        return self.relay_with_usage(response, timing, accounting, prepared)
+        return self.relay_with_usage(response, timing, accounting, retry)
+
+    def retries(self, request: Request, accounting: Accounting) -> bool:
+        settings = self.settings.compaction_for(accounting.model)
+        return settings.enabled and request.headers.get("x-inflight-compaction", "").strip().lower() != "off"
+
+    def learn(self, accounting: Accounting, refusal: Refusal, prepared: Prepared, payload: dict[str, Any]) -> int:
+        """Record what the refusal says, and return the (calibrated) budget to compact the retry against."""
+        previous = int(accounting.budget if not prepared.rewritten else prepared.limit)
+        limit = previous
+        if refusal.context_window:
+            self.registry.learn(accounting.model, refusal.context_window)
+            reserve = reserve_for(
+                payload,
+                reserve_tokens=self.settings.compaction_for(accounting.model).reserve_tokens,
+                context_window=refusal.context_window,
+            )
+            limit = min(limit, refusal.context_window - reserve)
+        if refusal.prompt_tokens and prepared.sent_tokens:
+            self.calibration.record(accounting.model, estimate=prepared.sent_tokens, actual=refusal.prompt_tokens)
+            sent = accounting.calibrated(prepared.sent_tokens)
+            if sent < refusal.prompt_tokens <= sent * 4:  # we undercounted: shrink by the same factor
+                limit = int(limit * sent / refusal.prompt_tokens)
+        if limit >= previous * 0.98:
+            limit = int(previous * 0.75)  # the body gave no usable numbers
+        log.info(
+            "[retry] %s refused by %s (window=%s prompt=%s); compacting again against %d tokens",
+            accounting.model,
+            refusal.upstream,
+            refusal.context_window,
+            refusal.prompt_tokens,
+            limit,
+        )
+        return max(limit, 1)
 
     def outgoing(self, request: Request, rewritten: bool) -> list[tuple[bytes, bytes]]:
         return self.upstream.outgoing_headers(request.scope["headers"], rewrite_body=rewritten)
@@ -151,6 +211,7 @@ class ChatCompletions:
             budget=max(limits.context_window - reserve, 0),
             raw_tokens=count.total,
             ratio=1.0 if choice.exact else self.calibration.ratio(model),
+            reserve=reserve,
         )
         log.info(
             "[context] %s %d/%d (%.0f%%) window=%d source=%s%s",
@@ -173,17 +234,19 @@ class ChatCompletions:
         count: RequestCount,
         *,
         budget: int | None = None,
+        force: bool = False,
     ) -> Prepared:
         """The original bytes when the request fits; else the compacted body. Never fails for our own bugs."""
-        untouched = Prepared(raw, False, count.total, accounting.headers() | _compaction_headers(count.total))
+        limit = budget if budget is not None else accounting.budget
+        headers = accounting.headers() | _compaction_headers(accounting.calibrated(count.total))
+        untouched = Prepared(raw, False, count.total, headers, limit=limit, reserve=accounting.reserve)
         settings = self.settings.compaction_for(accounting.model)
         mode = request.headers.get("x-inflight-compaction", "").strip().lower()
         if not settings.enabled or mode == "off":
             return untouched
-        limit = budget if budget is not None else accounting.budget
         raw_limit = int(limit / accounting.ratio)  # compaction counts in our own units
         try:
-            outcome = await self.compact(request, payload, accounting, count, raw_limit, force=mode == "force")
+            outcome = await self.compact(request, payload, accounting, count, raw_limit, force=force or mode == "force")
         except Exception as exc:  # a bug of ours must not cost the user the request
             log.exception("[compaction] failed for %s; forwarding the request unchanged", accounting.model)
             untouched.notes.append(f"compaction_error={type(exc).__name__}")
@@ -204,7 +267,8 @@ class ChatCompletions:
             "x-inflight-tokens-after": str(accounting.calibrated(outcome.tokens_after)),
             "x-inflight-actions": ",".join(outcome.actions),
         }
-        return Prepared(body, True, outcome.tokens_after, headers, [f"actions={','.join(outcome.actions)}"])
+        notes = [f"actions={','.join(outcome.actions)}"]
+        return Prepared(body, True, outcome.tokens_after, headers, notes, limit=limit, reserve=accounting.reserve)
 
     async def compact(
         self,
@@ -281,7 +345,13 @@ class ChatCompletions:
         return request.headers.get("authorization")
 
     def relay_with_usage(
-        self, response: UpstreamResponse, timing: Timing, accounting: Accounting, prepared: Prepared
+        self,
+        response: UpstreamResponse,
+        timing: Timing,
+        accounting: Accounting,
+        prepared: Prepared,
+        *,
+        held: Held | None = None,
     ) -> Relay:
         """Relay unchanged, reading `usage.prompt_tokens` on the way to calibrate this model's estimates."""
         content_type = header_value(response.headers, b"content-type") or b""
@@ -295,13 +365,61 @@ class ChatCompletions:
             if response.status == 200 and actual is not None:
                 self.calibration.record(accounting.model, estimate=prepared.sent_tokens, actual=actual)
 
+        if held is not None and response.status == 200:
+            for chunk in held.chunks:  # the relay sends held chunks without observing them
+                reader.feed(chunk)
         return relay_response(
             response,
             timing,
             extra_headers=prepared.headers,
             observe=reader.feed if response.status == 200 else None,
             on_complete=on_complete,
+            held=held.chunks if held else None,
+            chunks=held.rest if held else None,
         )
+
+
+@dataclass
+class Held:
+    """What was read of a response before deciding whether to retry it; the relay sends it first."""
+
+    chunks: list[bytes]
+    rest: AsyncIterator[bytes]
+    refusal: Refusal | None = None
+
+
+async def hold_until_known(response: UpstreamResponse, *, event_stream: bool, host: str) -> Held:
+    """Read an error body whole, or a stream up to its first event: enough to recognise a refusal.
+
+    A 2xx non-stream body is never a refusal, so nothing of it is held.
+    """
+    rest = response.aiter_raw()
+    chunks: list[bytes] = []
+    encoding = header_value(response.headers, b"content-encoding")
+    if response.status >= 400:
+        size = 0
+        async with upstream_errors(host):
+            async for chunk in rest:
+                chunks.append(chunk)
+                size += len(chunk)
+                if size > MAX_ERROR_BODY:
+                    return Held(chunks, rest)
+        return Held(chunks, rest, detect(response.status, b"".join(chunks), content_encoding=encoding))
+    content_type = header_value(response.headers, b"content-type") or b""
+    if response.status != 200 or not event_stream or not content_type.startswith(b"text/event-stream") or encoding:
+        return Held(chunks, rest)
+    buffer = b""
+    async with upstream_errors(host):
+        async for chunk in rest:
+            chunks.append(chunk)
+            buffer += chunk
+            event = first_event(buffer)
+            if event is not None:
+                return Held(chunks, rest, detect_event(event))
+    if not buffer.strip():
+        # llama-cpp-python answers an overlong streaming request with 200 and a stream with no event at all.
+        return Held(chunks, rest, Refusal("llama-cpp-python-stream"))
+    return Held(chunks, rest, detect_event(buffer))
 
 
 def _countable(messages: Any) -> bool:

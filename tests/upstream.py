@@ -111,7 +111,8 @@ class UpstreamApp:
         }
 
     def chat_requests(self) -> list[Recorded]:
-        return [r for r in self.requests if r.path.endswith("/chat/completions")]
+        """Chat completions the client's requests became (the proxy's summarizer calls are in `summaries`)."""
+        return [r for r in self.requests if r.path.endswith("/chat/completions") and r not in self.summaries]
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
@@ -200,6 +201,10 @@ class UpstreamApp:
         )
 
     async def chat(self, record: Recorded, send: Any) -> None:
+        payload = record.json()
+        if is_summarizer_call(payload):
+            await self.summary(record, send, payload.get("model", "unknown"))
+            return
         if self.script:
             reply = self.script.popleft()
             if reply.events is not None:
@@ -208,11 +213,7 @@ class UpstreamApp:
                 body = reply.body if isinstance(reply.body, bytes) else orjson.dumps(reply.body)
                 await self.respond(record, send, reply.status, body, reply.content_type)
             return
-        payload = record.json()
         model = payload.get("model", "unknown")
-        if is_summarizer_call(payload):
-            await self.summary(record, send, model)
-            return
         if payload.get("stream"):
             include_usage = bool((payload.get("stream_options") or {}).get("include_usage"))
             delay = 0.02 if record.headers.get("x-scenario") == "paced" else 0.0
