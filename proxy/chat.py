@@ -172,7 +172,9 @@ class ChatCompletions:
             if sent < refusal.prompt_tokens <= sent * 4:  # we undercounted: shrink by the same factor
                 limit = int(limit * sent / refusal.prompt_tokens)
         if limit >= previous * 0.98:
-            limit = int(previous * 0.75)  # the body gave no usable numbers
+            # No usable numbers (llama-cpp-python's empty stream): what we sent was too long, so aim at 75%
+            # of the smaller of the budget and what was sent; 75% of a budget far above it would change nothing.
+            limit = int(min(previous, accounting.calibrated(prepared.sent_tokens)) * 0.75)
         log.info(
             "[retry] %s refused by %s (window=%s prompt=%s); compacting again against %d tokens",
             accounting.model,

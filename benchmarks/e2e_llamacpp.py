@@ -1,0 +1,87 @@
+"""The agent loop of the e2e test through inflight against a real llama.cpp server, turn by turn.
+
+    python benchmarks/e2e_llamacpp.py [--learn]
+
+Needs llama-cpp-python[server] and the SmolLM2 GGUF (`.ci/run` fetches both). Prints, per turn:
+the server's own prompt tokens (usage), inflight's estimate, the action taken, the latency, and
+the server's prompt-processing time for that turn (from its log: llama.cpp reuses its KV cache
+for an unchanged prefix, so record-hit turns should process far fewer prompt tokens). `--learn`
+leaves the window out of the config, so inflight learns it from the first refusal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from harness import free_port, inflight, table  # noqa: E402
+
+from tests.e2e.agent import N_CTX, AgentLoop, llama_server, tool_outputs  # noqa: E402
+
+PROMPT_EVAL = re.compile(r"prompt eval time =\s+([\d.]+) ms /\s+(\d+) tokens")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--learn", action="store_true", help="leave the window out of the config")
+    args = parser.parse_args()
+    outputs = tool_outputs()
+    log = Path(tempfile.mkdtemp()) / "server.log"
+    config = "" if args.learn else f"models: {{smollm2: {{context_window: {N_CTX}}}}}\n"
+    with llama_server(free_port(), log) as server, inflight(server, config) as proxied:
+        timings: list[tuple[float, int]] = []
+        seen = 0
+
+        def server_prompt() -> tuple[float, int]:
+            nonlocal seen
+            found = PROMPT_EVAL.findall(log.read_text(errors="replace"))
+            new, seen = found[seen:], len(found)
+            return sum(float(ms) for ms, _ in new), sum(int(n) for _, n in new)
+
+        loop = AgentLoop(proxied)
+        turns = []
+        for number, (tool, path, output) in enumerate(outputs):
+            turns.append(loop.step(number, tool, path, output))
+            timings.append(server_prompt())
+    rows = []
+    for turn, (ms, evaluated) in zip(turns, timings, strict=True):
+        rows.append(
+            [
+                turn.number,
+                "stream" if turn.stream else "json",
+                turn.prompt_tokens if turn.prompt_tokens is not None else "-",
+                turn.headers.get("x-inflight-tokens-after", "-"),
+                turn.headers.get("x-inflight-actions", turn.error or "-"),
+                f"{turn.seconds * 1000:.0f}",
+                evaluated,
+                f"{ms:.0f}",
+            ]
+        )
+    header = ["turn", "mode", "server prompt tokens", "inflight estimate", "actions", "latency ms"]
+    print(table(rows, [*header, "tokens evaluated", "server prompt ms"]))
+    hits = [t[1] for t, turn in zip(timings, turns, strict=True) if _is_hit(turn.headers.get("x-inflight-actions", ""))]
+    fresh = [
+        t[1]
+        for t, turn in zip(timings, turns, strict=True)
+        if "summarize" in turn.headers.get("x-inflight-actions", "")
+    ]
+    if hits and fresh:
+        print(
+            f"prompt tokens evaluated by the server: record-hit turns median {statistics.median(hits):.0f}, "
+            f"freshly compacted turns median {statistics.median(fresh):.0f}"
+        )
+
+
+def _is_hit(actions: str) -> bool:
+    return "summary-cached" in actions and "summarize" not in actions
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,206 @@
+"""A scripted coding-agent loop on the official client, and the llama.cpp server it runs against.
+
+The assistant's tool calls are scripted (a 135M model does not call tools reliably); its text,
+the tool outputs (real files of this repository, real pytest output) and every model call are real.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import openai
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL_ENV = "INFLIGHT_SMOLLM2_GGUF"
+DEFAULT_MODEL = ROOT / ".cache" / "smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+N_CTX = 2048
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+        },
+    }
+    for name, description in [("read_file", "Read a file of the repository"), ("run_tests", "Run pytest on a path")]
+]
+FILES = [
+    "proxy/chat.py",
+    "proxy/models.py",
+    "proxy/tokens.py",
+    "proxy/usage.py",
+    "proxy/refusals.py",
+    "proxy/config.py",
+    "proxy/forward.py",
+    "proxy/compaction/engine.py",
+    "proxy/compaction/summary.py",
+    "proxy/pool.py",
+]
+TEST_TARGETS = ["tests/test_config.py", "tests/compaction/test_engine.py"]
+OUTPUT_CHARS = 3000
+
+
+def model_path() -> Path:
+    return Path(os.environ.get(MODEL_ENV, DEFAULT_MODEL))
+
+
+@contextmanager
+def llama_server(port: int, log: Path) -> Iterator[str]:
+    """llama-cpp-python's OpenAI-compatible server on SmolLM2-135M with a 2,048-token context."""
+    command = [
+        sys.executable,
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        str(model_path()),
+        "--n_ctx",
+        str(N_CTX),
+        "--model_alias",
+        "smollm2",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--n_threads",
+        "2",
+    ]
+    with log.open("wb") as output:
+        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, cwd=ROOT)
+        try:
+            wait_for_http(f"http://127.0.0.1:{port}/v1/models", process)
+            yield f"http://127.0.0.1:{port}/v1"
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+
+
+def wait_for_http(url: str, process: subprocess.Popen[bytes], timeout: float = 120) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"llama.cpp server exited with {process.returncode}")
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.25)
+    raise RuntimeError(f"llama.cpp server did not answer {url}")
+
+
+def tool_outputs() -> list[tuple[str, str, str]]:
+    """(tool, path, output) for each turn: real files, and real pytest output from this checkout."""
+    outputs: list[tuple[str, str, str]] = []
+    for index, path in enumerate(FILES):
+        outputs.append(("read_file", path, (ROOT / path).read_text()[:OUTPUT_CHARS]))
+        if index % 2 == 1:
+            target = TEST_TARGETS[(index // 2) % len(TEST_TARGETS)]
+            result = subprocess.run(
+                [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", target],
+                capture_output=True,
+                text=True,
+                cwd=ROOT,
+                timeout=300,
+            )
+            outputs.append(("run_tests", target, (result.stdout + result.stderr)[-OUTPUT_CHARS:]))
+    return outputs
+
+
+@dataclass
+class Turn:
+    number: int
+    stream: bool
+    ok: bool
+    error: str = ""
+    headers: dict[str, str] = field(default_factory=dict)
+    prompt_tokens: int | None = None
+    seconds: float = 0.0
+
+
+def streamed_turn(number: int) -> bool:
+    return number % 3 == 1
+
+
+class AgentLoop:
+    """One conversation: ask the model, record its reply and a scripted tool call, append the tool output."""
+
+    def __init__(self, base_url: str) -> None:
+        self.client = openai.OpenAI(base_url=base_url, api_key="sk-local", max_retries=0, timeout=600)
+        self.messages: list[dict[str, Any]] = [
+            {
+                "role": "system",
+                "content": "You are a careful coding agent. Use the tools to inspect and test the code.",
+            },
+            {
+                "role": "user",
+                "content": "The proxy's retry path sometimes loses the usage chunk. Find out why and fix it.",
+            },
+        ]
+
+    def step(self, number: int, tool: str, path: str, output: str) -> Turn:
+        turn = Turn(number, streamed_turn(number), ok=False)
+        started = time.perf_counter()
+        text = ""
+        try:
+            text = ask(self.client, self.messages, turn)
+            turn.ok = True
+        except openai.APIStatusError as exc:
+            turn.error = f"{exc.status_code} {getattr(exc, 'code', None)}"
+        except EmptyStream:
+            turn.error = "empty stream"
+        turn.seconds = time.perf_counter() - started
+        call_id = f"call_{number}"
+        call = {"id": call_id, "type": "function", "function": {"name": tool, "arguments": f'{{"path": "{path}"}}'}}
+        self.messages.append({"role": "assistant", "content": text.strip() or "Let me look.", "tool_calls": [call]})
+        self.messages.append({"role": "tool", "tool_call_id": call_id, "content": output})
+        return turn
+
+
+def run_agent(base_url: str, outputs: list[tuple[str, str, str]], *, stop_on_failure: bool = True) -> list[Turn]:
+    loop = AgentLoop(base_url)
+    turns: list[Turn] = []
+    for number, (tool, path, output) in enumerate(outputs):
+        turns.append(loop.step(number, tool, path, output))
+        if not turns[-1].ok and stop_on_failure:
+            break
+    return turns
+
+
+class EmptyStream(Exception):
+    """A 200 stream with no event: how llama-cpp-python refuses an overlong streaming request."""
+
+
+def ask(client: openai.OpenAI, messages: list[dict[str, Any]], turn: Turn) -> str:
+    common: dict[str, Any] = {"model": "smollm2", "messages": messages, "tools": TOOLS, "max_tokens": 24}
+    if not turn.stream:
+        raw = client.chat.completions.with_raw_response.create(**common, tool_choice="none")
+        turn.headers = {k: v for k, v in raw.headers.items() if k.startswith("x-inflight")}
+        completion = raw.parse()
+        turn.prompt_tokens = completion.usage.prompt_tokens if completion.usage else None
+        return completion.choices[0].message.content or ""
+    with client.chat.completions.with_streaming_response.create(
+        **common, tool_choice="none", stream=True, stream_options={"include_usage": True}
+    ) as response:
+        turn.headers = {k: v for k, v in response.headers.items() if k.startswith("x-inflight")}
+        pieces = []
+        events = 0
+        for chunk in response.parse():
+            events += 1
+            if chunk.usage is not None:
+                turn.prompt_tokens = chunk.usage.prompt_tokens
+            if chunk.choices and chunk.choices[0].delta.content:
+                pieces.append(chunk.choices[0].delta.content)
+    if events == 0:
+        raise EmptyStream()
+    return "".join(pieces)
