@@ -1,12 +1,15 @@
 """Does compaction keep agents alive, cheaply and stably? Replays the shared traces turn by turn.
 
-    python benchmarks/compaction.py [--window 4000] [--hits 30]
+    python benchmarks/compaction.py [--window 4000 8000] [--hits 30] [--verbose]
 
 A loopback upstream enforces a small context window (counting with o200k_base, refusing like
 OpenAI) and answers summarizer calls. Each trace is replayed turn by turn (request k is the first
 messages up to the k-th assistant reply), direct and through inflight. Then a 128k-token
 conversation measures the latency inflight adds on turns served from the compaction record.
 Prints tables; asserts nothing.
+
+"prefix stable": the share of turns, after the first compaction, whose upstream request begins
+with the whole of the previous turn's upstream request (what a prompt cache needs to hit).
 """
 
 from __future__ import annotations
@@ -108,7 +111,13 @@ def replay(name: str, body: dict[str, Any], direct: str, proxied: str, client: h
             stable += sent[: len(previous)] == previous
         if "--verbose" in sys.argv:
             same = previous is not None and sent[: len(previous)] == previous
-            print(f"  {name} turn {len(messages)}: {','.join(actions)} stable={same}", file=sys.stderr)
+            before, after = (
+                response.headers.get("x-inflight-tokens-before"),
+                response.headers.get("x-inflight-tokens-after"),
+            )
+            print(
+                f"  {name} turn {len(messages)}: {before}->{after} {','.join(actions)} stable={same}", file=sys.stderr
+            )
         if (
             actions != ["none"]
             and not {"summarize", "fallback", "mask", "truncate"} & set(actions[1:])
@@ -148,7 +157,7 @@ def record_hit_latency(direct: str, proxied: str, client: httpx.Client, hits: in
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--window", type=int, default=4000, help="the small upstream's context window")
+    parser.add_argument("--window", type=int, nargs="+", default=[4000, 8000], help="the small upstream's windows")
     parser.add_argument("--hits", type=int, default=30, help="record-hit turns to time at 128k tokens")
     parser.add_argument("--verbose", action="store_true", help="print each turn's actions")
     parser.add_argument("--serve-upstream", type=int, help=argparse.SUPPRESS)
@@ -156,20 +165,23 @@ def main() -> None:
     if args.serve_upstream:
         import uvicorn
 
-        uvicorn.run(make_upstream(args.window), port=args.serve_upstream, log_level="warning", access_log=False)
+        uvicorn.run(make_upstream(args.window[0]), port=args.serve_upstream, log_level="warning", access_log=False)
         return
-    port = free_port()
-    config = f'models: {{"{SMALL_MODEL}": {{context_window: {args.window}}}, "gpt-4o": {{context_window: 100000}}}}\n'
-    command = [sys.executable, __file__, "--serve-upstream", str(port), "--window", str(args.window)]
-    with process(command, port), httpx.Client(timeout=60) as client:
-        direct = f"http://127.0.0.1:{port}/v1"
-        with inflight(direct, config) as proxied:
-            rows = [replay(name, body, direct, proxied, client) for name, body in load_traces().items()]
-            header = ["trace", "turns", "fail direct", "fail inflight", "tokens direct", "tokens inflight"]
-            print(table(rows, [*header, "summarizer calls", "record hits", "prefix stable"]))
-            print()
-            latency = record_hit_latency(direct, proxied, client, args.hits)
-            print(table(latency, ["turns", "n", "added p50 ms", "added p99 ms"]))
+    for number, window in enumerate(args.window):
+        port = free_port()
+        config = f'models: {{"{SMALL_MODEL}": {{context_window: {window}}}, "gpt-4o": {{context_window: 100000}}}}\n'
+        command = [sys.executable, __file__, "--serve-upstream", str(port), "--window", str(window)]
+        with process(command, port), httpx.Client(timeout=60) as client:
+            direct = f"http://127.0.0.1:{port}/v1"
+            with inflight(direct, config) as proxied:
+                rows = [replay(name, body, direct, proxied, client) for name, body in load_traces().items()]
+                header = ["trace", "turns", "fail direct", "fail inflight", "tokens direct", "tokens inflight"]
+                print(f"context window {window:,} tokens")
+                print(table(rows, [*header, "summarizer calls", "record hits", "prefix stable"]))
+                print()
+                if number == len(args.window) - 1:
+                    latency = record_hit_latency(direct, proxied, client, args.hits)
+                    print(table(latency, ["turns", "n", "added p50 ms", "added p99 ms"]))
 
 
 if __name__ == "__main__":

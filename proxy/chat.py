@@ -35,7 +35,7 @@ from proxy.pool import UpstreamResponse
 from proxy.refusals import MAX_BODY as MAX_ERROR_BODY
 from proxy.refusals import Refusal, detect, detect_event, first_event
 from proxy.summarizer import Summarizer
-from proxy.tokens import THREAD_THRESHOLD_BYTES, RequestCount, TokenCounter, choose_encoding
+from proxy.tokens import THREAD_THRESHOLD_BYTES, EncodingChoice, RequestCount, TokenCounter, choose_encoding
 from proxy.usage import Calibration, UsageReader
 
 log = logging.getLogger("inflight")
@@ -69,11 +69,13 @@ class Accounting:
         }
 
 
-async def read_payload(raw: bytes, content_encoding: str) -> dict[str, Any]:
-    """Parse the body; a large one in a worker thread, so the loop keeps serving small requests."""
-    if len(raw) > THREAD_THRESHOLD_BYTES:
-        return await asyncio.to_thread(lambda: parse_object(decode_content(raw, content_encoding)))
-    return parse_object(decode_content(raw, content_encoding))
+@dataclass(frozen=True)
+class Parsed:
+    """The request body, and its count when it is a chat request we can count."""
+
+    payload: dict[str, Any]
+    encoding: EncodingChoice | None = None
+    count: RequestCount | None = None
 
 
 @dataclass
@@ -112,16 +114,16 @@ class ChatCompletions:
 
     async def handle(self, request: Request, timing: Timing) -> Relay:
         raw = await request.body()
-        payload = await read_payload(raw, request.headers.get("content-encoding", ""))
-        model = payload.get("model")
+        parsed = await self.read(raw, request.headers.get("content-encoding", ""))
+        payload, model, count = parsed.payload, parsed.payload.get("model"), parsed.count
         timing.model = model if isinstance(model, str) else "-"
         url = self.upstream.url_for(request.url.path, request.scope["query_string"])
-        if not isinstance(model, str) or not _countable(payload.get("messages")):
+        if not isinstance(model, str) or parsed.encoding is None or count is None:
             # Not ours to judge: the upstream answers whatever this is with its own error.
             response = await self.upstream.open("POST", url, headers=self.outgoing(request, False), content=raw)
             timing.upstream_answered()
             return relay_response(response, timing)
-        accounting, count = await self.account(request, payload, model, size_hint=len(raw))
+        accounting = await self.account(request, payload, model, parsed.encoding, count)
         prepared = await self.prepare(request, raw, payload, accounting, count)
         timing.notes += prepared.notes
         response = await self.upstream.open(
@@ -188,9 +190,32 @@ class ChatCompletions:
     def outgoing(self, request: Request, rewritten: bool) -> list[tuple[bytes, bytes]]:
         return self.upstream.outgoing_headers(request.scope["headers"], rewrite_body=rewritten)
 
+    async def read(self, raw: bytes, content_encoding: str) -> Parsed:
+        """Parse and count; a large body both in one worker thread, so the loop keeps serving others."""
+        if len(raw) > THREAD_THRESHOLD_BYTES:
+            return await asyncio.to_thread(self.parse_and_count, raw, content_encoding)
+        payload = parse_object(decode_content(raw, content_encoding))
+        choice = self.encoding_for(payload)
+        if choice is None:
+            return Parsed(payload)
+        return Parsed(payload, choice, await self.counter.count_request_async(payload, choice.name, size_hint=len(raw)))
+
+    def parse_and_count(self, raw: bytes, content_encoding: str) -> Parsed:
+        payload = parse_object(decode_content(raw, content_encoding))
+        choice = self.encoding_for(payload)
+        return Parsed(payload, choice, self.counter.count_request(payload, choice.name) if choice else None)
+
+    def encoding_for(self, payload: dict[str, Any]) -> EncodingChoice | None:
+        """The encoding to count with, or None when this is no chat request we can count."""
+        model = payload.get("model")
+        if not isinstance(model, str) or not _countable(payload.get("messages")):
+            return None
+        entry = self.settings.model_entry(model)
+        return choose_encoding(model, entry.encoding if entry else None)
+
     async def account(
-        self, request: Request, payload: dict[str, Any], model: str, *, size_hint: int
-    ) -> tuple[Accounting, RequestCount]:
+        self, request: Request, payload: dict[str, Any], model: str, choice: EncodingChoice, count: RequestCount
+    ) -> Accounting:
         credentials = self.upstream.credential_headers(request.scope["headers"])
 
         async def fetch_models() -> bytes:
@@ -200,9 +225,6 @@ class ChatCompletions:
             return body
 
         limits = await self.registry.resolve_async(model, fetch_models)
-        entry = self.settings.model_entry(model)
-        choice = choose_encoding(model, entry.encoding if entry else None)
-        count = await self.counter.count_request_async(payload, choice.name, size_hint=size_hint)
         compaction = self.settings.compaction_for(model)
         reserve = reserve_for(payload, reserve_tokens=compaction.reserve_tokens, context_window=limits.context_window)
         accounting = Accounting(
@@ -225,7 +247,7 @@ class ChatCompletions:
             limits.source,
             "" if choice.exact else f" calibration={accounting.ratio:.3f}",
         )
-        return accounting, count
+        return accounting
 
     async def prepare(
         self,

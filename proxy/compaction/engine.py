@@ -174,7 +174,7 @@ class Compactor:
             actions += sorted({r.kind for r in draft.replaced.values()})
         outcome = Outcome([], before, before, actions, record or draft.freeze(conversation), fits=True)
         total = draft.tokens(conversation)
-        if force or total > budget.prune_at:
+        if force or total > self.recompact_at(budget, record):
             total = self.truncate(conversation, draft, budget, outcome, force=force)
             total = self.mask(conversation, draft, budget, outcome, force=force)
         if force or total > budget.summarize_at:
@@ -187,6 +187,13 @@ class Compactor:
         outcome.fits = total <= budget.limit
         outcome.actions = list(dict.fromkeys(outcome.actions)) or ["none"]
         return outcome
+
+    def recompact_at(self, budget: Budget, record: Record | None) -> int:
+        """Where truncate and mask run again. Without a record, at prune_at. With one, only once the
+        rewritten request crosses summarize_at: masking one more result a turn between the two would
+        change a message inside last turn's request every turn and defeat the upstream's prompt
+        cache, for a few hundred tokens the request can afford (it is still under summarize_at)."""
+        return budget.prune_at if record is None else budget.summarize_at
 
     # --- stage 1 -------------------------------------------------------------------------------
 

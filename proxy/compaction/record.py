@@ -8,11 +8,11 @@ same bytes as last turn, so the upstream's prompt cache keeps hitting.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+import xxhash
 from cachetools import TTLCache
 
 from proxy.compaction.conversation import Message
@@ -45,7 +45,7 @@ class Record:
 
 
 def prefix_hash(digests: Sequence[bytes]) -> bytes:
-    return hashlib.sha1(b"".join(digests), usedforsecurity=False).digest()
+    return xxhash.xxh3_128_digest(b"".join(digests))
 
 
 def conversation_key(*, session: str | None, model: str, head_digests: Sequence[bytes]) -> str:

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from proxy.compaction import Budget, Compactor, Conversation, Outcome, Record, SummaryJob
 from proxy.compaction.conversation import problems
+from proxy.compaction.engine import Draft
 from proxy.compaction.mask import placeholder
 from proxy.compaction.truncate import Limits, truncate_text
 from proxy.config import Compaction
@@ -135,6 +136,31 @@ async def test_a_new_crossing_extends_the_summary_instead_of_starting_over() -> 
     job = engine.calls[-1]  # type: ignore[attr-defined]
     assert job.previous == "## Original task\nA summary."
     assert second.record.prefix_len > first.record.prefix_len
+
+
+async def test_with_a_record_masking_waits_for_summarize_at_so_last_turns_bytes_stay_put() -> None:
+    limit = int(conversation_of(agent_conversation(12)).tokens / 0.75)
+    budget = Budget.of(limit, Compaction())
+    first = await run(agent_conversation(12), limit)
+    assert first.actions == ["mask"]
+    previous, record, band_turns = first.messages, first.record, 0
+    for turns in range(13, 60):
+        conversation = conversation_of(agent_conversation(turns))
+        as_recorded = Draft.from_record(record, conversation).tokens(conversation)
+        outcome = await run(agent_conversation(turns), limit, record=record)
+        if as_recorded > budget.summarize_at:
+            # Only now does a new result get masked, and the request comes back under summarize_at.
+            assert outcome.messages[: len(previous)] != previous
+            assert outcome.tokens_after <= budget.summarize_at
+            break
+        # Between prune_at and summarize_at the record is re-applied as it is: the sixth-newest
+        # result stays unmasked, and this request begins with the last one, byte for byte.
+        assert outcome.messages[: len(previous)] == previous
+        band_turns += as_recorded > budget.prune_at
+        previous, record = outcome.messages, outcome.record
+    else:
+        pytest.fail("the conversation never crossed summarize_at")
+    assert band_turns >= 2
 
 
 async def test_a_failing_summarizer_falls_back_to_a_local_digest() -> None:
