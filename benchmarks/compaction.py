@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import httpx  # noqa: E402
 import orjson  # noqa: E402
 from conversations import grow, load_traces  # noqa: E402
-from harness import free_port, inflight, median, percentile, process, table  # noqa: E402
+from harness import free_port, inflight, median, percentile, process, read_body, table  # noqa: E402
 
 from proxy.tokens import TokenCounter  # noqa: E402
 
@@ -40,12 +40,7 @@ def make_upstream(window: int) -> Any:
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await read_body(receive)
         status, reply = 200, {}
         if scope["path"] == "/stats":
             reply = stats

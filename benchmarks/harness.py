@@ -14,12 +14,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 
+from tests.servers import free_port, read_body  # noqa: E402
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+__all__ = ["free_port", "read_body", "inflight", "median", "percentile", "process", "table", "wait_for_port"]
 
 
 def wait_for_port(port: int, timeout: float = 20.0) -> None:

@@ -18,6 +18,16 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+async def read_body(receive: Any) -> bytes:
+    """An ASGI request body, whole."""
+    body = bytearray()
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            return bytes(body)
+
+
 @contextmanager
 def serve(app: Any, *, port: int | None = None, **options: Any) -> Iterator[str]:
     """Run `app` under uvicorn on 127.0.0.1 and yield its base URL (no trailing slash)."""

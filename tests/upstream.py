@@ -16,6 +16,8 @@ from typing import Any
 
 import orjson
 
+from tests.servers import read_body
+
 Headers = list[tuple[bytes, bytes]]
 
 
@@ -123,12 +125,7 @@ class UpstreamApp:
                 elif message["type"] == "lifespan.shutdown":
                     await send({"type": "lifespan.shutdown.complete"})
                     return
-        body = bytearray()
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await read_body(receive)
         raw_headers: Headers = list(scope["headers"])
         record = Recorded(
             method=scope["method"],

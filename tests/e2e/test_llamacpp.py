@@ -20,7 +20,7 @@ from proxy import create_app, load_settings
 from proxy.compaction.conversation import problems
 from proxy.tokens import TokenCounter
 from tests.e2e.agent import N_CTX, Turn, llama_server, model_path, run_agent, tool_outputs
-from tests.servers import free_port, serve
+from tests.servers import free_port, read_body, serve
 
 pytestmark = pytest.mark.e2e
 
@@ -46,12 +46,7 @@ class Recorder:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await read_body(receive)
         if scope["path"].endswith("/chat/completions"):
             self.bodies.append(orjson.loads(body))
         headers = {k.decode(): v.decode() for k, v in scope["headers"] if k.lower() not in (b"host", b"content-length")}
