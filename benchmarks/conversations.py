@@ -14,7 +14,7 @@ from typing import Any
 
 from proxy.tokens import TokenCounter
 
-TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
+TRACES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "traces"
 
 
 def load_traces() -> dict[str, dict[str, Any]]:

@@ -19,8 +19,8 @@ import tiktoken
 from proxy.encodings import SPECS, EncodingFileError, parse_ranks
 from proxy.tokens import TokenCounter, choose_encoding
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-TRACES = sorted((SHARED / "traces").glob("*.json"))
+TRACES = sorted((Path(__file__).resolve().parent / "fixtures" / "traces").glob("*.json"))
+RANK_FILES = Path(__file__).resolve().parents[1] / "proxy" / "encodings"
 TIKTOKEN_URLS = {
     "o200k_base": "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken",
     "cl100k_base": "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken",
@@ -167,12 +167,13 @@ def test_counting_needs_no_network_and_no_tiktoken_cache(tmp_path: Path) -> None
 
 
 def tiktoken_reference(name: str) -> tiktoken.Encoding:
-    """tiktoken.get_encoding, fed the shared rank file through tiktoken's own cache layout."""
+    """tiktoken.get_encoding, fed the shipped rank file through tiktoken's own cache layout."""
     cache = Path(os.environ.get("INFLIGHT_TEST_TIKTOKEN_CACHE", "/tmp/inflight-test-tiktoken-cache"))
     cache.mkdir(parents=True, exist_ok=True)
     target = cache / hashlib.sha1(TIKTOKEN_URLS[name].encode()).hexdigest()
     if not target.exists():
-        target.write_bytes(gzip.decompress((SHARED / "encodings" / f"{name}.tiktoken.gz").read_bytes()))
+        # tiktoken checks the file against its own published sha256 when it loads it from the cache.
+        target.write_bytes(gzip.decompress((RANK_FILES / f"{name}.tiktoken.gz").read_bytes()))
     previous = os.environ.get("TIKTOKEN_CACHE_DIR")
     os.environ["TIKTOKEN_CACHE_DIR"] = str(cache)
     try:
