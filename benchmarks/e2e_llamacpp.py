@@ -45,11 +45,11 @@ def main() -> None:
             new, seen = found[seen:], len(found)
             return sum(float(ms) for ms, _ in new), sum(int(n) for _, n in new)
 
-        loop = AgentLoop(proxied)
         turns = []
-        for number, (tool, path, output) in enumerate(outputs):
-            turns.append(loop.step(number, tool, path, output))
-            timings.append(server_prompt())
+        with AgentLoop(proxied) as loop:
+            for number, (tool, path, output) in enumerate(outputs):
+                turns.append(loop.step(number, tool, path, output))
+                timings.append(server_prompt())
     rows = []
     for turn, (ms, evaluated) in zip(turns, timings, strict=True):
         rows.append(

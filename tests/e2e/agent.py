@@ -148,6 +148,12 @@ class AgentLoop:
             },
         ]
 
+    def __enter__(self) -> AgentLoop:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.client.close()  # its keep-alive sockets would otherwise surface as ResourceWarnings at exit
+
     def step(self, number: int, tool: str, path: str, output: str) -> Turn:
         turn = Turn(number, streamed_turn(number), ok=False)
         started = time.perf_counter()
@@ -168,12 +174,12 @@ class AgentLoop:
 
 
 def run_agent(base_url: str, outputs: list[tuple[str, str, str]], *, stop_on_failure: bool = True) -> list[Turn]:
-    loop = AgentLoop(base_url)
     turns: list[Turn] = []
-    for number, (tool, path, output) in enumerate(outputs):
-        turns.append(loop.step(number, tool, path, output))
-        if not turns[-1].ok and stop_on_failure:
-            break
+    with AgentLoop(base_url) as loop:
+        for number, (tool, path, output) in enumerate(outputs):
+            turns.append(loop.step(number, tool, path, output))
+            if not turns[-1].ok and stop_on_failure:
+                break
     return turns
 
 
