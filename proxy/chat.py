@@ -30,7 +30,7 @@ from proxy.compaction.conversation import head_length
 from proxy.config import Compaction, Settings
 from proxy.errors import ContextTooLong, UpstreamUnreachable, upstream_errors
 from proxy.forward import Relay, Timing, UpstreamClient, header_value, relay_response
-from proxy.models import ContextRegistry, ModelLimits, reserve_for
+from proxy.models import ContextRegistry, ModelLimits, budget_for
 from proxy.pool import UpstreamResponse
 from proxy.refusals import MAX_BODY as MAX_ERROR_BODY
 from proxy.refusals import Refusal, detect, detect_event, first_event
@@ -52,7 +52,6 @@ class Accounting:
     budget: int
     raw_tokens: int  # our count before calibration
     ratio: float
-    reserve: int = 0
 
     @property
     def prompt_tokens(self) -> int:
@@ -70,12 +69,18 @@ class Accounting:
 
 
 @dataclass(frozen=True)
-class Parsed:
-    """The request body, and its count when it is a chat request we can count."""
+class Counted:
+    """A chat request we can count: its model, the encoding it is counted with, and the count."""
 
+    model: str
+    encoding: EncodingChoice
+    count: RequestCount
+
+
+@dataclass(frozen=True)
+class Parsed:
     payload: dict[str, Any]
-    encoding: EncodingChoice | None = None
-    count: RequestCount | None = None
+    counted: Counted | None = None  # None: no chat request we can count (no model, odd messages)
 
 
 @dataclass
@@ -88,7 +93,6 @@ class Prepared:
     headers: dict[str, str]
     notes: list[str] = field(default_factory=list)
     limit: int = 0  # the budget it was prepared against
-    reserve: int | None = None
 
 
 class ChatCompletions:
@@ -115,15 +119,17 @@ class ChatCompletions:
     async def handle(self, request: Request, timing: Timing) -> Relay:
         raw = await request.body()
         parsed = await self.read(raw, request.headers.get("content-encoding", ""))
-        payload, model, count = parsed.payload, parsed.payload.get("model"), parsed.count
-        timing.model = model if isinstance(model, str) else "-"
+        payload, counted = parsed.payload, parsed.counted
+        model = payload.get("model")
+        timing.model = model if isinstance(model, str) else "-"  # logged even when the request is not counted
         url = self.upstream.url_for(request.url.path, request.scope["query_string"])
-        if not isinstance(model, str) or parsed.encoding is None or count is None:
+        if counted is None:
             # Not ours to judge: the upstream answers whatever this is with its own error.
             response = await self.upstream.open("POST", url, headers=self.outgoing(request, False), content=raw)
             timing.upstream_answered()
             return relay_response(response, timing)
-        accounting = await self.account(request, payload, model, parsed.encoding, count)
+        count = counted.count
+        accounting = await self.account(request, payload, counted)
         prepared = await self.prepare(request, raw, payload, accounting, count)
         timing.notes += prepared.notes
         response = await self.upstream.open(
@@ -162,12 +168,9 @@ class ChatCompletions:
         limit = previous
         if refusal.context_window:
             self.registry.learn(accounting.model, refusal.context_window)
-            reserve = reserve_for(
-                payload,
-                reserve_tokens=self.settings.compaction_for(accounting.model).reserve_tokens,
-                context_window=refusal.context_window,
-            )
-            limit = min(limit, refusal.context_window - reserve)
+            reserve_tokens = self.settings.compaction_for(accounting.model).reserve_tokens
+            learned = budget_for(payload, reserve_tokens=reserve_tokens, context_window=refusal.context_window)
+            limit = min(limit, learned)
         if refusal.prompt_tokens and prepared.sent_tokens:
             self.calibration.record(accounting.model, estimate=prepared.sent_tokens, actual=refusal.prompt_tokens)
             sent = accounting.calibrated(prepared.sent_tokens)
@@ -195,27 +198,28 @@ class ChatCompletions:
         if len(raw) > THREAD_THRESHOLD_BYTES:
             return await asyncio.to_thread(self.parse_and_count, raw, content_encoding)
         payload = parse_object(decode_content(raw, content_encoding))
-        choice = self.encoding_for(payload)
-        if choice is None:
+        target = self.count_target(payload)
+        if target is None:
             return Parsed(payload)
-        return Parsed(payload, choice, await self.counter.count_request_async(payload, choice.name, size_hint=len(raw)))
+        count = await self.counter.count_request_async(payload, target[1].name, size_hint=len(raw))
+        return Parsed(payload, Counted(*target, count))
 
     def parse_and_count(self, raw: bytes, content_encoding: str) -> Parsed:
         payload = parse_object(decode_content(raw, content_encoding))
-        choice = self.encoding_for(payload)
-        return Parsed(payload, choice, self.counter.count_request(payload, choice.name) if choice else None)
+        target = self.count_target(payload)
+        if target is None:
+            return Parsed(payload)
+        return Parsed(payload, Counted(*target, self.counter.count_request(payload, target[1].name)))
 
-    def encoding_for(self, payload: dict[str, Any]) -> EncodingChoice | None:
-        """The encoding to count with, or None when this is no chat request we can count."""
+    def count_target(self, payload: dict[str, Any]) -> tuple[str, EncodingChoice] | None:
+        """The model and the encoding to count it with, or None when this is no chat request we can count."""
         model = payload.get("model")
         if not isinstance(model, str) or not _countable(payload.get("messages")):
             return None
-        entry = self.settings.model_entry(model)
-        return choose_encoding(model, entry.encoding if entry else None)
+        return model, choose_encoding(model, self.settings.encoding_override(model))
 
-    async def account(
-        self, request: Request, payload: dict[str, Any], model: str, choice: EncodingChoice, count: RequestCount
-    ) -> Accounting:
+    async def account(self, request: Request, payload: dict[str, Any], counted: Counted) -> Accounting:
+        model, choice = counted.model, counted.encoding
         credentials = self.upstream.credential_headers(request.scope["headers"])
 
         async def fetch_models() -> bytes:
@@ -226,16 +230,15 @@ class ChatCompletions:
 
         limits = await self.registry.resolve_async(model, fetch_models)
         compaction = self.settings.compaction_for(model)
-        reserve = reserve_for(payload, reserve_tokens=compaction.reserve_tokens, context_window=limits.context_window)
+        budget = budget_for(payload, reserve_tokens=compaction.reserve_tokens, context_window=limits.context_window)
         accounting = Accounting(
             model=model,
             encoding=choice.name,
             exact=choice.exact,
             limits=limits,
-            budget=max(limits.context_window - reserve, 0),
-            raw_tokens=count.total,
+            budget=budget,
+            raw_tokens=counted.count.total,
             ratio=1.0 if choice.exact else self.calibration.ratio(model),
-            reserve=reserve,
         )
         log.info(
             "[context] %s %d/%d (%.0f%%) window=%d source=%s%s",
@@ -263,7 +266,7 @@ class ChatCompletions:
         """The original bytes when the request fits; else the compacted body. Never fails for our own bugs."""
         limit = budget if budget is not None else accounting.budget
         headers = accounting.headers() | _compaction_headers(accounting.calibrated(count.total))
-        untouched = Prepared(raw, False, count.total, headers, limit=limit, reserve=accounting.reserve)
+        untouched = Prepared(raw, False, count.total, headers, limit=limit)
         settings = self.settings.compaction_for(accounting.model)
         mode = request.headers.get("x-inflight-compaction", "").strip().lower()
         if not settings.enabled or mode == "off":
@@ -292,7 +295,7 @@ class ChatCompletions:
             "x-inflight-actions": ",".join(outcome.actions),
         }
         notes = [f"actions={','.join(outcome.actions)}"]
-        return Prepared(body, True, outcome.tokens_after, headers, notes, limit=limit, reserve=accounting.reserve)
+        return Prepared(body, True, outcome.tokens_after, headers, notes, limit=limit)
 
     async def compact(
         self,

@@ -18,7 +18,7 @@ from proxy.body import parse_object
 from proxy.compaction import Budget, Compactor, Conversation, Outcome, SummaryJob
 from proxy.config import ConfigError, Settings, load_settings
 from proxy.errors import BadRequest
-from proxy.models import ContextRegistry, reserve_for
+from proxy.models import ContextRegistry, budget_for
 from proxy.summarizer import Summarizer
 from proxy.tokens import TokenCounter, choose_encoding
 
@@ -86,16 +86,11 @@ def count(args: argparse.Namespace) -> int:
     model = args.model or payload.get("model")
     if not isinstance(model, str):
         raise CommandError(f"{args.file} names no model; pass --model")
-    entry = settings.model_entry(model)
-    choice = choose_encoding(model, entry.encoding if entry else None)
+    choice = choose_encoding(model, settings.encoding_override(model))
     tokens = TokenCounter().count_request(payload, choice.name).total
     limits = ContextRegistry(settings).resolve(model)
-    reserve = reserve_for(
-        payload,
-        reserve_tokens=settings.compaction_for(model).reserve_tokens,
-        context_window=limits.context_window,
-    )
-    budget = max(limits.context_window - reserve, 0)
+    reserve_tokens = settings.compaction_for(model).reserve_tokens
+    budget = budget_for(payload, reserve_tokens=reserve_tokens, context_window=limits.context_window)
     if args.json:
         print(
             orjson.dumps(
@@ -137,14 +132,11 @@ async def _compact(
     settings: Settings, payload: dict[str, Any], model: str, *, use_llm: bool
 ) -> tuple[Outcome | None, int]:
     counter = TokenCounter()
-    entry = settings.model_entry(model)
-    choice = choose_encoding(model, entry.encoding if entry else None)
+    choice = choose_encoding(model, settings.encoding_override(model))
     count = counter.count_request(payload, choice.name)
     limits = ContextRegistry(settings).resolve(model)
     options = settings.compaction_for(model)
-    budget = limits.context_window - reserve_for(
-        payload, reserve_tokens=options.reserve_tokens, context_window=limits.context_window
-    )
+    budget = budget_for(payload, reserve_tokens=options.reserve_tokens, context_window=limits.context_window)
     encoding = counter.encoding(choice.name)
     async with httpx.AsyncClient(trust_env=False) as client:
         summarizer = Summarizer(

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 ENV_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
@@ -123,31 +123,36 @@ class Settings(Section):
     models: dict[str, ModelEntry] = {}
     compaction: Compaction = Compaction()
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # Each `models.<glob>.compaction` merged over the global block once, here, not on every request.
+    _compactions: dict[str, Compaction] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="after")
     def _model_overrides_valid(self) -> Settings:
         for pattern, entry in self.models.items():
             if entry.compaction is not None:
                 try:
-                    _merge_compaction(self.compaction, entry.compaction)
+                    self._compactions[pattern] = _merge_compaction(self.compaction, entry.compaction)
                 except ValidationError as exc:
                     raise ValueError(f"models.{pattern}.compaction: {_first_error(exc)}") from exc
         return self
 
     def model_entry(self, model: str) -> ModelEntry | None:
-        """The first `models:` entry whose glob matches; an exact name wins over any glob."""
-        if model in self.models:
-            return self.models[model]
-        for pattern, entry in self.models.items():
-            if fnmatch.fnmatchcase(model, pattern):
-                return entry
-        return None
+        pattern = self._pattern_for(model)
+        return None if pattern is None else self.models[pattern]
+
+    def encoding_override(self, model: str) -> str | None:
+        entry = self.model_entry(model)
+        return entry.encoding if entry else None
 
     def compaction_for(self, model: str) -> Compaction:
-        entry = self.model_entry(model)
-        if entry is None or entry.compaction is None:
-            return self.compaction
-        return _merge_compaction(self.compaction, entry.compaction)
+        pattern = self._pattern_for(model)
+        return self.compaction if pattern is None else self._compactions.get(pattern, self.compaction)
+
+    def _pattern_for(self, model: str) -> str | None:
+        """The `models:` key for this model: an exact name wins over any glob, else the first glob that matches."""
+        if model in self.models:
+            return model
+        return next((pattern for pattern in self.models if fnmatch.fnmatchcase(model, pattern)), None)
 
 
 def _merge_compaction(base: Compaction, override: dict[str, Any]) -> Compaction:

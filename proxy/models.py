@@ -197,6 +197,12 @@ class ContextRegistry:
             log.info("[context] discovered windows: %s", self._discovered or "none")
 
 
+def budget_for(payload: dict[str, Any], *, reserve_tokens: int, context_window: int) -> int:
+    """The prompt's budget: the window minus the reply's reserve, never below zero."""
+    reserve = reserve_for(payload, reserve_tokens=reserve_tokens, context_window=context_window)
+    return max(context_window - reserve, 0)
+
+
 def reserve_for(payload: dict[str, Any], *, reserve_tokens: int, context_window: int) -> int:
     """Room kept for the reply: what the request asks for, else the configured reserve (<= window/4)."""
     for key in ("max_completion_tokens", "max_tokens"):
