@@ -9,6 +9,7 @@ import openai
 import orjson
 
 from proxy.compaction.conversation import problems
+from proxy.tokens import TokenCounter
 from tests.compaction.test_engine import agent_conversation
 from tests.conftest import ProxyFactory
 from tests.upstream import UpstreamApp
@@ -22,7 +23,7 @@ def post(proxy_url: str, messages: list[dict[str, Any]], **headers: str) -> http
 
 
 def sent_messages(app: UpstreamApp) -> list[dict[str, Any]]:
-    return [r for r in app.chat_requests() if r not in app.summaries][-1].json()["messages"]
+    return app.chat_requests()[-1].json()["messages"]
 
 
 def test_a_long_conversation_is_compacted_to_fit_and_stays_valid(
@@ -52,13 +53,13 @@ def test_the_next_turn_reuses_the_record_byte_for_byte(
     with start_proxy(url, **WINDOW) as proxy_url:
         first = post(proxy_url, messages)
         summaries = len(app.summaries)
-        first_sent = [r for r in app.chat_requests() if r not in app.summaries][-1].body
+        first_sent = app.chat_requests()[-1].body
         messages = agent_conversation(121, output_lines=5)
         second = post(proxy_url, messages)
     assert second.headers["x-inflight-actions"] == "summary-cached,mask"
     assert len(app.summaries) == summaries
     # The rewritten prefix is byte-identical, so the upstream's prompt cache keeps hitting.
-    second_sent = [r for r in app.chat_requests() if r not in app.summaries][-1].body
+    second_sent = app.chat_requests()[-1].body
     prefix = first_sent[: first_sent.index(b"]", first_sent.rindex(b'"tool_call_id"'))]
     assert second_sent.startswith(prefix[: len(prefix) - 200])
     assert first.status_code == second.status_code == 200
@@ -138,3 +139,28 @@ def test_sessions_key_records_apart(upstream: tuple[UpstreamApp, str], start_pro
         again = post(proxy_url, messages, **{"x-inflight-session": "a"})
     assert len(app.summaries) == 2 * per_compaction
     assert again.headers["x-inflight-actions"].startswith("summary-cached")
+
+
+def test_a_models_entry_overrides_compaction_and_encoding_for_matching_models(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    app, url = upstream
+    messages = agent_conversation(120, output_lines=5)
+    messages.append({"role": "user", "content": "检查数据库连接池的配置，然后重新运行测试。" * 20})
+    models = {
+        "gpt-4o": {"context_window": 4000},  # exact name: wins over the glob below
+        "gpt-4*": {"context_window": 4000, "encoding": "cl100k_base", "compaction": {"enabled": False}},
+    }
+    with start_proxy(url, models=models) as proxy_url:
+        compacted = post(proxy_url, messages)
+        body = {"model": "gpt-4o-mini", "messages": messages}
+        untouched = httpx.post(f"{proxy_url}/chat/completions", json=body, timeout=30)
+    assert compacted.headers["x-inflight-actions"].split(",")[-1] == "summarize"
+    # The glob's compaction block turns compaction off: the overlong request goes upstream as sent.
+    assert untouched.headers["x-inflight-actions"] == "none"
+    assert app.chat_requests()[-1].json()["messages"] == messages
+    # Its `encoding:` counts gpt-4o-mini with cl100k_base, not the o200k_base of its family.
+    counter = TokenCounter()
+    cl100k, o200k = (counter.count_request(body, name).total for name in ("cl100k_base", "o200k_base"))
+    assert cl100k != o200k
+    assert int(untouched.headers["x-inflight-prompt-tokens"]) == cl100k
