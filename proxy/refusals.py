@@ -149,7 +149,7 @@ def detect_document(document: Any) -> Refusal | None:
     codes = {str(code) for code in _fields(document, ("code", "type"))}
     if any(NOT_CONTEXT.search(m) for m in messages):
         return None
-    numbers = {key: value for key, value in _numbers(document)}
+    numbers = dict(_numbers(document))
     for message in messages:
         too_large = MAX_TOKENS_TOO_LARGE.search(message)
         if too_large:

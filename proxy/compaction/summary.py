@@ -116,8 +116,8 @@ def local_digest(messages: Sequence[Message], *, limit: int = DIGEST_LIMIT) -> s
         if isinstance(call, dict) and isinstance(call.get("function"), dict)
     ]
     texts = [text_of(m.get("content")) for m in messages]
-    paths = _unique(path for text in texts for path in PATH_PATTERN.findall(text))
-    errors = _unique(line.strip()[:160] for text in texts for line in ERROR_PATTERN.findall(text))
+    paths = list(dict.fromkeys(path for text in texts for path in PATH_PATTERN.findall(text)))
+    errors = list(dict.fromkeys(line.strip()[:160] for text in texts for line in ERROR_PATTERN.findall(text)))
     lines = [
         f"[inflight: {len(messages)} earlier messages were dropped to fit the context window; "
         "no summary could be made. Local digest:]"
@@ -129,10 +129,3 @@ def local_digest(messages: Sequence[Message], *, limit: int = DIGEST_LIMIT) -> s
     if errors:
         lines.append("Errors: " + " | ".join(errors[-5:]))
     return clip("\n".join(lines), limit)
-
-
-def _unique(items: object) -> list[str]:
-    seen: dict[str, None] = {}
-    for item in items:  # type: ignore[attr-defined]
-        seen.setdefault(item, None)
-    return list(seen)
