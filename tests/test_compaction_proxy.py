@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
+import re
 from typing import Any
 
 import httpx
 import openai
 import orjson
+import pytest
 
 from proxy.compaction.conversation import problems
 from proxy.tokens import TokenCounter
@@ -164,3 +167,18 @@ def test_a_models_entry_overrides_compaction_and_encoding_for_matching_models(
     cl100k, o200k = (counter.count_request(body, name).total for name in ("cl100k_base", "o200k_base"))
     assert cl100k != o200k
     assert int(untouched.headers["x-inflight-prompt-tokens"]) == cl100k
+
+
+def test_each_request_logs_its_budget_and_each_compaction_its_figures(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    _, url = upstream
+    with caplog.at_level(logging.INFO, logger="inflight"), start_proxy(url, **WINDOW) as proxy_url:
+        response = post(proxy_url, agent_conversation(120, output_lines=5), **{"x-inflight-session": "s-1"})
+    before, after = response.headers["x-inflight-tokens-before"], response.headers["x-inflight-tokens-after"]
+    lines = [record.getMessage() for record in caplog.records]
+    pct = 100 * int(before) / 3000
+    assert f"[context] gpt-4o {before}/3000 ({pct:.0f}%) window=4000 source=config" in lines
+    [compaction] = [line for line in lines if line.startswith("[compaction]")]
+    assert compaction.startswith(f"[compaction] key=session:s-1 tokens {before}->{after} budget=3000 actions=")
+    assert re.search(r" replaced=[1-9]\d* summarizer_calls=[1-9]\d* summarizer_ms=\d+$", compaction), compaction
