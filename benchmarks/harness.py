@@ -16,7 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.servers import free_port, read_body  # noqa: E402
+from tests.support.servers import free_port, read_body  # noqa: E402
 
 __all__ = ["free_port", "read_body", "inflight", "median", "percentile", "process", "table", "wait_for_port"]
 

@@ -30,8 +30,8 @@ from conversations import grow  # noqa: E402
 from harness import free_port, inflight, percentile, process, table  # noqa: E402
 from overhead import RawConnection  # noqa: E402
 
-from proxy.encodings import load_encoding  # noqa: E402
 from proxy.tokens import TokenCounter  # noqa: E402
+from proxy.tokens.encodings import load_encoding  # noqa: E402
 
 SIZES = (32_000, 128_000, 200_000)
 

@@ -13,14 +13,19 @@ import httpx
 import orjson
 import uvicorn
 
+from proxy import __version__
+from proxy.accounting import Counted
 from proxy.app import create_app
-from proxy.body import parse_object
-from proxy.compaction import Budget, Compactor, Conversation, Outcome, SummaryJob
+from proxy.compaction import ConversationCompactions
 from proxy.config import ConfigError, Settings, load_settings
 from proxy.errors import BadRequest
-from proxy.models import ContextRegistry, budget_for
-from proxy.summarizer import Summarizer
-from proxy.tokens import TokenCounter, choose_encoding
+from proxy.http.intake import parse_object
+from proxy.pipeline import ChatPipeline, Options, Prepared
+from proxy.policy.calibration import Calibration
+from proxy.policy.windows import ContextRegistry
+from proxy.state import open_record_store
+from proxy.tokens import TokenCounter
+from proxy.upstream.summarizer import Summarizers
 
 GIL_SWITCH_INTERVAL_S = 0.0005
 
@@ -79,29 +84,45 @@ def read_request(path: str) -> dict[str, Any]:
         raise CommandError(f"{path}: {exc.message}") from exc
 
 
-def count(args: argparse.Namespace) -> int:
-    """Offline: the window comes from the config, then the built-in table (no discovery)."""
-    settings = _load(args)
+def offline_pipeline(settings: Settings, client: httpx.AsyncClient | None) -> ChatPipeline:
+    """The server's pipeline without a server: no discovery, records only for this run."""
+    return ChatPipeline(
+        settings,
+        counter=TokenCounter(),
+        registry=ContextRegistry(settings),
+        calibration=Calibration(),
+        compactions=ConversationCompactions(open_record_store(settings.compaction.cache)),
+        summarizers=Summarizers(settings, client) if client is not None else None,
+    )
+
+
+def counted_request(args: argparse.Namespace, pipeline: ChatPipeline) -> tuple[dict[str, Any], Counted]:
+    """The request file, counted as `--model` (default: its own model)."""
     payload = read_request(args.file)
     model = args.model or payload.get("model")
     if not isinstance(model, str):
         raise CommandError(f"{args.file} names no model; pass --model")
-    choice = choose_encoding(model, settings.encoding_override(model))
-    tokens = TokenCounter().count_request(payload, choice.name).total
-    limits = ContextRegistry(settings).resolve(model)
-    reserve_tokens = settings.compaction_for(model).reserve_tokens
-    budget = budget_for(payload, reserve_tokens=reserve_tokens, context_window=limits.context_window)
+    counted = pipeline.count(orjson.dumps(payload), {**payload, "model": model})
+    if counted is None:
+        raise CommandError(f"{args.file} has no messages list of objects")
+    return payload, counted
+
+
+def count(args: argparse.Namespace) -> int:
+    """Offline: the window comes from the config, then the built-in table (no discovery)."""
+    pipeline = offline_pipeline(_load(args), None)
+    _, counted = counted_request(args, pipeline)
+    accounting = asyncio.run(pipeline.account(counted, None))
+    tokens, budget, limits = counted.count.total, accounting.budget, accounting.limits
     if args.json:
-        print(
-            orjson.dumps(
-                {"model": model, "prompt_tokens": tokens, "context_window": limits.context_window, "budget": budget}
-            ).decode()
-        )
+        document = {"model": counted.model, "prompt_tokens": tokens, "context_window": limits.context_window}
+        print(orjson.dumps(document | {"budget": budget}).decode())
         return 0
-    kind = "exact" if choice.exact else "estimate"
+    kind = "exact" if counted.encoding.exact else "estimate"
+    share = 100 * tokens / max(budget, 1)
     print(
-        f"{model}: {tokens:,} prompt tokens ({choice.name}, {kind}); window {limits.context_window:,} "
-        f"({limits.source}); budget {budget:,}; {100 * tokens / max(budget, 1):.1f}% of budget"
+        f"{counted.model}: {tokens:,} prompt tokens ({counted.encoding.name}, {kind}); window "
+        f"{limits.context_window:,} ({limits.source}); budget {budget:,}; {share:.1f}% of budget"
     )
     return 0
 
@@ -109,67 +130,43 @@ def count(args: argparse.Namespace) -> int:
 def compact(args: argparse.Namespace) -> int:
     """Print the rewritten body as the proxy would send it (forced), and a one-line report on stderr."""
     settings = _load(args)
-    payload = read_request(args.file)
-    model = args.model or payload.get("model")
-    if not isinstance(model, str) or not isinstance(payload.get("messages"), list):
-        raise CommandError(f"{args.file} needs a model (or --model) and a messages list")
-    outcome, budget = asyncio.run(_compact(settings, payload, model, use_llm=not args.no_llm))
+    payload, prepared = asyncio.run(_compact(args, settings))
+    outcome = prepared.outcome
     if outcome is None:
         print(orjson.dumps(payload).decode())
-        print(f"inflight: fits ({budget:,}-token budget); nothing to do", file=sys.stderr)
+        print(f"inflight: nothing to do ({prepared.limit:,}-token budget)", file=sys.stderr)
         return 0
     print(orjson.dumps({**payload, "messages": outcome.messages}).decode())
     print(
-        f"inflight: {outcome.tokens_before:,} -> {outcome.tokens_after:,} tokens (budget {budget:,}); "
+        f"inflight: {outcome.tokens_before:,} -> {outcome.tokens_after:,} tokens (budget {prepared.limit:,}); "
         f"actions {','.join(outcome.actions)}; {outcome.messages_replaced} messages summarized; "
         f"{outcome.summarizer_calls} summarizer calls" + "".join(f"; {note}" for note in outcome.notes),
         file=sys.stderr,
     )
+    if prepared.too_long:
+        print(f"inflight: {prepared.too_long}", file=sys.stderr)
     return 0 if outcome.fits else 1
 
 
-async def _compact(
-    settings: Settings, payload: dict[str, Any], model: str, *, use_llm: bool
-) -> tuple[Outcome | None, int]:
-    counter = TokenCounter()
-    choice = choose_encoding(model, settings.encoding_override(model))
-    count = counter.count_request(payload, choice.name)
-    limits = ContextRegistry(settings).resolve(model)
-    options = settings.compaction_for(model)
-    budget = budget_for(payload, reserve_tokens=options.reserve_tokens, context_window=limits.context_window)
-    encoding = counter.encoding(choice.name)
+async def _compact(args: argparse.Namespace, settings: Settings) -> tuple[dict[str, Any], Prepared]:
     async with httpx.AsyncClient(trust_env=False) as client:
-        summarizer = Summarizer(
-            client,
-            base_url=options.summarize.base_url or settings.upstream.base_url,
-            timeout_s=options.summarize.timeout_s,
-        )
-        key = options.summarize.api_key or settings.upstream.api_key or os.environ.get("OPENAI_API_KEY", "")
-        models = [options.summarize.model or model, *options.summarize.fallback_models]
-
-        async def summarize(job: SummaryJob) -> str:
-            return await summarizer(job, models=models, authorization=f"Bearer {key}" if key else None)
-
-        compactor = Compactor(
-            options,
-            count_message=lambda message: counter.count_message(message, encoding),
-            count_text=lambda text: len(encoding.encode_ordinary(text)),
-            summarize=summarize if use_llm else None,
-            summarizer_input_tokens=budget,
-        )
-        conversation = Conversation(payload["messages"], count.messages, count.digests, count.fixed)
-        outcome = await compactor.run(conversation, budget=Budget.of(budget, options), record=None, force=True)
-    return outcome, budget
+        pipeline = offline_pipeline(settings, None if args.no_llm else client)
+        payload, counted = counted_request(args, pipeline)
+        accounting = await pipeline.account(counted, None)
+        key = os.environ.get("OPENAI_API_KEY", "")
+        options = Options(mode="force", authorization=f"Bearer {key}" if key else None)
+        return payload, await pipeline.prepare(counted, accounting, options)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="inflight", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"inflight {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve_cmd = commands.add_parser("serve", help="run the proxy")
     serve_cmd.add_argument("--config", help="YAML config file (default: built-in defaults)")
-    serve_cmd.add_argument("--host")
-    serve_cmd.add_argument("--port", type=int)
+    serve_cmd.add_argument("--host", help="address to listen on (default: listen.host, 127.0.0.1)")
+    serve_cmd.add_argument("--port", type=int, help="port to listen on (default: listen.port, 8787)")
     serve_cmd.add_argument("--upstream", metavar="URL", help="upstream base URL, e.g. http://127.0.0.1:8080/v1")
     serve_cmd.set_defaults(run=serve)
 

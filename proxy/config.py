@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
+from cachetools import LRUCache
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 ENV_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -125,6 +126,8 @@ class Settings(Section):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     # Each `models.<glob>.compaction` merged over the global block once, here, not on every request.
     _compactions: dict[str, Compaction] = PrivateAttr(default_factory=dict)
+    # Which `models:` key a model name falls under, asked on every request: cached.
+    _patterns: LRUCache[str, str | None] = PrivateAttr(default_factory=lambda: LRUCache(maxsize=4096))
 
     @model_validator(mode="after")
     def _model_overrides_valid(self) -> Settings:
@@ -152,7 +155,11 @@ class Settings(Section):
         """The `models:` key for this model: an exact name wins over any glob, else the first glob that matches."""
         if model in self.models:
             return model
-        return next((pattern for pattern in self.models if fnmatch.fnmatchcase(model, pattern)), None)
+        if model in self._patterns:
+            return self._patterns[model]
+        pattern = next((pattern for pattern in self.models if fnmatch.fnmatchcase(model, pattern)), None)
+        self._patterns[model] = pattern
+        return pattern
 
 
 def _merge_compaction(base: Compaction, override: dict[str, Any]) -> Compaction:

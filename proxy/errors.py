@@ -1,17 +1,10 @@
-"""Errors the proxy itself answers with, rendered in OpenAI's error shape.
+"""The errors the proxy itself answers with. Plain exceptions: `proxy.http.errors` renders them.
 
-Agents parse `{"error": {"message", "type", "param", "code"}}`; anything else (a starlette HTML
-page, a traceback) breaks their retry logic. Every proxy error goes through `render`.
+Each carries the fields of OpenAI's error shape (`{"error": {"message", "type", "param", "code"}}`)
+and its HTTP status, so the one renderer at the edge needs nothing else.
 """
 
 from __future__ import annotations
-
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-
-import httpcore
-import orjson
-from starlette.responses import Response
 
 
 class ProxyError(Exception):
@@ -49,23 +42,3 @@ class UpstreamTimeout(ProxyError):
     status_code = 504
     error_type = "upstream_error"
     code = "upstream_timeout"
-
-
-def error_body(message: str, *, error_type: str, param: str | None = None, code: str | None = None) -> bytes:
-    return orjson.dumps({"error": {"message": message, "type": error_type, "param": param, "code": code}})
-
-
-def render(error: ProxyError, headers: dict[str, str] | None = None) -> Response:
-    body = error_body(error.message, error_type=error.error_type, param=error.param, code=error.code)
-    return Response(body, status_code=error.status_code, media_type="application/json", headers=headers)
-
-
-@asynccontextmanager
-async def upstream_errors(host: str) -> AsyncIterator[None]:
-    """The one place where the upstream connection's exceptions become proxy errors."""
-    try:
-        yield
-    except httpcore.TimeoutException as exc:
-        raise UpstreamTimeout(f"upstream {host} timed out ({type(exc).__name__})") from exc
-    except (httpcore.NetworkError, httpcore.ProtocolError, httpcore.UnsupportedProtocol) as exc:
-        raise UpstreamUnreachable(f"upstream {host} is unreachable ({type(exc).__name__}: {exc})") from exc

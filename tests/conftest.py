@@ -6,9 +6,10 @@ from typing import Any
 
 import pytest
 
-from proxy import create_app, load_settings
-from tests.servers import serve
-from tests.upstream import UpstreamApp
+from proxy.app import create_app
+from proxy.config import load_settings
+from tests.support.servers import serve
+from tests.support.upstream import UpstreamApp
 
 
 @pytest.fixture

@@ -1,19 +1,25 @@
-"""Compaction: pure functions over message lists (no HTTP here; the summarizer is passed in)."""
+"""Compaction: pure functions over message lists (no HTTP here; counting and the summarizer are passed in)."""
 
-from proxy.compaction.engine import Budget, Compactor, Conversation, Outcome
-from proxy.compaction.record import MemoryRecordStore, Record, RecordStore, best_record, conversation_key, with_record
-from proxy.compaction.summary import SummaryJob
+from proxy.compaction.compactor import Compactor, build_compactor
+from proxy.compaction.conversation import Conversation, head_length, problems
+from proxy.compaction.draft import Budget
+from proxy.compaction.records import Record, RecordStore, conversation_key
+from proxy.compaction.runner import ConversationCompactions
+from proxy.compaction.summary import Summarize, SummaryJob
+from proxy.compaction.work import Outcome
 
 __all__ = [
     "Budget",
     "Compactor",
     "Conversation",
-    "MemoryRecordStore",
+    "ConversationCompactions",
     "Outcome",
     "Record",
     "RecordStore",
+    "Summarize",
     "SummaryJob",
-    "best_record",
+    "build_compactor",
     "conversation_key",
-    "with_record",
+    "head_length",
+    "problems",
 ]

@@ -8,10 +8,43 @@ where every tool call made before it has been answered before it.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
+
+import orjson
 
 Message = dict[str, Any]
 PINNED_ROLES = frozenset({"system", "developer"})
+MAX_VALUE_CHARS = 60
+MAX_ARGS_CHARS = 160
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """The client's original messages with what counting learned about them."""
+
+    messages: Sequence[Message]
+    counts: Sequence[int]
+    digests: Sequence[bytes]
+    fixed_tokens: int  # reply priming and tool definitions: not ours to compact
+
+    @property
+    def tokens(self) -> int:
+        return self.fixed_tokens + sum(self.counts)
+
+
+def pinned(message: Message) -> bool:
+    """System and developer messages: never summarized, truncated or masked."""
+    return message.get("role") in PINNED_ROLES
+
+
+def protected(messages: Sequence[Message]) -> set[int]:
+    """Messages no stage may change: system/developer messages and the last user message."""
+    indices = {i for i, m in enumerate(messages) if pinned(m)}
+    last_user = last_user_index(messages)
+    if last_user is not None:
+        indices.add(last_user)
+    return indices
 
 
 def head_length(messages: Sequence[Message]) -> int:
@@ -38,7 +71,7 @@ def cut_points(messages: Sequence[Message]) -> list[bool]:
     for message in messages:
         unanswered.update(call_ids(message))
         if message.get("role") == "tool":
-            unanswered.discard(message.get("tool_call_id"))  # type: ignore[arg-type]
+            unanswered.discard(message.get("tool_call_id"))
         cuts.append(not unanswered)
     # A tool message right after a cut would be an orphan even if its call was answered already.
     for index, message in enumerate(messages):
@@ -70,15 +103,13 @@ def problems(messages: Sequence[Message]) -> list[str]:
     """What makes a message list invalid for OpenAI's tool-call rules (empty when it is valid)."""
     found: list[str] = []
     pending: set[str] = set()
-    answered: set[str] = set()
     for index, message in enumerate(messages):
         role = message.get("role")
         if role == "tool":
             call_id = message.get("tool_call_id")
             if call_id not in pending:
                 found.append(f"message {index}: tool result {call_id!r} answers no earlier open tool call")
-            pending.discard(call_id)  # type: ignore[arg-type]
-            answered.add(call_id)  # type: ignore[arg-type]
+            pending.discard(call_id)
             continue
         if pending and role != "tool":
             found.append(f"message {index}: tool calls {sorted(pending)} have no result before it")
@@ -98,3 +129,25 @@ def text_of(content: Any) -> str:
         others = sum(1 for p in content if not (isinstance(p, dict) and isinstance(p.get("text"), str)))
         return "\n".join(texts) + (f"\n[{others} non-text part(s)]" if others else "")
     return ""
+
+
+def describe_call(function: dict[str, Any] | None) -> str:
+    """`read_file(path="src/app.py")`, clipped; the raw arguments when they are not a JSON object."""
+    if not function:
+        return "unknown tool"
+    name = function.get("name") if isinstance(function.get("name"), str) else "tool"
+    arguments = function.get("arguments")
+    try:
+        parsed = orjson.loads(arguments) if isinstance(arguments, str) and arguments else {}
+    except orjson.JSONDecodeError:
+        parsed = None
+    if isinstance(parsed, dict):
+        pairs = [f"{key}={_clip(orjson.dumps(value).decode(), MAX_VALUE_CHARS)}" for key, value in parsed.items()]
+        rendered = ", ".join(pairs)
+    else:
+        rendered = str(arguments)
+    return f"{name}({_clip(rendered, MAX_ARGS_CHARS)})"
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,4 +1,4 @@
-"""Stage 3 and 4: the summary that replaces the middle of a conversation, and its local fallback.
+"""The summary that replaces the middle of a conversation: the summarizer's prompt, input and output.
 
 The summary is a structured checkpoint, not a story: the agent continues from it with no other
 memory of the messages it replaces, so it must carry the task, what was done and decided, and
@@ -7,15 +7,12 @@ the exact names (paths, commands, errors, identifiers) the next steps will need.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from proxy.compaction.conversation import Message, text_of, tool_calls_by_id
-from proxy.compaction.mask import describe_call
+from proxy.compaction.conversation import Message, describe_call, text_of, tool_calls_by_id
 
 SUMMARY_PREFIX = "[Previous conversation summary]"
-DIGEST_LIMIT = 800
 
 SYSTEM_PROMPT = """You compact the history of an AI agent's conversation that no longer fits its context window.
 Your summary REPLACES the messages you are given: the agent will continue the task from your summary
@@ -58,7 +55,7 @@ class SummaryJob:
         return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "\n\n".join(parts)}]
 
 
-# Returns the summary text; raises on any failure (the engine falls back to a local digest).
+# Returns the summary text; raises on any failure (the digest stage then falls back to a local digest).
 Summarize = Callable[[SummaryJob], Awaitable[str]]
 
 
@@ -99,33 +96,3 @@ def render_transcript(messages: Sequence[Message], *, clip_tool_output: int) -> 
                 lines.append(f"-> calls {describe_call(call['function'])}")
         blocks.append("\n".join(lines))
     return blocks
-
-
-PATH_PATTERN = re.compile(
-    r"(?:[\w.-]+/)+[\w.-]+\.\w+|\b[\w-]+\.(?:py|js|ts|go|rs|java|c|h|cpp|rb|md|json|ya?ml|toml)\b"
-)
-ERROR_PATTERN = re.compile(r"^.*\b(?:Error|Exception|Traceback|FAILED|error:|failed)\b.*$", re.MULTILINE)
-
-
-def local_digest(messages: Sequence[Message], *, limit: int = DIGEST_LIMIT) -> str:
-    """What the dropped messages did, without an LLM: tool calls, file paths, error lines."""
-    calls = [
-        describe_call(call["function"])
-        for message in messages
-        for call in message.get("tool_calls") or []
-        if isinstance(call, dict) and isinstance(call.get("function"), dict)
-    ]
-    texts = [text_of(m.get("content")) for m in messages]
-    paths = list(dict.fromkeys(path for text in texts for path in PATH_PATTERN.findall(text)))
-    errors = list(dict.fromkeys(line.strip()[:160] for text in texts for line in ERROR_PATTERN.findall(text)))
-    lines = [
-        f"[inflight: {len(messages)} earlier messages were dropped to fit the context window; "
-        "no summary could be made. Local digest:]"
-    ]
-    if calls:
-        lines.append("Tool calls: " + "; ".join(calls[-12:]))
-    if paths:
-        lines.append("Files: " + ", ".join(paths[:20]))
-    if errors:
-        lines.append("Errors: " + " | ".join(errors[-5:]))
-    return clip("\n".join(lines), limit)

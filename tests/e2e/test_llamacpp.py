@@ -16,11 +16,12 @@ import httpx
 import orjson
 import pytest
 
-from proxy import create_app, load_settings
+from proxy.app import create_app
 from proxy.compaction.conversation import problems
+from proxy.config import load_settings
 from proxy.tokens import TokenCounter
 from tests.e2e.agent import N_CTX, Turn, llama_server, model_path, run_agent, tool_outputs
-from tests.servers import free_port, read_body, serve
+from tests.support.servers import free_port, read_body, serve
 
 pytestmark = pytest.mark.e2e
 

@@ -1,0 +1,61 @@
+"""What one chat request costs against its model's window: the count, the window, the budget.
+
+`Counted` is a parsed and counted request; `Accounting` adds the model's limits, the budget
+(window minus the reply's reserve) and the calibration ratio that turns our count into the
+upstream's units.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.policy.windows import ModelLimits
+from proxy.tokens import EncodingChoice, RequestCount
+
+
+@dataclass(frozen=True)
+class Counted:
+    """A chat request we can count: the client's bytes, its parsed body, its model, encoding and count."""
+
+    raw: bytes
+    payload: dict[str, Any]
+    model: str
+    encoding: EncodingChoice
+    count: RequestCount
+
+
+@dataclass(frozen=True)
+class Accounting:
+    model: str
+    encoding: str
+    exact: bool  # the model's own tokenizer; otherwise an estimate corrected by calibration
+    limits: ModelLimits
+    budget: int
+    raw_tokens: int  # our count before calibration
+    ratio: float
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self.calibrated(self.raw_tokens)
+
+    def calibrated(self, tokens: int) -> int:
+        return tokens if self.ratio == 1.0 else math.ceil(tokens * self.ratio)
+
+    def headers(self) -> dict[str, str]:
+        return {
+            "x-inflight-prompt-tokens": str(self.prompt_tokens),
+            "x-inflight-context-window": str(self.limits.context_window),
+            "x-inflight-budget": str(self.budget),
+        }
+
+    def log_fields(self) -> dict[str, object]:
+        fields: dict[str, object] = {
+            "tokens": f"{self.prompt_tokens}/{self.budget}",
+            "window": self.limits.context_window,
+            "source": self.limits.source,
+        }
+        if not self.exact:
+            fields["calibration"] = f"{self.ratio:.3f}"
+        return fields

@@ -1,0 +1,74 @@
+"""Rewrite a conversation so it fits: re-apply the record, then run the stages in order.
+
+Pure: messages in, messages out. Counting and summarizing are passed in as callables, so nothing
+here knows of HTTP. Token figures are in our own (uncalibrated) units; the caller converts the budget.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from proxy.compaction.conversation import Conversation, Message, head_length
+from proxy.compaction.draft import Budget, Draft
+from proxy.compaction.records import Record
+from proxy.compaction.stages import build_stages
+from proxy.compaction.summary import Summarize
+from proxy.compaction.work import Outcome, Stage, Work
+from proxy.config import Compaction
+
+
+class Compactor:
+    """Runs an ordered list of stages over a conversation, starting from its record if it has one."""
+
+    def __init__(self, stages: Sequence[Stage], *, count_message: Callable[[Message], int]) -> None:
+        self.stages = list(stages)
+        self.count_message = count_message
+
+    async def run(
+        self, conversation: Conversation, *, budget: Budget, record: Record | None, force: bool = False
+    ) -> Outcome | None:
+        """The rewritten conversation, or None when it goes upstream untouched."""
+        before = conversation.tokens
+        if record is None and before <= budget.prune_at and not force:
+            return None
+        head_len = head_length(conversation.messages)
+        draft = Draft.from_record(record, conversation) if record else Draft(head_len, head_len)
+        actions: list[str] = []
+        if record is not None:
+            actions += ["summary-cached"] if record.summary is not None else []
+            actions += sorted({r.kind for r in draft.replaced.values()})
+        outcome = Outcome([], before, before, actions, record or draft.freeze(conversation), fits=True)
+        work = Work(conversation, draft, budget, outcome, self.count_message, force=force)
+        work.prune = force or work.tokens > recompact_at(budget, record)
+        for stage in self.stages:
+            await stage.run(work)
+        total = work.tokens
+        outcome.messages = [message for message, _, _ in draft.view(conversation)]
+        outcome.tokens_after = total
+        outcome.record = draft.freeze(conversation)
+        outcome.fits = total <= budget.limit
+        outcome.actions = list(dict.fromkeys(outcome.actions)) or ["none"]
+        return outcome
+
+
+def recompact_at(budget: Budget, record: Record | None) -> int:
+    """Where truncate and mask run again. Without a record, at prune_at. With one, only once the
+    rewritten request crosses summarize_at: masking one more result a turn between the two would
+    change a message inside last turn's request every turn and defeat the upstream's prompt
+    cache, for a few hundred tokens the request can afford (it is still under summarize_at)."""
+    return budget.prune_at if record is None else budget.summarize_at
+
+
+def build_compactor(
+    settings: Compaction,
+    *,
+    count_message: Callable[[Message], int],
+    count_text: Callable[[str], int],
+    summarize: Summarize | None,
+    summarizer_input_tokens: int,
+) -> Compactor:
+    """A compactor with the stages one model's `compaction:` settings call for."""
+    stages = build_stages(
+        settings, summarize=summarize, count_text=count_text, summarizer_input_tokens=summarizer_input_tokens
+    )
+    return Compactor(stages, count_message=count_message)

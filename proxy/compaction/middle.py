@@ -1,0 +1,65 @@
+"""The middle of a conversation: where the verbatim tail starts, and replacing what comes before it.
+
+The head (system/developer messages and the task) and the tail stay; the middle becomes one
+summary message. Both the LLM summary and its local fallback replace the same span.
+"""
+
+from __future__ import annotations
+
+from proxy.compaction.conversation import Message, cut_points, last_user_index, pinned
+from proxy.compaction.draft import Budget
+from proxy.compaction.summary import clip, summary_message
+from proxy.compaction.work import Work
+from proxy.config import Summarize as SummarizeSettings
+
+
+def max_summary_tokens(settings: SummarizeSettings, budget: Budget) -> int:
+    return max(min(settings.max_summary_tokens, budget.limit // 4), 32)
+
+
+def choose_cut(work: Work, settings: SummarizeSettings) -> int | None:
+    """Where the verbatim tail starts: as many recent tokens as allowed, at least the last turn."""
+    conversation, draft, budget = work.conversation, work.draft, work.budget
+    messages = conversation.messages
+    cuts = cut_points(messages)
+    valid = [i for i in range(draft.prefix_len + 1, len(messages)) if cuts[i]]
+    last_user = last_user_index(messages)
+    if last_user is not None and last_user >= draft.head_len:
+        valid = [i for i in valid if i <= last_user]  # the last user message is never summarized
+    if not valid:
+        return None
+    view = draft.view(conversation)
+    tokens_from = {origin: 0 for _, _, origin in view if origin is not None}
+    running = 0
+    for _, tokens, origin in reversed(view):
+        running += tokens
+        if origin is not None and origin >= draft.prefix_len:
+            tokens_from[origin] = running
+    fixed = conversation.fixed_tokens + sum(t for _, t, o in view if o is None or o < draft.prefix_len)
+    fixed -= draft.summary_tokens
+    room = budget.target - fixed - max_summary_tokens(settings, budget)
+    tail_budget = min(settings.keep_recent_tokens, budget.limit // 2, max(room, 0))
+    cut = valid[-1]
+    for candidate in reversed(valid[:-1]):
+        if tokens_from.get(candidate, 0) > tail_budget:
+            break
+        cut = candidate
+    return cut
+
+
+def span(work: Work, cut: int) -> list[Message]:
+    """The messages a summary replaces: the middle up to `cut`, less the pinned ones (they stay)."""
+    messages = work.conversation.messages
+    return [messages[i] for i in range(work.draft.prefix_len, cut) if not pinned(messages[i])]
+
+
+def replace_middle(work: Work, cut: int, text: str, *, settings: SummarizeSettings, fallback: bool) -> None:
+    """Put one summary message in place of the middle up to `cut`; drop replacements it swallowed."""
+    draft = work.draft
+    message = summary_message(clip(text, max(max_summary_tokens(settings, work.budget) * 4, 400)))
+    work.outcome.messages_replaced += cut - draft.prefix_len
+    draft.summary, draft.summary_tokens, draft.fallback = message, work.count_message(message), fallback
+    draft.prefix_len = cut
+    draft.replaced = {i: r for i, r in draft.replaced.items() if i >= cut or i < draft.head_len}
+    work.middle_replaced = True
+    work.outcome.actions.append("fallback" if fallback else "summarize")

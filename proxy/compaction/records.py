@@ -1,0 +1,74 @@
+"""Compaction records: how a conversation was rewritten, so that the next turn is rewritten the same way.
+
+Every turn the client resends its full, uncompacted history. A record says which prefix of that
+history was replaced (its length and a hash of its messages), by which summary, and which later
+messages were masked or truncated into what. Re-applying it costs no LLM call and produces the
+same bytes as last turn, so the upstream's prompt cache keeps hitting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+import xxhash
+
+from proxy.compaction.conversation import Message
+
+MAX_RECORDS_PER_KEY = 8  # conversations that share a head (same system prompt and task) get one each
+
+
+@dataclass(frozen=True)
+class Replacement:
+    """Original message `digest` is sent as `message` (`tokens` long)."""
+
+    digest: bytes
+    message: Message
+    tokens: int
+    kind: Literal["truncate", "mask"]
+
+
+@dataclass(frozen=True)
+class Record:
+    head_len: int
+    prefix_len: int  # original messages [head_len, prefix_len) are replaced by `summary`
+    prefix_hash: bytes
+    summary: Message | None = None
+    summary_tokens: int = 0
+    fallback: bool = False  # the summary is a local digest, not an LLM summary
+    replaced: dict[int, Replacement] = field(default_factory=dict)
+
+    def matches(self, digests: Sequence[bytes]) -> bool:
+        return self.prefix_len <= len(digests) and prefix_hash(digests[: self.prefix_len]) == self.prefix_hash
+
+
+def prefix_hash(digests: Sequence[bytes]) -> bytes:
+    return xxhash.xxh3_128_digest(b"".join(digests))
+
+
+def conversation_key(*, session: str | None, model: str, head_digests: Sequence[bytes]) -> str:
+    """The client's `x-inflight-session` when it sends one, else the model and the head's hash."""
+    if session:
+        return f"session:{session}"
+    return f"head:{model}:{prefix_hash(head_digests).hex()}"
+
+
+def best_record(records: Sequence[Record], digests: Sequence[bytes]) -> Record | None:
+    """Of the records kept under a key, the one covering the longest prefix of these messages."""
+    matching = [r for r in records if r.matches(digests)]
+    return max(matching, key=lambda r: (r.prefix_len, len(r.replaced)), default=None)
+
+
+def with_record(records: Sequence[Record], old: Record | None, new: Record) -> list[Record]:
+    """`new` replaces the record it extends (or joins the others), newest last, bounded."""
+    kept = [r for r in records if r is not old and r != new]
+    return [*kept, new][-MAX_RECORDS_PER_KEY:]
+
+
+class RecordStore(Protocol):
+    """Where records live (`proxy.state` has the implementations); a store needs only these two calls."""
+
+    async def load(self, key: str) -> list[Record]: ...
+
+    async def save(self, key: str, records: list[Record]) -> None: ...

@@ -1,0 +1,36 @@
+"""Compacting one conversation at a time, from the record kept for it, and keeping the new record.
+
+Two turns of one conversation may arrive together (an agent retrying, parallel sub-agents sharing a
+head): a lock per conversation key makes the second reuse the first's record instead of paying
+for a second summary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+
+from proxy.compaction.compactor import Compactor
+from proxy.compaction.conversation import Conversation
+from proxy.compaction.draft import Budget
+from proxy.compaction.records import RecordStore, best_record, with_record
+from proxy.compaction.work import Outcome
+
+
+class ConversationCompactions:
+    def __init__(self, records: RecordStore) -> None:
+        self.records = records
+        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+
+    async def compact(
+        self, key: str, conversation: Conversation, *, compactor: Compactor, budget: Budget, force: bool
+    ) -> Outcome | None:
+        """The outcome (None: send the conversation untouched); the record is saved under `key`."""
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            records = await self.records.load(key)
+            record = best_record(records, conversation.digests)
+            outcome = await compactor.run(conversation, budget=budget, record=record, force=force)
+            if outcome is not None:
+                await self.records.save(key, with_record(records, record, outcome.record))
+            return outcome

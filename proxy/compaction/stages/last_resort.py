@@ -1,0 +1,52 @@
+"""Stage 5: still over the limit, halve the biggest messages we may touch, one at a time.
+
+Never system/developer messages, never the last user message: if those alone do not fit, the
+request cannot be made to fit and the outcome says so.
+"""
+
+from __future__ import annotations
+
+from proxy.compaction.conversation import protected, text_of
+from proxy.compaction.records import Replacement
+from proxy.compaction.stages.truncate import Limits, truncate_message
+from proxy.compaction.work import Work
+
+LAST_RESORT_MIN_BYTES = 256
+MIN_TOKENS = 32
+
+
+class LastResortStage:
+    async def run(self, work: Work) -> None:
+        total = work.tokens
+        if total <= work.budget.limit:
+            return
+        kept = protected(work.conversation.messages)
+        while total > work.budget.limit:
+            shrunk = self.halve_biggest(work, kept)
+            if shrunk is None:
+                break
+            total -= shrunk
+        work.outcome.actions.append("truncate")
+
+    def halve_biggest(self, work: Work, kept: set[int]) -> int | None:
+        """Cut the biggest message that can be cut; the tokens saved, or None when none can be."""
+        candidates = [
+            (tokens, origin, message)
+            for message, tokens, origin in work.draft.view(work.conversation)
+            if origin is not None and origin not in kept and tokens > MIN_TOKENS
+        ]
+        candidates.sort(key=lambda c: c[0], reverse=True)
+        for tokens, origin, message in candidates:
+            text = text_of(message.get("content"))
+            size = len(text.encode())
+            if size <= LAST_RESORT_MIN_BYTES:
+                continue
+            cut = truncate_message(
+                message, Limits(max(4, text.count("\n") // 2), max(LAST_RESORT_MIN_BYTES, size // 2))
+            )
+            if cut is None:
+                continue
+            new_tokens = work.count_message(cut)
+            work.draft.replaced[origin] = Replacement(work.conversation.digests[origin], cut, new_tokens, "truncate")
+            return tokens - new_tokens
+        return None

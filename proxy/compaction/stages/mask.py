@@ -1,0 +1,54 @@
+"""Stage 2: replace old tool results by a short placeholder that still says what the call was.
+
+All but the newest `keep_tool_results` results go at once (then down to `keep_tool_results_min`
+if still above summarize_at): one big step rather than one result a turn, so the next turns need
+no change and the prefix the upstream caches stays stable.
+
+The placeholder is a pure function of the call and the result, so the same result is masked to
+the same bytes on every turn (the upstream's prompt cache depends on it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from proxy.compaction.conversation import Message, describe_call, tool_calls_by_id
+from proxy.compaction.records import Replacement
+from proxy.compaction.work import Work
+from proxy.config import Mask as MaskSettings
+
+
+def placeholder(message: Message, function: dict[str, Any] | None, tokens: int) -> Message:
+    """The masked form of a tool result: same role and id, a one-line content."""
+    text = f"[tool output pruned: {describe_call(function)} returned {tokens:,} tokens]"
+    masked = {key: (text if key == "content" else value) for key, value in message.items()}
+    masked.setdefault("content", text)
+    return masked
+
+
+class MaskStage:
+    def __init__(self, settings: MaskSettings) -> None:
+        self.keep = (settings.keep_tool_results, settings.keep_tool_results_min)
+
+    async def run(self, work: Work) -> None:
+        if not work.prune:
+            return
+        conversation, draft = work.conversation, work.draft
+        messages = conversation.messages
+        total = work.tokens
+        results = [i for i in range(draft.prefix_len, len(messages)) if messages[i].get("role") == "tool"]
+        calls = tool_calls_by_id(messages)
+        for keep in self.keep:
+            for index in results[: max(len(results) - keep, 0)]:
+                current = draft.replaced.get(index)
+                if current is not None and current.kind == "mask":
+                    continue
+                original = messages[index]
+                masked = placeholder(original, calls.get(str(original.get("tool_call_id"))), conversation.counts[index])
+                tokens = work.count_message(masked)
+                previous_tokens = current.tokens if current else conversation.counts[index]
+                draft.replaced[index] = Replacement(conversation.digests[index], masked, tokens, "mask")
+                total += tokens - previous_tokens
+                work.outcome.actions.append("mask")
+            if not work.force and total <= work.budget.summarize_at:
+                break

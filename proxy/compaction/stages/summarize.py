@@ -1,0 +1,100 @@
+"""Stage 3: an LLM summary of the middle, rolled over chunks when the middle is long.
+
+A failing summarizer leaves the draft as it was and says why in the outcome; the digest stage
+after it then drops the same middle with a local digest.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from proxy.compaction.conversation import Message
+from proxy.compaction.middle import choose_cut, max_summary_tokens, replace_middle, span
+from proxy.compaction.summary import Summarize, SummaryJob, clip, render_transcript, summary_text
+from proxy.compaction.work import Work
+from proxy.config import Summarize as SummarizeSettings
+
+log = logging.getLogger("inflight")
+
+MAX_SUMMARY_CHUNKS = 6
+SUMMARY_PROMPT_TOKENS = 400  # the summarizer's own instructions, roughly
+
+
+class SummarizeStage:
+    def __init__(
+        self,
+        settings: SummarizeSettings,
+        *,
+        summarize: Summarize,
+        count_text: Callable[[str], int],
+        input_tokens: int,
+    ) -> None:
+        self.settings = settings
+        self.summarize = summarize
+        self.count_text = count_text
+        self.input_tokens = input_tokens  # the summarizer model's window, in our units
+
+    async def run(self, work: Work) -> None:
+        if not work.summary_due():
+            return
+        cut = choose_cut(work, self.settings)
+        if cut is None:
+            return
+        draft = work.draft
+        previous = summary_text(draft.summary) if draft.summary is not None and not draft.fallback else None
+        started = time.perf_counter()
+        try:
+            text = await self.rolling_summary(span(work, cut), previous, work)
+        except Exception as exc:  # whatever went wrong, the request must still be served
+            work.outcome.notes.append(f"summarizer_error={type(exc).__name__}")
+            log.warning("[compaction] summarizer failed (%s: %s); using a local digest", type(exc).__name__, exc)
+            return
+        finally:
+            work.outcome.summarizer_ms = (time.perf_counter() - started) * 1000
+        replace_middle(work, cut, text, settings=self.settings, fallback=False)
+
+    async def rolling_summary(self, messages: list[Message], previous: str | None, work: Work) -> str:
+        summary = previous
+        max_tokens = max_summary_tokens(self.settings, work.budget)
+        for chunk in self.chunks(messages, previous, max_tokens):
+            job = SummaryJob(previous=summary, transcript=chunk, max_tokens=max_tokens)
+            work.outcome.summarizer_calls += 1
+            summary = (await self.summarize(job)).strip()
+            if not summary:
+                raise ValueError("the summarizer returned an empty summary")
+        return summary or ""
+
+    def chunks(self, messages: list[Message], previous: str | None, max_tokens: int) -> list[str]:
+        """The transcript in pieces that each fit the summarizer's input; the oldest go first if too many."""
+        room = self.input_tokens - max_tokens - SUMMARY_PROMPT_TOKENS
+        room -= self.count_text(previous) if previous else 0
+        room = max(room, 256)
+        clip_chars = self.settings.clip_tool_output_chars
+        while True:
+            pieces = self.pack(render_transcript(messages, clip_tool_output=clip_chars), room)
+            if len(pieces) <= MAX_SUMMARY_CHUNKS or clip_chars <= 200:
+                break
+            clip_chars //= 3
+        if len(pieces) > MAX_SUMMARY_CHUNKS:
+            dropped = sum(len(p) for p in pieces[:-MAX_SUMMARY_CHUNKS])
+            pieces = pieces[-MAX_SUMMARY_CHUNKS:]
+            pieces[0].insert(0, f"[{dropped} earlier messages omitted: too long to summarize]")
+        return ["\n\n".join(piece) for piece in pieces if piece]
+
+    def pack(self, blocks: list[str], room: int) -> list[list[str]]:
+        """Blocks in order, as few pieces as fit `room` tokens each; a block larger than that is clipped."""
+        pieces: list[list[str]] = [[]]
+        used = 0
+        for block in blocks:
+            tokens = self.count_text(block)
+            if tokens > room:
+                block = clip(block, room * 3)
+                tokens = self.count_text(block)
+            if used + tokens > room and pieces[-1]:
+                pieces.append([])
+                used = 0
+            pieces[-1].append(block)
+            used += tokens
+        return pieces

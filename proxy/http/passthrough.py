@@ -1,0 +1,28 @@
+"""Any other `/v1` request: forwarded as it came, body streamed, response relayed. No body is parsed."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+
+from proxy.exchange import Exchange
+from proxy.upstream.client import UpstreamClient
+from proxy.upstream.relay import Relay, relay
+
+
+class PassThrough:
+    def __init__(self, upstream: UpstreamClient) -> None:
+        self.upstream = upstream
+
+    async def __call__(self, request: Request, exchange: Exchange) -> Relay:
+        headers = self.upstream.headers_for(request.scope["headers"])
+        content = None
+        if "transfer-encoding" in request.headers and "content-length" not in request.headers:
+            # Transfer-Encoding is hop-by-hop: our own hop frames the streamed body in chunks again.
+            headers.append((b"transfer-encoding", b"chunked"))
+            content = request.stream()
+        elif request.headers.get("content-length", "0") != "0":
+            content = request.stream()
+        url = self.upstream.url_for(request.url.path, request.scope["query_string"])
+        response = await self.upstream.open(request.method, url, headers=headers, content=content)
+        exchange.upstream_answered()
+        return relay(response, exchange)

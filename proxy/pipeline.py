@@ -1,0 +1,230 @@
+"""Everything between a parsed chat request and the bytes sent upstream: count, budget, compact.
+
+The server's chat handler and the `inflight count` / `inflight compact` commands go through this
+one object, so they cannot disagree. No HTTP here: model discovery and the summarizer are passed
+in as callables.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from proxy.accounting import Accounting, Counted
+from proxy.compaction import (
+    Budget,
+    Conversation,
+    ConversationCompactions,
+    Outcome,
+    Summarize,
+    build_compactor,
+    conversation_key,
+    head_length,
+)
+from proxy.config import Settings
+from proxy.policy.calibration import Calibration
+from proxy.policy.refusals import Refusal
+from proxy.policy.retry import retry_limit
+from proxy.policy.windows import ContextRegistry, FetchModels, budget_for
+from proxy.tokens import TokenCounter, choose_encoding, is_loaded
+
+log = logging.getLogger("inflight")
+
+# (a model's compaction settings, the model, the client's Authorization) -> the summarizer to call
+SummarizerFactory = Callable[..., Summarize]
+
+
+@dataclass(frozen=True)
+class Options:
+    """What the client asked of the proxy for this request (the `x-inflight-*` request headers)."""
+
+    mode: str = ""  # "off": forward untouched, never retry; "force": compact even if it fits
+    session: str | None = None
+    authorization: str | None = None  # the client's, for the summarizer when no key is configured
+
+
+@dataclass
+class Prepared:
+    """The body to send upstream and what the proxy says about it."""
+
+    body: bytes
+    rewritten: bool
+    sent_tokens: int  # our uncalibrated count of what is sent, for calibration
+    limit: int  # the budget it was prepared against
+    headers: dict[str, str]
+    fields: dict[str, object] = field(default_factory=dict)  # for the request's log line
+    outcome: Outcome | None = None
+    too_long: str | None = None  # why it cannot fit even compacted (the body is then the best effort)
+
+
+class ChatPipeline:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        counter: TokenCounter,
+        registry: ContextRegistry,
+        calibration: Calibration,
+        compactions: ConversationCompactions,
+        summarizers: SummarizerFactory | None,
+    ) -> None:
+        self.settings = settings
+        self.counter = counter
+        self.registry = registry
+        self.calibration = calibration
+        self.compactions = compactions
+        self.summarizers = summarizers
+
+    def count(self, raw: bytes, payload: dict[str, Any]) -> Counted | None:
+        """The request counted, or None when it is no chat request we can count. CPU only: may run in a thread."""
+        model = payload.get("model")
+        messages = payload.get("messages")
+        if (
+            not isinstance(model, str)
+            or not isinstance(messages, list)
+            or not all(isinstance(m, dict) for m in messages)
+        ):
+            return None
+        choice = choose_encoding(model, self.settings.encoding_override(model))
+        return Counted(raw, payload, model, choice, self.counter.count_request(payload, choice.name))
+
+    def encoding_ready(self, payload: dict[str, Any]) -> bool:
+        """Whether counting this request can start at once (its encoding is built)."""
+        model = payload.get("model")
+        return not isinstance(model, str) or is_loaded(
+            choose_encoding(model, self.settings.encoding_override(model)).name
+        )
+
+    async def account(self, counted: Counted, fetch_models: FetchModels | None) -> Accounting:
+        """The request's window, budget and calibration; `fetch_models` None: no discovery (offline)."""
+        model = counted.model
+        if fetch_models is None:
+            limits = self.registry.resolve(model)
+        else:
+            limits = await self.registry.resolve_async(model, fetch_models)
+        reserve_tokens = self.settings.compaction_for(model).reserve_tokens
+        return Accounting(
+            model=model,
+            encoding=counted.encoding.name,
+            exact=counted.encoding.exact,
+            limits=limits,
+            budget=budget_for(counted.payload, reserve_tokens=reserve_tokens, context_window=limits.context_window),
+            raw_tokens=counted.count.total,
+            ratio=1.0 if counted.encoding.exact else self.calibration.ratio(model),
+        )
+
+    def compacts(self, model: str, options: Options) -> bool:
+        """Whether this request may be rewritten and retried at all."""
+        return self.settings.compaction_for(model).enabled and options.mode != "off"
+
+    async def prepare(
+        self,
+        counted: Counted,
+        accounting: Accounting,
+        options: Options,
+        *,
+        limit: int | None = None,
+        force: bool = False,
+    ) -> Prepared:
+        """The client's bytes when the request fits; else the compacted body. Never fails for our own bugs.
+
+        `limit` (a retry's budget) replaces the accounted budget; `force` compacts even what fits.
+        """
+        limit = limit if limit is not None else accounting.budget
+        tokens = str(accounting.calibrated(counted.count.total))
+        headers = accounting.headers() | {
+            "x-inflight-tokens-before": tokens,
+            "x-inflight-tokens-after": tokens,
+            "x-inflight-actions": "none",
+        }
+        untouched = Prepared(counted.raw, False, counted.count.total, limit, headers)
+        if not self.compacts(counted.model, options):
+            return untouched
+        force = force or options.mode == "force"
+        try:
+            outcome = await self.compact(counted, accounting, options, limit=limit, force=force)
+        except Exception as exc:  # a bug of ours must not cost the user the request
+            log.exception("[compaction] failed for %s; forwarding the request unchanged", accounting.model)
+            untouched.fields["compaction_error"] = type(exc).__name__
+            untouched.headers["x-inflight-actions"] = "error"
+            return untouched
+        if outcome is None:
+            return untouched
+        return self.rewritten(counted, accounting, outcome, limit=limit, key=self.key(counted, options))
+
+    async def compact(
+        self, counted: Counted, accounting: Accounting, options: Options, *, limit: int, force: bool
+    ) -> Outcome | None:
+        settings = self.settings.compaction_for(accounting.model)
+        count = counted.count
+        conversation = Conversation(counted.payload["messages"], count.messages, count.digests, count.fixed)
+        budget = Budget.of(int(limit / accounting.ratio), settings)  # compaction counts in our own units
+        encoding = self.counter.encoding(accounting.encoding)
+        summarize = None
+        if self.summarizers is not None:
+            summarize = self.summarizers(settings, model=accounting.model, client_authorization=options.authorization)
+        # The summarizer's reply is bounded by max_summary_tokens, which the stages keep room for.
+        summary_window = self.registry.resolve(settings.summarize.model or accounting.model).context_window
+        compactor = build_compactor(
+            settings,
+            count_message=lambda message: self.counter.count_message(message, encoding),
+            count_text=lambda text: len(encoding.encode_ordinary(text)),
+            summarize=summarize,
+            summarizer_input_tokens=int(summary_window / accounting.ratio),
+        )
+        key = self.key(counted, options)
+        return await self.compactions.compact(key, conversation, compactor=compactor, budget=budget, force=force)
+
+    def key(self, counted: Counted, options: Options) -> str:
+        head = counted.count.digests[: head_length(counted.payload["messages"])]
+        return conversation_key(session=options.session, model=counted.model, head_digests=head)
+
+    def rewritten(
+        self, counted: Counted, accounting: Accounting, outcome: Outcome, *, limit: int, key: str
+    ) -> Prepared:
+        before, after = accounting.calibrated(outcome.tokens_before), accounting.calibrated(outcome.tokens_after)
+        actions = ",".join(outcome.actions)
+        headers = accounting.headers() | {
+            "x-inflight-tokens-before": str(before),
+            "x-inflight-tokens-after": str(after),
+            "x-inflight-actions": actions,
+        }
+        fields: dict[str, object] = {
+            "actions": actions,
+            "compacted": f"{before}->{after}/{limit}",
+            "key": key[:48],
+            "replaced": outcome.messages_replaced,
+            "summarizer_calls": outcome.summarizer_calls,
+            "summarizer_ms": f"{outcome.summarizer_ms:.0f}" if outcome.summarizer_ms is not None else "-",
+        }
+        fields |= dict(note.split("=", 1) for note in outcome.notes if "=" in note)
+        too_long = None
+        if not outcome.fits:
+            too_long = (
+                f"This request needs at least {after:,} prompt tokens after compaction (it had {before:,}), but "
+                f"{accounting.model} allows {limit:,} ({accounting.limits.context_window:,}-token context window "
+                "minus the tokens reserved for the reply). Shorten the system prompt, the tools or the last message."
+            )
+        body = orjson.dumps({**counted.payload, "messages": outcome.messages})
+        return Prepared(body, True, outcome.tokens_after, limit, headers, fields, outcome, too_long)
+
+    def learn(self, accounting: Accounting, refusal: Refusal, prepared: Prepared, payload: dict[str, Any]) -> int:
+        """Record what the refusal says; the (calibrated) budget to compact the retry against."""
+        learned_budget = None
+        if refusal.context_window:
+            self.registry.learn(accounting.model, refusal.context_window)
+            reserve_tokens = self.settings.compaction_for(accounting.model).reserve_tokens
+            learned_budget = budget_for(payload, reserve_tokens=reserve_tokens, context_window=refusal.context_window)
+        if refusal.prompt_tokens and prepared.sent_tokens:
+            self.calibration.record(accounting.model, estimate=prepared.sent_tokens, actual=refusal.prompt_tokens)
+        previous = accounting.budget if not prepared.rewritten else prepared.limit
+        return retry_limit(
+            previous=previous,
+            learned_budget=learned_budget,
+            sent=accounting.calibrated(prepared.sent_tokens),
+            upstream_prompt=refusal.prompt_tokens,
+        )

@@ -1,0 +1,117 @@
+"""Counting a chat-completion request the way OpenAI bills it, offline and nearly for free.
+
+    request  = 3 (reply priming, `<|start|>assistant<|message|>`) + sum(message) + tools
+
+The per-message formula is in `proxy.tokens.messages`; tool definitions, `tool_choice` and
+`response_format` are rendered as OpenAI renders them, in `proxy.tokens.tools`.
+
+An agent resends its whole history every turn, so each message's count is cached under a hash of
+its canonical bytes (sorted-key JSON, hashed with xxh3-128: a 128k-token history hashes in a quarter
+of a millisecond, where sha1 takes a millisecond) and encoding: recounting a long history with one
+new message costs about the new message plus a hash of the rest. Tool sets are cached the same way.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import tiktoken
+import xxhash
+from cachetools import LRUCache
+
+from proxy.tokens.encodings import load_encoding
+from proxy.tokens.messages import message_tokens
+from proxy.tokens.tools import has_system_message, tool_tokens
+
+REPLY_PRIMING = 3
+# Above this many bytes of request, counting may take more than a few milliseconds: use a thread.
+THREAD_THRESHOLD_BYTES = 32 * 1024
+# The request fields that proxy.tokens.tools renders into the prompt.
+TOOL_FIELDS = ("tools", "functions", "tool_choice", "function_call", "response_format")
+LOCK_BATCH = 128  # cache lookups per lock hold: the loop, counting a small request, never waits long
+
+
+@dataclass(frozen=True)
+class RequestCount:
+    total: int
+    messages: tuple[int, ...]
+    tools: int
+    digests: tuple[bytes, ...]  # each message's hash: the cache key, and how compaction records know a message
+
+    @property
+    def fixed(self) -> int:
+        """What no compaction can remove: the reply priming and the tool definitions."""
+        return REPLY_PRIMING + self.tools
+
+
+def message_digest(message: Any) -> bytes:
+    """A hash of the message's canonical bytes (sorted keys): equal messages, equal digests."""
+    return xxhash.xxh3_128_digest(orjson.dumps(message, option=orjson.OPT_SORT_KEYS))
+
+
+class TokenCounter:
+    """Counts requests with per-message caching; safe to use from the loop and worker threads."""
+
+    def __init__(self, max_entries: int = 100_000) -> None:
+        self._cache: LRUCache[tuple[str, bytes], int] = LRUCache(maxsize=max_entries)
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def encoding(self, name: str) -> tiktoken.Encoding:
+        """The named encoding; the first call builds it (about a second), so make it off the loop."""
+        return load_encoding(name)
+
+    def count_request(self, payload: dict[str, Any], encoding: str) -> RequestCount:
+        enc = self.encoding(encoding)
+        messages = payload.get("messages")
+        messages = messages if isinstance(messages, list) else []
+        digests = tuple(message_digest(m) for m in messages)
+        cached: list[int | None] = []
+        for start in range(0, len(digests), LOCK_BATCH):  # a lock per batch, not per message
+            with self._lock:
+                cached += [self._cache.get((enc.name, digest)) for digest in digests[start : start + LOCK_BATCH]]
+        missing = {i: message_tokens(messages[i], enc) for i, tokens in enumerate(cached) if tokens is None}
+        with self._lock:
+            self.hits += len(messages) - len(missing)
+            self.misses += len(missing)
+            for i, tokens in missing.items():
+                self._cache[(enc.name, digests[i])] = tokens
+        counts = tuple(missing[i] if tokens is None else tokens for i, tokens in enumerate(cached))
+        tools = self.count_tools(payload, enc)
+        return RequestCount(REPLY_PRIMING + sum(counts) + tools, counts, tools, digests)
+
+    def count_message(self, message: Any, enc: tiktoken.Encoding) -> int:
+        key = (enc.name, message_digest(message))
+        with self._lock:
+            cached = self._cache.get(key)
+            if cached is not None:
+                self.hits += 1
+                return cached
+        tokens = message_tokens(message, enc)
+        with self._lock:
+            self.misses += 1
+            self._cache[key] = tokens
+        return tokens
+
+    def count_tools(self, payload: dict[str, Any], enc: tiktoken.Encoding) -> int:
+        """What the tool definitions, `tool_choice` and `response_format` add; cached per tool set.
+
+        The figure also depends on whether a system message is there to share its framing (see
+        proxy.tokens.tools), so that is part of the key.
+        """
+        fields: dict[str, Any] = {name: payload[name] for name in TOOL_FIELDS if name in payload}
+        if not fields:
+            return 0
+        fields["system"] = has_system_message(payload.get("messages"))
+        key = (enc.name, b"tools:" + message_digest(fields))
+        with self._lock:
+            cached = self._cache.get(key)
+        if cached is None:
+            cached = tool_tokens(payload, enc)
+            with self._lock:
+                self._cache[key] = cached
+        return cached

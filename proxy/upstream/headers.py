@@ -1,0 +1,75 @@
+"""Header hygiene between client and upstream: hop-by-hop headers dropped, `Host` and auth rewritten."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+RawHeaders = list[tuple[bytes, bytes]]
+
+# RFC 9110 §7.6.1 plus the legacy ones that proxies must not forward.
+HOP_BY_HOP = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-connection",
+        b"proxy-authenticate",
+        b"proxy-authorization",
+        b"te",
+        b"trailer",
+        b"transfer-encoding",
+        b"upgrade",
+    }
+)
+# Who the client is: all that requests the proxy makes on its own behalf (model discovery) carry.
+CREDENTIALS = frozenset({b"authorization", b"openai-organization", b"openai-project", b"api-key"})
+
+
+def filter_headers(raw: Iterable[tuple[bytes, bytes]], drop: frozenset[bytes] = frozenset()) -> RawHeaders:
+    """Drop hop-by-hop headers, those named by `Connection`, and `drop` (all lower-case names)."""
+    pairs = [(name.lower(), value) for name, value in raw]
+    named = {
+        token.strip().lower()
+        for name, value in pairs
+        if name == b"connection"
+        for token in value.split(b",")
+        if token.strip()
+    }
+    return [(name, value) for name, value in pairs if name not in HOP_BY_HOP and name not in named and name not in drop]
+
+
+def header_value(raw: Iterable[tuple[bytes, bytes]], name: bytes) -> bytes | None:
+    for key, value in raw:
+        if key.lower() == name:
+            return value
+    return None
+
+
+def is_event_stream(raw: Iterable[tuple[bytes, bytes]]) -> bool:
+    return (header_value(raw, b"content-type") or b"").startswith(b"text/event-stream")
+
+
+def request_headers(
+    raw: Iterable[tuple[bytes, bytes]], *, host: bytes, api_key: str, rewrite_body: bool = False
+) -> RawHeaders:
+    """The client's headers as the upstream gets them: `Host` ours, the configured key instead of theirs."""
+    drop = {b"host"}
+    if rewrite_body:
+        # The body sent is not the client's: its length is recomputed, and it is not compressed.
+        drop |= {b"content-length", b"content-encoding"}
+    headers = filter_headers(raw, frozenset(drop))
+    headers.insert(0, (b"host", host))
+    if api_key:
+        headers = [(n, v) for n, v in headers if n != b"authorization"]
+        headers.append((b"authorization", b"Bearer " + api_key.encode("latin-1")))
+    return headers
+
+
+def response_headers(raw: Iterable[tuple[bytes, bytes]], extra: dict[str, str] | None = None) -> RawHeaders:
+    """The upstream's headers as the client gets them, with the proxy's own `x-inflight-*` added."""
+    headers = filter_headers(raw)
+    if is_event_stream(headers):
+        # Stop nginx-style buffering between us and the client from batching SSE events.
+        headers.append((b"x-accel-buffering", b"no"))
+    for name, value in (extra or {}).items():
+        headers.append((name.lower().encode("latin-1"), value.encode("latin-1")))
+    return headers

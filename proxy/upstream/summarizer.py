@@ -1,0 +1,85 @@
+"""The LLM call that turns a span of conversation into a summary: the summarizer model, then fallbacks."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import httpx
+
+from proxy.compaction import Summarize, SummaryJob
+from proxy.config import Compaction, Settings
+
+log = logging.getLogger("inflight")
+
+
+class SummarizerError(RuntimeError):
+    pass
+
+
+class Summarizer:
+    """Posts a non-streaming chat completion to the summarizer's endpoint, trying each model in turn."""
+
+    def __init__(self, client: httpx.AsyncClient, *, base_url: str, timeout_s: float) -> None:
+        self.client = client
+        self.base_url = base_url.rstrip("/")
+        self.timeout_s = timeout_s
+
+    async def __call__(self, job: SummaryJob, *, models: Sequence[str], authorization: str | None) -> str:
+        errors: list[str] = []
+        for model in models:
+            try:
+                return await self.complete(job, model=model, authorization=authorization)
+            except (httpx.HTTPError, SummarizerError, ValueError) as exc:
+                errors.append(f"{model}: {type(exc).__name__}: {exc}")
+                log.info("[compaction] summarizer %s failed: %s", model, exc)
+        raise SummarizerError("; ".join(errors) or "no summarizer model")
+
+    async def complete(self, job: SummaryJob, *, model: str, authorization: str | None) -> str:
+        headers = {"authorization": authorization} if authorization else {}
+        body = {
+            "model": model,
+            "messages": job.messages(),
+            "max_tokens": job.max_tokens,
+            "temperature": 0,
+            "stream": False,
+        }
+        response = await self.client.post(
+            f"{self.base_url}/chat/completions", json=body, headers=headers, timeout=self.timeout_s
+        )
+        if response.status_code != 200:
+            raise SummarizerError(f"status {response.status_code}: {response.text[:200]}")
+        choices = response.json().get("choices") or []
+        content = choices[0].get("message", {}).get("content") if choices else None
+        if not isinstance(content, str) or not content.strip():
+            raise SummarizerError("no summary text in the response")
+        return content
+
+
+class Summarizers:
+    """The summarizer for one request: which endpoint, which models, whose key.
+
+    The key is `compaction.summarize.api_key`, else the upstream's own key when summaries go to the
+    upstream, else the client's `Authorization` (the summary is the client's spending).
+    """
+
+    def __init__(self, settings: Settings, client: httpx.AsyncClient) -> None:
+        self.settings = settings
+        self.client = client
+
+    def __call__(self, options: Compaction, *, model: str, client_authorization: str | None) -> Summarize:
+        summarize = options.summarize
+        summarizer = Summarizer(
+            self.client, base_url=summarize.base_url or self.settings.upstream.base_url, timeout_s=summarize.timeout_s
+        )
+        models = [summarize.model or model, *summarize.fallback_models]
+        authorization = client_authorization
+        if summarize.api_key:
+            authorization = f"Bearer {summarize.api_key}"
+        elif summarize.base_url is None and self.settings.upstream.api_key:
+            authorization = f"Bearer {self.settings.upstream.api_key}"
+
+        async def run(job: SummaryJob) -> str:
+            return await summarizer(job, models=models, authorization=authorization)
+
+        return run

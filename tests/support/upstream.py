@@ -1,0 +1,244 @@
+"""A real OpenAI-compatible upstream for tests: it records every request byte and every response byte.
+
+It is a raw ASGI app so that what it sends is exactly what it records. Tests steer it with the
+`x-scenario` request header (which the proxy forwards like any other header) or by queueing
+`Scripted` replies for the next chat completions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from tests.support.servers import read_body
+
+Headers = list[tuple[bytes, bytes]]
+
+
+@dataclass
+class Recorded:
+    method: str
+    path: str
+    query: bytes
+    headers: dict[str, str]
+    raw_headers: Headers
+    body: bytes
+    sent: bytearray = field(default_factory=bytearray)
+    status: int = 0
+    disconnected: threading.Event = field(default_factory=threading.Event)
+
+    def json(self) -> Any:
+        return orjson.loads(gzip.decompress(self.body) if self.headers.get("content-encoding") == "gzip" else self.body)
+
+
+@dataclass
+class Scripted:
+    """One canned reply: a status and a body, or SSE events (each a str or dict, sent as its own chunk)."""
+
+    status: int = 200
+    body: Any = None
+    events: list[Any] | None = None
+    content_type: str = "application/json"
+
+
+def sse(data: Any) -> bytes:
+    text = data if isinstance(data, str) else orjson.dumps(data).decode()
+    return f"data: {text}\n\n".encode()
+
+
+def completion(model: str, text: str = "Hello from upstream.", prompt_tokens: int = 11) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-test",
+        "object": "chat.completion",
+        "created": 1700000000,
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text, "refusal": None},
+                "logprobs": None,
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 5, "total_tokens": prompt_tokens + 5},
+        "system_fingerprint": "fp_test",
+    }
+
+
+def stream_events(model: str, *, include_usage: bool, prompt_tokens: int, chunks: int = 8) -> list[Any]:
+    base = {"id": "chatcmpl-stream", "object": "chat.completion.chunk", "created": 1700000000, "model": model}
+    events: list[Any] = [{**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}]
+    events += [
+        {**base, "choices": [{"index": 0, "delta": {"content": f"tok{i} "}, "finish_reason": None}]}
+        for i in range(chunks)
+    ]
+    call = {"index": 0, "id": "call_abc", "type": "function", "function": {"name": "read_file", "arguments": ""}}
+    events.append({**base, "choices": [{"index": 0, "delta": {"tool_calls": [call]}}]})
+    for piece in ['{"pa', 'th": "src/', 'app.py"}']:
+        delta = {"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}
+        events.append({**base, "choices": [{"index": 0, "delta": delta}]})
+    events.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
+    if include_usage:
+        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": chunks, "total_tokens": prompt_tokens + chunks}
+        events.append({**base, "choices": [], "usage": usage})
+    events.append("[DONE]")
+    return events
+
+
+def is_summarizer_call(payload: dict[str, Any]) -> bool:
+    messages = payload.get("messages") or [{}]
+    first = messages[0].get("content") if isinstance(messages[0], dict) else None
+    return isinstance(first, str) and first.startswith("You compact the history")
+
+
+class UpstreamApp:
+    def __init__(self) -> None:
+        self.requests: list[Recorded] = []
+        self.script: deque[Scripted] = deque()
+        # What `usage.prompt_tokens` reports: a fixed number, or a factor of the request's JSON length.
+        self.prompt_tokens: int | None = None
+        self.prompt_tokens_factor: float | None = None
+        # Summarizer calls (recognised by the proxy's summary prompt) are answered here, or fail.
+        self.summaries: list[Recorded] = []
+        self.summarizer_status = 200
+        self.models_body: Any = {
+            "object": "list",
+            "data": [{"id": "gpt-4o-mini", "object": "model", "created": 1700000000, "owned_by": "test"}],
+        }
+
+    def chat_requests(self) -> list[Recorded]:
+        """Chat completions the client's requests became (the proxy's summarizer calls are in `summaries`)."""
+        return [r for r in self.requests if r.path.endswith("/chat/completions") and r not in self.summaries]
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        body = await read_body(receive)
+        raw_headers: Headers = list(scope["headers"])
+        record = Recorded(
+            method=scope["method"],
+            path=scope["path"],
+            query=scope["query_string"],
+            headers={k.decode().lower(): v.decode("latin-1") for k, v in raw_headers},
+            raw_headers=raw_headers,
+            body=bytes(body),
+        )
+        self.requests.append(record)
+        await self.route(record, receive, send)
+
+    async def respond(self, record: Recorded, send: Any, status: int, body: bytes, content_type: str) -> None:
+        record.status = status
+        headers = [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode())]
+        headers.append((b"x-upstream-header", b"kept"))
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        record.sent += body
+        await send({"type": "http.response.body", "body": body})
+
+    async def stream(self, record: Recorded, send: Any, events: list[Any], *, delay: float = 0.0) -> None:
+        record.status = 200
+        headers = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        for event in events:
+            chunk = sse(event) if not isinstance(event, bytes) else event
+            record.sent += chunk
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            if delay:
+                await asyncio.sleep(delay)
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    def usage_tokens(self, record: Recorded) -> int:
+        if self.prompt_tokens is not None:
+            return self.prompt_tokens
+        if self.prompt_tokens_factor is not None:
+            return int(len(record.body) * self.prompt_tokens_factor)
+        return 11
+
+    async def route(self, record: Recorded, receive: Any, send: Any) -> None:
+        scenario = record.headers.get("x-scenario", "")
+        if scenario.startswith("status-"):
+            status = int(scenario.split("-")[1])
+            error = {"error": {"message": f"upstream says {status}", "type": "test_error", "param": None, "code": None}}
+            await self.respond(record, send, status, orjson.dumps(error), "application/json")
+            return
+        if scenario == "slow":
+            await asyncio.sleep(3)
+        if scenario == "hang":
+            # Two events, then nothing until the proxy closes the connection.
+            await self.stream_until_disconnect(record, receive, send)
+            return
+        if record.path == "/v1/models" and record.method == "GET":
+            await self.respond(record, send, 200, orjson.dumps(self.models_body), "application/json")
+            return
+        if record.path == "/v1/embeddings":
+            body = {"object": "list", "data": [{"object": "embedding", "index": 0, "embedding": [0.1, -0.2, 0.3]}]}
+            body |= {"model": "text-embedding-3-small", "usage": {"prompt_tokens": 2, "total_tokens": 2}}
+            await self.respond(record, send, 200, orjson.dumps(body), "application/json")
+            return
+        if record.path == "/v1/echo":
+            echo = {"method": record.method, "query": record.query.decode(), "length": len(record.body)}
+            await self.respond(record, send, 200, orjson.dumps(echo), "application/json")
+            return
+        if record.path == "/v1/chat/completions":
+            await self.chat(record, send)
+            return
+        await self.respond(
+            record, send, 404, b'{"error": {"message": "no route", "type": "not_found"}}', "application/json"
+        )
+
+    async def chat(self, record: Recorded, send: Any) -> None:
+        payload = record.json()
+        if is_summarizer_call(payload):
+            await self.summary(record, send, payload.get("model", "unknown"))
+            return
+        if self.script:
+            reply = self.script.popleft()
+            if reply.events is not None:
+                await self.stream(record, send, reply.events)
+            else:
+                body = reply.body if isinstance(reply.body, bytes) else orjson.dumps(reply.body)
+                await self.respond(record, send, reply.status, body, reply.content_type)
+            return
+        model = payload.get("model", "unknown")
+        if payload.get("stream"):
+            include_usage = bool((payload.get("stream_options") or {}).get("include_usage"))
+            delay = 0.02 if record.headers.get("x-scenario") == "paced" else 0.0
+            events = stream_events(model, include_usage=include_usage, prompt_tokens=self.usage_tokens(record))
+            await self.stream(record, send, events, delay=delay)
+        else:
+            body = orjson.dumps(completion(model, prompt_tokens=self.usage_tokens(record)))
+            await self.respond(record, send, 200, body, "application/json")
+
+    async def summary(self, record: Recorded, send: Any, model: str) -> None:
+        self.summaries.append(record)
+        if self.summarizer_status != 200:
+            error = {"error": {"message": "summarizer down", "type": "server_error", "param": None, "code": None}}
+            await self.respond(record, send, self.summarizer_status, orjson.dumps(error), "application/json")
+            return
+        text = f"## Original task\nFix the bug.\n## Progress and decisions\nSummary number {len(self.summaries)}."
+        await self.respond(record, send, 200, orjson.dumps(completion(model, text)), "application/json")
+
+    async def stream_until_disconnect(self, record: Recorded, receive: Any, send: Any) -> None:
+        record.status = 200
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
+        for event in stream_events("m", include_usage=False, prompt_tokens=1)[:2]:
+            chunk = sse(event)
+            record.sent += chunk
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        try:
+            message = await asyncio.wait_for(receive(), timeout=15)
+        except TimeoutError:
+            return
+        if message["type"] == "http.disconnect":
+            record.disconnected.set()
