@@ -1,6 +1,6 @@
 """Does compaction keep agents alive, cheaply and stably? Replays the shared traces turn by turn.
 
-    python benchmarks/compaction.py [--window 4000 8000] [--hits 30] [--verbose]
+    python -m benchmarks.compaction [--window 4000 8000] [--hits 30] [--verbose]
 
 A loopback upstream enforces a small context window (counting with o200k_base, refusing like
 OpenAI) and answers summarizer calls. Each trace is replayed turn by turn (request k is the first
@@ -17,64 +17,22 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import httpx
+import orjson
 
-import httpx  # noqa: E402
-import orjson  # noqa: E402
-from conversations import grow, load_traces  # noqa: E402
-from harness import free_port, inflight, median, percentile, process, read_body, table  # noqa: E402
-
-from proxy.tokens import TokenCounter  # noqa: E402
+from benchmarks.conversations import grow, load_traces
+from benchmarks.harness import median, percentile, table
+from proxy.tokens import TokenCounter
+from tests.support.processes import fake_upstream, inflight
 
 SMALL_MODEL = "gpt-4o-small-window"
 
 
-def make_upstream(window: int) -> Any:
-    counter = TokenCounter()
-    stats: dict[str, Any] = {"summaries": 0}
-    last: dict[str, Any] = {"messages": []}
-
-    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            return
-        body = await read_body(receive)
-        status, reply = 200, {}
-        if scope["path"] == "/stats":
-            reply = stats
-        elif scope["path"] == "/last":
-            reply = last
-        elif scope["path"].endswith("/chat/completions"):
-            payload = orjson.loads(body)
-            tokens = counter.count_request(payload, "o200k_base").total
-            first = payload["messages"][0].get("content") or ""
-            text = "ok"
-            if isinstance(first, str) and first.startswith("You compact the history"):
-                stats["summaries"] += 1
-                text = "## Original task\nFix the issue.\n## Progress and decisions\nReproduced; edited fields.py."
-            else:
-                last["messages"] = payload["messages"]
-            if payload["model"] == SMALL_MODEL and tokens > window:
-                status = 400
-                message_text = (
-                    f"This model's maximum context length is {window} tokens. However, your messages resulted in "
-                    f"{tokens} tokens. Please reduce the length of the messages."
-                )
-                error = {"message": message_text, "type": "invalid_request_error", "param": "messages"}
-                reply = {"error": {**error, "code": "context_length_exceeded"}}
-            if status == 200 and not reply:
-                message = {"role": "assistant", "content": text}
-                usage = {"prompt_tokens": tokens, "completion_tokens": 1, "total_tokens": tokens + 1}
-                reply = {"id": "c", "object": "chat.completion", "model": payload["model"], "usage": usage}
-                reply["choices"] = [{"index": 0, "message": message, "finish_reason": "stop"}]
-        data = orjson.dumps(reply)
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": data})
-
-    return app
+def upstream_stats(client: httpx.Client, direct: str) -> dict[str, Any]:
+    stats: dict[str, Any] = client.get(direct.removesuffix("/v1") + "/_upstream/stats").json()
+    return stats
 
 
 def replay_requests(messages: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
@@ -86,7 +44,7 @@ def replay(name: str, body: dict[str, Any], direct: str, proxied: str, client: h
     counter = TokenCounter()
     fail_direct = fail_proxy = hits = stable = after_first = 0
     tokens_direct = tokens_proxy = 0
-    summaries_before = client.get(direct.removesuffix("/v1") + "/stats").json()["summaries"]
+    summaries_before = upstream_stats(client, direct)["summaries"]
     previous: list[Any] | None = None
     session = f"{name}-{time.time()}"
     for messages in replay_requests(body["messages"]):
@@ -100,7 +58,7 @@ def replay(name: str, body: dict[str, Any], direct: str, proxied: str, client: h
             print(f"  {name} turn {len(messages)}: {response.status_code} {response.text[:300]}", file=sys.stderr)
         tokens_proxy += int(response.headers.get("x-inflight-tokens-after", 0))
         actions = response.headers.get("x-inflight-actions", "none").split(",")
-        sent = client.get(direct.removesuffix("/v1") + "/last").json()["messages"]
+        sent = upstream_stats(client, direct)["last_messages"]
         if previous is not None:
             after_first += 1
             stable += sent[: len(previous)] == previous
@@ -121,7 +79,7 @@ def replay(name: str, body: dict[str, Any], direct: str, proxied: str, client: h
             hits += 1
         if actions != ["none"] or previous is not None:
             previous = sent
-    summaries = client.get(direct.removesuffix("/v1") + "/stats").json()["summaries"] - summaries_before
+    summaries = upstream_stats(client, direct)["summaries"] - summaries_before
     stability = f"{100 * stable / after_first:.0f}%" if after_first else "-"
     turns = len(replay_requests(body["messages"]))
     return [name, turns, fail_direct, fail_proxy, f"{tokens_direct:,}", f"{tokens_proxy:,}", summaries, hits, stability]
@@ -155,19 +113,10 @@ def main() -> None:
     parser.add_argument("--window", type=int, nargs="+", default=[4000, 8000], help="the small upstream's windows")
     parser.add_argument("--hits", type=int, default=30, help="record-hit turns to time at 128k tokens")
     parser.add_argument("--verbose", action="store_true", help="print each turn's actions")
-    parser.add_argument("--serve-upstream", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.serve_upstream:
-        import uvicorn
-
-        uvicorn.run(make_upstream(args.window[0]), port=args.serve_upstream, log_level="warning", access_log=False)
-        return
     for number, window in enumerate(args.window):
-        port = free_port()
         config = f'models: {{"{SMALL_MODEL}": {{context_window: {window}}}, "gpt-4o": {{context_window: 100000}}}}\n'
-        command = [sys.executable, __file__, "--serve-upstream", str(port), "--window", str(window)]
-        with process(command, port), httpx.Client(timeout=60) as client:
-            direct = f"http://127.0.0.1:{port}/v1"
+        with fake_upstream("--window", f"{SMALL_MODEL}={window}") as direct, httpx.Client(timeout=60) as client:
             with inflight(direct, config) as proxied:
                 rows = [replay(name, body, direct, proxied, client) for name, body in load_traces().items()]
                 header = ["trace", "turns", "fail direct", "fail inflight", "tokens direct", "tokens inflight"]

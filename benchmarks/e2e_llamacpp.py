@@ -1,6 +1,6 @@
 """The agent loop of the e2e test through inflight against a real llama.cpp server, turn by turn.
 
-    python benchmarks/e2e_llamacpp.py [--learn]
+    python -m benchmarks.e2e_llamacpp [--learn]
 
 Needs llama-cpp-python[server] and the SmolLM2 GGUF (`.ci/run` fetches both). Prints, per turn:
 the server's own prompt tokens (usage), inflight's estimate, the action taken, the latency, and
@@ -14,16 +14,13 @@ from __future__ import annotations
 import argparse
 import re
 import statistics
-import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from harness import free_port, inflight, table  # noqa: E402
-
-from tests.e2e.agent import N_CTX, AgentLoop, llama_server, tool_outputs  # noqa: E402
+from benchmarks.harness import table
+from tests.e2e.agent import N_CTX, AgentLoop, llama_server, tool_outputs
+from tests.support.processes import inflight
+from tests.support.servers import free_port
 
 PROMPT_EVAL = re.compile(r"prompt eval time =\s+([\d.]+) ms /\s+(\d+) tokens")
 

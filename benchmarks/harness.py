@@ -1,66 +1,25 @@
-"""Shared pieces of the benchmark scripts: start servers as subprocesses, wait for ports, summarise."""
+"""What the benchmark scripts share: a bare HTTP/1.1 client and the figures they print.
+
+Servers come from `tests.support` (the fake upstream and the proxy, each in its own process).
+Run the scripts from the repository root as `python -m benchmarks.NAME`.
+"""
 
 from __future__ import annotations
 
-import os
-import socket
+import asyncio
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from pathlib import Path
+from collections.abc import Sequence
+from urllib.parse import urlsplit
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import orjson
 
-from tests.support.servers import free_port, read_body  # noqa: E402
-
-__all__ = ["free_port", "read_body", "inflight", "median", "percentile", "process", "table", "wait_for_port"]
-
-
-def wait_for_port(port: int, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.02)
-    raise RuntimeError(f"nothing listening on port {port}")
-
-
-@contextmanager
-def process(args: Sequence[str], port: int, *, env: dict[str, str] | None = None) -> Iterator[None]:
-    """Run a server subprocess until the block ends; its output is discarded."""
-    proc = subprocess.Popen(
-        list(args),
-        cwd=ROOT,
-        env={**os.environ, **(env or {})},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_for_port(port)
-        yield
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-
-
-@contextmanager
-def inflight(upstream_url: str, config: str = "") -> Iterator[str]:
-    """An inflight proxy subprocess in front of `upstream_url`; yields its /v1 base URL."""
-    port = free_port()
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as handle:
-        handle.write(config)
-    cmd = [sys.executable, "-m", "proxy", "serve", "--config", handle.name, "--port", str(port)]
-    try:
-        with process([*cmd, "--upstream", upstream_url], port):
-            yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        os.unlink(handle.name)
+CHAT_REQUEST = orjson.dumps(
+    {
+        "model": "gpt-4o-mini",
+        "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say ok."}],
+    }
+)
 
 
 def percentile(values: Sequence[float], pct: float) -> float:
@@ -81,3 +40,44 @@ def table(rows: Sequence[Sequence[object]], header: Sequence[str]) -> str:
     lines = ["| " + " | ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)) + " |" for row in cells]
     lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
     return "\n".join(lines)
+
+
+class RawConnection:
+    """A bare keep-alive HTTP/1.1 connection: at concurrency 32 httpx's own pool would be the bottleneck."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes) -> None:
+        self.reader, self.writer, self.request = reader, writer, request
+
+    @classmethod
+    async def open(cls, url: str, body: bytes = CHAT_REQUEST, extra_header: str = "") -> RawConnection:
+        parts = urlsplit(url)
+        reader, writer = await asyncio.open_connection(parts.hostname, parts.port)
+        head = (
+            f"POST {parts.path} HTTP/1.1\r\nHost: {parts.netloc}\r\nContent-Type: application/json\r\n"
+            f"{extra_header}Content-Length: {len(body)}\r\n\r\n"
+        )
+        return cls(reader, writer, head.encode() + body)
+
+    async def post(self) -> float:
+        start = time.perf_counter()
+        self.writer.write(self.request)
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200"), head
+        length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+        await self.reader.readexactly(length)
+        return (time.perf_counter() - start) * 1000
+
+    async def stream(self) -> tuple[float, int]:
+        """Time to the first body byte of a chunked SSE response, and the number of events in it."""
+        start = time.perf_counter()
+        self.writer.write(self.request)
+        data = b""
+        ttfb = 0.0
+        while not data.endswith(b"\r\n0\r\n\r\n"):
+            data += await self.reader.read(65536)
+            if not ttfb and b"\r\n\r\n" in data and not data.endswith(b"\r\n\r\n"):
+                ttfb = (time.perf_counter() - start) * 1000
+        return ttfb, data.count(b"data: ")
+
+    def close(self) -> None:
+        self.writer.close()

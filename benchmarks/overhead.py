@@ -1,63 +1,26 @@
 """What inflight costs when it has nothing to do: added latency, throughput and time-to-first-byte.
 
-Starts a minimal upstream (zero-latency JSON; SSE with 64 events at a fixed interval) and an
+Starts the fake upstream (zero-latency JSON; SSE with 64 events at a fixed interval) and an
 inflight proxy in front of it, each in its own process, then measures direct and proxied
 requests interleaved in the same run. Prints a table; it asserts nothing.
 
-    python benchmarks/overhead.py [--requests 2000] [--streams 200]
+    python -m benchmarks.overhead [--requests 2000] [--streams 200]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
 import time
-from pathlib import Path
-from typing import Any
-from urllib.parse import urlsplit
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import orjson
 
-import orjson  # noqa: E402
-from harness import free_port, inflight, median, percentile, process, read_body, table  # noqa: E402
+from benchmarks.harness import CHAT_REQUEST, RawConnection, median, percentile, table
+from tests.support.processes import fake_upstream, inflight
 
 EVENTS = 64
 INTERVAL_S = 0.002
-COMPLETION = orjson.dumps(
-    {
-        "id": "chatcmpl-bench",
-        "object": "chat.completion",
-        "created": 1,
-        "model": "gpt-4o-mini",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 20, "completion_tokens": 1, "total_tokens": 21},
-    }
-)
-CHUNK = b'data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"tok "}}]}\n\n'
-REQUEST = orjson.dumps(
-    {
-        "model": "gpt-4o-mini",
-        "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say ok."}],
-    }
-)
-STREAM_REQUEST = orjson.dumps({**orjson.loads(REQUEST), "stream": True})
-
-
-async def upstream_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-    if scope["type"] != "http":
-        return
-    body = await read_body(receive)
-    if b'"stream":true' not in body:
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(COMPLETION)).encode())]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        await send({"type": "http.response.body", "body": COMPLETION})
-        return
-    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
-    for _ in range(EVENTS):
-        await send({"type": "http.response.body", "body": CHUNK, "more_body": True})
-        await asyncio.sleep(INTERVAL_S)
-    await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
+STREAM_REQUEST = orjson.dumps({**orjson.loads(CHAT_REQUEST), "stream": True})
 
 
 async def sequential(direct: str, proxied: str, count: int) -> dict[str, list[float]]:
@@ -72,47 +35,6 @@ async def sequential(direct: str, proxied: str, count: int) -> dict[str, list[fl
     for connection in connections.values():
         connection.close()
     return results
-
-
-class RawConnection:
-    """A bare keep-alive HTTP/1.1 connection: at concurrency 32 httpx's own pool would be the bottleneck."""
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes) -> None:
-        self.reader, self.writer, self.request = reader, writer, request
-
-    @classmethod
-    async def open(cls, url: str, body: bytes = REQUEST, extra_header: str = "") -> RawConnection:
-        parts = urlsplit(url)
-        reader, writer = await asyncio.open_connection(parts.hostname, parts.port)
-        head = (
-            f"POST {parts.path} HTTP/1.1\r\nHost: {parts.netloc}\r\nContent-Type: application/json\r\n"
-            f"{extra_header}Content-Length: {len(body)}\r\n\r\n"
-        )
-        return cls(reader, writer, head.encode() + body)
-
-    async def post(self) -> float:
-        start = time.perf_counter()
-        self.writer.write(self.request)
-        head = await self.reader.readuntil(b"\r\n\r\n")
-        assert head.startswith(b"HTTP/1.1 200"), head
-        length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
-        await self.reader.readexactly(length)
-        return (time.perf_counter() - start) * 1000
-
-    async def stream(self) -> tuple[float, int]:
-        """Time to the first body byte of a chunked SSE response, and the number of events in it."""
-        start = time.perf_counter()
-        self.writer.write(self.request)
-        data = b""
-        ttfb = 0.0
-        while not data.endswith(b"\r\n0\r\n\r\n"):
-            data += await self.reader.read(65536)
-            if not ttfb and b"\r\n\r\n" in data and not data.endswith(b"\r\n\r\n"):
-                ttfb = (time.perf_counter() - start) * 1000
-        return ttfb, data.count(b"data: ")
-
-    def close(self) -> None:
-        self.writer.close()
 
 
 async def concurrent(url: str, *, concurrency: int, seconds: float) -> tuple[list[float], float]:
@@ -182,7 +104,7 @@ async def measure(direct: str, proxied: str, args: argparse.Namespace) -> None:
     rps_direct, rps_proxy = median(conc["direct"][1]), median(conc["proxy"][1])
     added_rps = f"{rps_proxy - rps_direct:+.0f}"
     rows.append(["requests/s, concurrency 32", f"{rps_direct:.0f}", f"{rps_proxy:.0f}", added_rps])
-    sent = EVENTS + 1
+    sent = EVENTS + 7  # the role event, the content events, four tool-call events, the finish event, [DONE]
     received = f"{sum(stream['proxy'][1])}/{sent * args.streams}"
     rows.append(["stream events received/sent", f"{sum(stream['direct'][1])}/{sent * args.streams}", received, ""])
     print(table(rows, ["measure", "direct", "via inflight", "added"]))
@@ -194,16 +116,8 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=200, help="stream pairs")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds at concurrency 32")
     parser.add_argument("--seconds", type=float, default=2.0, help="length of each concurrent round")
-    parser.add_argument("--serve-upstream", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.serve_upstream:
-        import uvicorn
-
-        uvicorn.run(upstream_app, host="127.0.0.1", port=args.serve_upstream, log_level="warning", access_log=False)
-        return
-    port = free_port()
-    with process([sys.executable, __file__, "--serve-upstream", str(port)], port):
-        direct = f"http://127.0.0.1:{port}/v1"
+    with fake_upstream("--stream-chunks", str(EVENTS), "--stream-interval", str(INTERVAL_S)) as direct:
         with inflight(direct) as proxied:
             print(f"upstream {direct}, proxy {proxied}; {args.requests} sequential pairs, {args.streams} stream pairs")
             asyncio.run(measure(direct, proxied, args))

@@ -1,6 +1,6 @@
 """What counting costs: cold and warm counts of long agent conversations, and the event loop under load.
 
-    python benchmarks/tokens.py [--seconds 6]
+    python -m benchmarks.tokens [--seconds 6]
 
 1. Cold count of 32k/128k/200k-token conversations vs a bare `encode_ordinary` over the same strings
    (target: within 1.1x).
@@ -16,22 +16,18 @@ import argparse
 import asyncio
 import multiprocessing
 import statistics
-import sys
 import time
 from multiprocessing.sharedctypes import Synchronized
 from multiprocessing.synchronize import Event
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import orjson
 
-import orjson  # noqa: E402
-from conversations import grow  # noqa: E402
-from harness import free_port, inflight, percentile, process, table  # noqa: E402
-from overhead import RawConnection  # noqa: E402
-
-from proxy.tokens import TokenCounter  # noqa: E402
-from proxy.tokens.encodings import load_encoding  # noqa: E402
+from benchmarks.conversations import grow
+from benchmarks.harness import RawConnection, percentile, table
+from proxy.tokens import TokenCounter
+from proxy.tokens.encodings import load_encoding
+from tests.support.processes import fake_upstream, inflight
 
 SIZES = (32_000, 128_000, 200_000)
 
@@ -138,10 +134,9 @@ def load_process(url: str, ready: Event, stop: Event, sent: Synchronized[int]) -
 
 
 def loop_table(seconds: float) -> None:
-    port = free_port()
     config = 'models: {"gpt-4o*": {context_window: 1000000}}\n'  # count only: nothing to compact here
-    with process([sys.executable, str(Path(__file__).with_name("overhead.py")), "--serve-upstream", str(port)], port):
-        with inflight(f"http://127.0.0.1:{port}/v1", config) as proxied:
+    with fake_upstream() as direct:
+        with inflight(direct, config) as proxied:
             url = f"{proxied}/chat/completions"
             quiet = asyncio.run(small_latencies(url, seconds))
             ready, stop, sent = multiprocessing.Event(), multiprocessing.Event(), multiprocessing.Value("i", 0)

@@ -9,11 +9,11 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from cachetools import LRUCache
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 ENV_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -116,6 +116,12 @@ class ModelEntry(Section):
     compaction: dict[str, Any] | None = None
 
 
+@dataclass(frozen=True)
+class ModelSettings:
+    compaction: Compaction
+    encoding: str | None  # the `models:` entry's encoding override
+
+
 class Settings(Section):
     listen: Listen = Listen()
     upstream: Upstream = Upstream()
@@ -126,8 +132,6 @@ class Settings(Section):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     # Each `models.<glob>.compaction` merged over the global block once, here, not on every request.
     _compactions: dict[str, Compaction] = PrivateAttr(default_factory=dict)
-    # Which `models:` key a model name falls under, asked on every request: cached.
-    _patterns: LRUCache[str, str | None] = PrivateAttr(default_factory=lambda: LRUCache(maxsize=4096))
 
     @model_validator(mode="after")
     def _model_overrides_valid(self) -> Settings:
@@ -155,11 +159,11 @@ class Settings(Section):
         """The `models:` key for this model: an exact name wins over any glob, else the first glob that matches."""
         if model in self.models:
             return model
-        if model in self._patterns:
-            return self._patterns[model]
-        pattern = next((pattern for pattern in self.models if fnmatch.fnmatchcase(model, pattern)), None)
-        self._patterns[model] = pattern
-        return pattern
+        return next((pattern for pattern in self.models if fnmatch.fnmatchcase(model, pattern)), None)
+
+    def for_model(self, model: str) -> ModelSettings:
+        """Everything configured for one model, resolved at once (callers cache it: it walks the globs)."""
+        return ModelSettings(self.compaction_for(model), self.encoding_override(model))
 
 
 def _merge_compaction(base: Compaction, override: dict[str, Any]) -> Compaction:

@@ -13,10 +13,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+from cachetools import LRUCache
 
 from proxy.accounting import Accounting, Counted
 from proxy.compaction import (
     Budget,
+    Compactor,
     Conversation,
     ConversationCompactions,
     Outcome,
@@ -25,7 +27,7 @@ from proxy.compaction import (
     conversation_key,
     head_length,
 )
-from proxy.config import Settings
+from proxy.config import ModelSettings, Settings
 from proxy.policy.calibration import Calibration
 from proxy.policy.refusals import Refusal
 from proxy.policy.retry import retry_limit
@@ -78,6 +80,14 @@ class ChatPipeline:
         self.calibration = calibration
         self.compactions = compactions
         self.summarizers = summarizers
+        self._models: LRUCache[str, ModelSettings] = LRUCache(maxsize=4096)
+
+    def model_settings(self, model: str) -> ModelSettings:
+        """The config for `model` (a glob walk, so cached: it is asked several times a request)."""
+        found = self._models.get(model)
+        if found is None:
+            found = self._models[model] = self.settings.for_model(model)
+        return found
 
     def count(self, raw: bytes, payload: dict[str, Any]) -> Counted | None:
         """The request counted, or None when it is no chat request we can count. CPU only: may run in a thread."""
@@ -89,15 +99,13 @@ class ChatPipeline:
             or not all(isinstance(m, dict) for m in messages)
         ):
             return None
-        choice = choose_encoding(model, self.settings.encoding_override(model))
+        choice = choose_encoding(model, self.model_settings(model).encoding)
         return Counted(raw, payload, model, choice, self.counter.count_request(payload, choice.name))
 
     def encoding_ready(self, payload: dict[str, Any]) -> bool:
         """Whether counting this request can start at once (its encoding is built)."""
         model = payload.get("model")
-        return not isinstance(model, str) or is_loaded(
-            choose_encoding(model, self.settings.encoding_override(model)).name
-        )
+        return not isinstance(model, str) or is_loaded(choose_encoding(model, self.model_settings(model).encoding).name)
 
     async def account(self, counted: Counted, fetch_models: FetchModels | None) -> Accounting:
         """The request's window, budget and calibration; `fetch_models` None: no discovery (offline)."""
@@ -106,7 +114,7 @@ class ChatPipeline:
             limits = self.registry.resolve(model)
         else:
             limits = await self.registry.resolve_async(model, fetch_models)
-        reserve_tokens = self.settings.compaction_for(model).reserve_tokens
+        reserve_tokens = self.model_settings(model).compaction.reserve_tokens
         return Accounting(
             model=model,
             encoding=counted.encoding.name,
@@ -119,7 +127,7 @@ class ChatPipeline:
 
     def compacts(self, model: str, options: Options) -> bool:
         """Whether this request may be rewritten and retried at all."""
-        return self.settings.compaction_for(model).enabled and options.mode != "off"
+        return self.model_settings(model).compaction.enabled and options.mode != "off"
 
     async def prepare(
         self,
@@ -154,70 +162,46 @@ class ChatPipeline:
             return untouched
         if outcome is None:
             return untouched
-        return self.rewritten(counted, accounting, outcome, limit=limit, key=self.key(counted, options))
+        return rewritten(counted, accounting, outcome, limit=limit, key=self.key(counted, options))
 
     async def compact(
         self, counted: Counted, accounting: Accounting, options: Options, *, limit: int, force: bool
     ) -> Outcome | None:
-        settings = self.settings.compaction_for(accounting.model)
+        settings = self.model_settings(accounting.model).compaction
         count = counted.count
         conversation = Conversation(counted.payload["messages"], count.messages, count.digests, count.fixed)
         budget = Budget.of(int(limit / accounting.ratio), settings)  # compaction counts in our own units
-        encoding = self.counter.encoding(accounting.encoding)
-        summarize = None
-        if self.summarizers is not None:
-            summarize = self.summarizers(settings, model=accounting.model, client_authorization=options.authorization)
-        # The summarizer's reply is bounded by max_summary_tokens, which the stages keep room for.
-        summary_window = self.registry.resolve(settings.summarize.model or accounting.model).context_window
-        compactor = build_compactor(
-            settings,
-            count_message=lambda message: self.counter.count_message(message, encoding),
-            count_text=lambda text: len(encoding.encode_ordinary(text)),
-            summarize=summarize,
-            summarizer_input_tokens=int(summary_window / accounting.ratio),
-        )
         key = self.key(counted, options)
+
+        def compactor() -> Compactor:
+            encoding = self.counter.encoding(accounting.encoding)
+            summarize = None
+            if self.summarizers is not None:
+                summarize = self.summarizers(
+                    settings, model=accounting.model, client_authorization=options.authorization
+                )
+            # The summarizer's reply is bounded by max_summary_tokens, which the stages keep room for.
+            summary_window = self.registry.resolve(settings.summarize.model or accounting.model).context_window
+            return build_compactor(
+                settings,
+                count_message=lambda message: self.counter.count_message(message, encoding),
+                count_text=lambda text: len(encoding.encode_ordinary(text)),
+                summarize=summarize,
+                summarizer_input_tokens=int(summary_window / accounting.ratio),
+            )
+
         return await self.compactions.compact(key, conversation, compactor=compactor, budget=budget, force=force)
 
     def key(self, counted: Counted, options: Options) -> str:
         head = counted.count.digests[: head_length(counted.payload["messages"])]
         return conversation_key(session=options.session, model=counted.model, head_digests=head)
 
-    def rewritten(
-        self, counted: Counted, accounting: Accounting, outcome: Outcome, *, limit: int, key: str
-    ) -> Prepared:
-        before, after = accounting.calibrated(outcome.tokens_before), accounting.calibrated(outcome.tokens_after)
-        actions = ",".join(outcome.actions)
-        headers = accounting.headers() | {
-            "x-inflight-tokens-before": str(before),
-            "x-inflight-tokens-after": str(after),
-            "x-inflight-actions": actions,
-        }
-        fields: dict[str, object] = {
-            "actions": actions,
-            "compacted": f"{before}->{after}/{limit}",
-            "key": key[:48],
-            "replaced": outcome.messages_replaced,
-            "summarizer_calls": outcome.summarizer_calls,
-            "summarizer_ms": f"{outcome.summarizer_ms:.0f}" if outcome.summarizer_ms is not None else "-",
-        }
-        fields |= dict(note.split("=", 1) for note in outcome.notes if "=" in note)
-        too_long = None
-        if not outcome.fits:
-            too_long = (
-                f"This request needs at least {after:,} prompt tokens after compaction (it had {before:,}), but "
-                f"{accounting.model} allows {limit:,} ({accounting.limits.context_window:,}-token context window "
-                "minus the tokens reserved for the reply). Shorten the system prompt, the tools or the last message."
-            )
-        body = orjson.dumps({**counted.payload, "messages": outcome.messages})
-        return Prepared(body, True, outcome.tokens_after, limit, headers, fields, outcome, too_long)
-
     def learn(self, accounting: Accounting, refusal: Refusal, prepared: Prepared, payload: dict[str, Any]) -> int:
         """Record what the refusal says; the (calibrated) budget to compact the retry against."""
         learned_budget = None
         if refusal.context_window:
             self.registry.learn(accounting.model, refusal.context_window)
-            reserve_tokens = self.settings.compaction_for(accounting.model).reserve_tokens
+            reserve_tokens = self.model_settings(accounting.model).compaction.reserve_tokens
             learned_budget = budget_for(payload, reserve_tokens=reserve_tokens, context_window=refusal.context_window)
         if refusal.prompt_tokens and prepared.sent_tokens:
             self.calibration.record(accounting.model, estimate=prepared.sent_tokens, actual=refusal.prompt_tokens)
@@ -228,3 +212,32 @@ class ChatPipeline:
             sent=accounting.calibrated(prepared.sent_tokens),
             upstream_prompt=refusal.prompt_tokens,
         )
+
+
+def rewritten(counted: Counted, accounting: Accounting, outcome: Outcome, *, limit: int, key: str) -> Prepared:
+    """The compacted body, with the headers and log fields that say what was done to it."""
+    before, after = accounting.calibrated(outcome.tokens_before), accounting.calibrated(outcome.tokens_after)
+    actions = ",".join(outcome.actions)
+    headers = accounting.headers() | {
+        "x-inflight-tokens-before": str(before),
+        "x-inflight-tokens-after": str(after),
+        "x-inflight-actions": actions,
+    }
+    fields: dict[str, object] = {
+        "actions": actions,
+        "compacted": f"{before}->{after}/{limit}",
+        "key": key[:48],
+        "replaced": outcome.messages_replaced,
+        "summarizer_calls": outcome.summarizer_calls,
+        "summarizer_ms": f"{outcome.summarizer_ms:.0f}" if outcome.summarizer_ms is not None else "-",
+    }
+    fields |= dict(note.split("=", 1) for note in outcome.notes if "=" in note)
+    too_long = None
+    if not outcome.fits:
+        too_long = (
+            f"This request needs at least {after:,} prompt tokens after compaction (it had {before:,}), but "
+            f"{accounting.model} allows {limit:,} ({accounting.limits.context_window:,}-token context window "
+            "minus the tokens reserved for the reply). Shorten the system prompt, the tools or the last message."
+        )
+    body = orjson.dumps({**counted.payload, "messages": outcome.messages})
+    return Prepared(body, True, outcome.tokens_after, limit, headers, fields, outcome, too_long)

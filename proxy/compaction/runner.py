@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import weakref
+from collections.abc import Callable
 
 from proxy.compaction.compactor import Compactor
 from proxy.compaction.conversation import Conversation
@@ -23,14 +24,26 @@ class ConversationCompactions:
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
     async def compact(
-        self, key: str, conversation: Conversation, *, compactor: Compactor, budget: Budget, force: bool
+        self,
+        key: str,
+        conversation: Conversation,
+        *,
+        compactor: Callable[[], Compactor],
+        budget: Budget,
+        force: bool,
     ) -> Outcome | None:
-        """The outcome (None: send the conversation untouched); the record is saved under `key`."""
+        """The outcome (None: send the conversation untouched); the record is saved under `key`.
+
+        Most requests fit and have no record: they are told so without a lock or a compactor.
+        """
+        if not force and conversation.tokens <= budget.prune_at:
+            if best_record(await self.records.load(key), conversation.digests) is None:
+                return None
         lock = self._locks.setdefault(key, asyncio.Lock())
         async with lock:
             records = await self.records.load(key)
             record = best_record(records, conversation.digests)
-            outcome = await compactor.run(conversation, budget=budget, record=record, force=force)
+            outcome = await compactor().run(conversation, budget=budget, record=record, force=force)
             if outcome is not None:
                 await self.records.save(key, with_record(records, record, outcome.record))
             return outcome

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import httpcore
 
 from proxy.upstream.headers import RawHeaders
+from proxy.upstream.network import AsyncioBackend
 
 # Errors that mean a reused keep-alive connection had been closed by the upstream in the meantime.
 STALE_CONNECTION_ERRORS = (httpcore.RemoteProtocolError, httpcore.WriteError, httpcore.ReadError)
@@ -58,6 +59,7 @@ class ConnectionPool:
         self._idle: list[httpcore.AsyncHTTPConnection] = []
         self._slots: asyncio.Semaphore | None = None
         self._closing: set[asyncio.Task[None]] = set()
+        self._backend = AsyncioBackend()
 
     async def request(
         self,
@@ -125,7 +127,9 @@ class ConnectionPool:
         return self._new_connection(origin), False
 
     def _new_connection(self, origin: httpcore.Origin) -> httpcore.AsyncHTTPConnection:
-        return httpcore.AsyncHTTPConnection(origin=origin, keepalive_expiry=self.keepalive_expiry_s)
+        return httpcore.AsyncHTTPConnection(
+            origin=origin, keepalive_expiry=self.keepalive_expiry_s, network_backend=self._backend
+        )
 
     def release(self, connection: httpcore.AsyncHTTPConnection) -> None:
         if connection.is_idle():

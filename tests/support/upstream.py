@@ -1,12 +1,17 @@
-"""A real OpenAI-compatible upstream for tests: it records every request byte and every response byte.
+"""The one fake OpenAI-compatible upstream, for tests and benchmarks: it records every byte both ways.
 
 It is a raw ASGI app so that what it sends is exactly what it records. Tests steer it with the
 `x-scenario` request header (which the proxy forwards like any other header) or by queueing
-`Scripted` replies for the next chat completions.
+`Scripted` replies for the next chat completions. It can enforce a context window per model,
+refusing like OpenAI does, and it answers the proxy's summarizer calls.
+
+Benchmarks run it in its own process: `python -m tests.support.upstream --port N [--window M=T]`;
+`GET /_upstream/stats` then tells them what it saw.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import gzip
 import threading
@@ -16,6 +21,7 @@ from typing import Any
 
 import orjson
 
+from proxy.tokens import TokenCounter
 from tests.support.servers import read_body
 
 Headers = list[tuple[bytes, bytes]]
@@ -97,8 +103,41 @@ def is_summarizer_call(payload: dict[str, Any]) -> bool:
     return isinstance(first, str) and first.startswith("You compact the history")
 
 
+def context_refusal(window: int, tokens: int) -> dict[str, Any]:
+    """OpenAI's answer to a prompt over the window, word for word."""
+    message = (
+        f"This model's maximum context length is {window} tokens. However, your messages resulted in "
+        f"{tokens} tokens. Please reduce the length of the messages."
+    )
+    return {
+        "error": {
+            "message": message,
+            "type": "invalid_request_error",
+            "param": "messages",
+            "code": "context_length_exceeded",
+        }
+    }
+
+
 class UpstreamApp:
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        *,
+        windows: dict[str, int] | None = None,
+        record: bool = True,
+        stream_chunks: int = 8,
+        stream_interval: float = 0.0,
+    ) -> None:
+        """`windows`: context windows to enforce, by model (counted with o200k_base); `record`: keep every
+        request (a benchmark's long run would not); each stream has `stream_chunks` content events,
+        `stream_interval` seconds apart."""
+        self.windows = windows or {}
+        self.record = record
+        self.stream_chunks = stream_chunks
+        self.stream_interval = stream_interval
+        self.counter = TokenCounter()
+        self.last_messages: list[Any] = []  # the last client chat's messages (not a summarizer call)
+        self.summary_count = 0
         self.requests: list[Recorded] = []
         self.script: deque[Scripted] = deque()
         # What `usage.prompt_tokens` reports: a fixed number, or a factor of the request's JSON length.
@@ -135,7 +174,8 @@ class UpstreamApp:
             raw_headers=raw_headers,
             body=bytes(body),
         )
-        self.requests.append(record)
+        if self.record:
+            self.requests.append(record)
         await self.route(record, receive, send)
 
     async def respond(self, record: Recorded, send: Any, status: int, body: bytes, content_type: str) -> None:
@@ -178,6 +218,10 @@ class UpstreamApp:
             # Two events, then nothing until the proxy closes the connection.
             await self.stream_until_disconnect(record, receive, send)
             return
+        if record.path == "/_upstream/stats":
+            stats = {"summaries": self.summary_count, "last_messages": self.last_messages}
+            await self.respond(record, send, 200, orjson.dumps(stats), "application/json")
+            return
         if record.path == "/v1/models" and record.method == "GET":
             await self.respond(record, send, 200, orjson.dumps(self.models_body), "application/json")
             return
@@ -211,22 +255,34 @@ class UpstreamApp:
                 await self.respond(record, send, reply.status, body, reply.content_type)
             return
         model = payload.get("model", "unknown")
+        self.last_messages = payload.get("messages") or []
+        window = self.windows.get(model)
+        if window is not None:
+            tokens = self.counter.count_request(payload, "o200k_base").total
+            if tokens > window:
+                await self.respond(record, send, 400, orjson.dumps(context_refusal(window, tokens)), "application/json")
+                return
         if payload.get("stream"):
             include_usage = bool((payload.get("stream_options") or {}).get("include_usage"))
-            delay = 0.02 if record.headers.get("x-scenario") == "paced" else 0.0
-            events = stream_events(model, include_usage=include_usage, prompt_tokens=self.usage_tokens(record))
+            delay = 0.02 if record.headers.get("x-scenario") == "paced" else self.stream_interval
+            prompt_tokens = self.usage_tokens(record)
+            events = stream_events(
+                model, include_usage=include_usage, prompt_tokens=prompt_tokens, chunks=self.stream_chunks
+            )
             await self.stream(record, send, events, delay=delay)
         else:
             body = orjson.dumps(completion(model, prompt_tokens=self.usage_tokens(record)))
             await self.respond(record, send, 200, body, "application/json")
 
     async def summary(self, record: Recorded, send: Any, model: str) -> None:
-        self.summaries.append(record)
+        if self.record:
+            self.summaries.append(record)
+        self.summary_count += 1
         if self.summarizer_status != 200:
             error = {"error": {"message": "summarizer down", "type": "server_error", "param": None, "code": None}}
             await self.respond(record, send, self.summarizer_status, orjson.dumps(error), "application/json")
             return
-        text = f"## Original task\nFix the bug.\n## Progress and decisions\nSummary number {len(self.summaries)}."
+        text = f"## Original task\nFix the bug.\n## Progress and decisions\nSummary number {self.summary_count}."
         await self.respond(record, send, 200, orjson.dumps(completion(model, text)), "application/json")
 
     async def stream_until_disconnect(self, record: Recorded, receive: Any, send: Any) -> None:
@@ -242,3 +298,23 @@ class UpstreamApp:
             return
         if message["type"] == "http.disconnect":
             record.disconnected.set()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Run the fake upstream on a loopback port (for benchmarks).")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--window", action="append", default=[], metavar="MODEL=TOKENS", help="refuse above this")
+    parser.add_argument("--stream-chunks", type=int, default=8)
+    parser.add_argument("--stream-interval", type=float, default=0.0)
+    args = parser.parse_args()
+    windows = {model: int(tokens) for model, tokens in (item.rsplit("=", 1) for item in args.window)}
+    app = UpstreamApp(
+        windows=windows, record=False, stream_chunks=args.stream_chunks, stream_interval=args.stream_interval
+    )
+    import uvicorn
+
+    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False, lifespan="on")
+
+
+if __name__ == "__main__":
+    main()

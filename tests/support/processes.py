@@ -1,0 +1,71 @@
+"""Servers in their own processes, for benchmarks: the proxy and the fake upstream, each on a loopback port.
+
+A benchmark client in the same process as the servers would share their interpreter and skew every
+figure; subprocesses keep client, proxy and upstream apart.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from tests.support.servers import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def wait_for_port(port: int, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.02)
+    raise RuntimeError(f"nothing listening on port {port}")
+
+
+@contextmanager
+def process(args: Sequence[str], port: int, *, env: dict[str, str] | None = None) -> Iterator[None]:
+    """Run a server subprocess until the block ends; its output is discarded."""
+    proc = subprocess.Popen(
+        list(args),
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for_port(port)
+        yield
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@contextmanager
+def fake_upstream(*options: str) -> Iterator[str]:
+    """`tests.support.upstream` in its own process (options as on its command line); yields its /v1 URL."""
+    port = free_port()
+    with process([sys.executable, "-m", "tests.support.upstream", "--port", str(port), *options], port):
+        yield f"http://127.0.0.1:{port}/v1"
+
+
+@contextmanager
+def inflight(upstream_url: str, config: str = "") -> Iterator[str]:
+    """An inflight proxy subprocess in front of `upstream_url`; yields its /v1 base URL."""
+    port = free_port()
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as handle:
+        handle.write(config)
+    cmd = [sys.executable, "-m", "proxy", "serve", "--config", handle.name, "--port", str(port)]
+    try:
+        with process([*cmd, "--upstream", upstream_url], port):
+            yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        os.unlink(handle.name)
