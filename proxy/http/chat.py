@@ -17,7 +17,7 @@ from proxy.policy.windows import FetchModels
 from proxy.upstream.client import UpstreamClient
 from proxy.upstream.headers import header_value, is_event_stream
 from proxy.upstream.hold import Held, hold_until_known
-from proxy.upstream.pool import UpstreamResponse
+from proxy.upstream.http11 import Response as UpstreamResponse
 from proxy.upstream.relay import Relay, prepend, relay, tap
 
 
@@ -79,9 +79,9 @@ class ChatCompletions:
         return prepared
 
     async def send(self, request: Request, body: bytes, exchange: Exchange, *, rewritten: bool) -> UpstreamResponse:
-        url = self.upstream.url_for(request.url.path, request.scope["query_string"])
+        target = self.upstream.target_for(request.url.path, request.scope["query_string"])
         headers = self.upstream.headers_for(request.scope["headers"], rewrite_body=rewritten)
-        response = await self.upstream.open("POST", url, headers=headers, content=body)
+        response = await self.upstream.open("POST", target, headers=headers, content=body)
         exchange.upstream_answered()
         return response
 

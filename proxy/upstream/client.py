@@ -5,12 +5,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterable
 from urllib.parse import urlsplit
 
-import httpcore
-
 from proxy.config import Upstream as UpstreamSettings
 from proxy.upstream.errors import upstream_errors
 from proxy.upstream.headers import CREDENTIALS, RawHeaders, filter_headers, request_headers
-from proxy.upstream.pool import ConnectionPool, UpstreamResponse
+from proxy.upstream.http11 import Response
+from proxy.upstream.pool import ConnectionPool, Timeouts
 
 
 class UpstreamClient:
@@ -20,25 +19,25 @@ class UpstreamClient:
         self.host = parts.netloc
         self.api_key = settings.api_key
         self._host_header = self.host.encode("idna")
-        self._scheme = parts.scheme.encode()
-        self._hostname = (parts.hostname or "").encode("idna")
-        self._port = parts.port or (443 if parts.scheme == "https" else 80)
         self._base_path = parts.path.rstrip("/")
-        self.pool = ConnectionPool(max_connections=settings.max_connections)
-        self.timeout = {
-            "connect": settings.connect_timeout_s,
-            "read": settings.read_timeout_s,
-            "write": settings.read_timeout_s,
-            "pool": settings.connect_timeout_s,
-        }
+        self.pool = ConnectionPool(
+            scheme=parts.scheme,
+            host=parts.hostname or "",
+            port=parts.port or (443 if parts.scheme == "https" else 80),
+            max_connections=settings.max_connections,
+        )
+        self.timeouts = Timeouts(
+            connect=settings.connect_timeout_s,
+            read=settings.read_timeout_s,
+            write=settings.read_timeout_s,
+            pool=settings.connect_timeout_s,
+        )
 
-    def url_for(self, v1_path: str, query: bytes = b"") -> httpcore.URL:
-        """`/v1/x/y?q` -> `<base_url>/x/y?q`, path and query string kept byte for byte."""
+    def target_for(self, v1_path: str, query: bytes = b"") -> bytes:
+        """`/v1/x/y?q` -> `<base_url path>/x/y?q`, path and query string kept byte for byte."""
         suffix = v1_path[len("/v1") :] if v1_path.startswith("/v1") else v1_path
         target = (self._base_path + suffix).encode("latin-1")
-        if query:
-            target += b"?" + query
-        return httpcore.URL(scheme=self._scheme, host=self._hostname, port=self._port, target=target)
+        return target + b"?" + query if query else target
 
     def headers_for(self, raw: Iterable[tuple[bytes, bytes]], *, rewrite_body: bool = False) -> RawHeaders:
         return request_headers(raw, host=self._host_header, api_key=self.api_key, rewrite_body=rewrite_body)
@@ -49,7 +48,7 @@ class UpstreamClient:
 
     async def fetch(self, v1_path: str, *, headers: RawHeaders) -> tuple[int, bytes]:
         """GET a small resource from the upstream and read it whole."""
-        response = await self.open("GET", self.url_for(v1_path), headers=headers, content=None)
+        response = await self.open("GET", self.target_for(v1_path), headers=headers, content=None)
         try:
             async with upstream_errors(self.host):
                 return response.status, await response.aread()
@@ -59,16 +58,18 @@ class UpstreamClient:
     async def open(
         self,
         method: str,
-        url: httpcore.URL,
+        target: bytes,
         *,
         headers: RawHeaders,
         content: bytes | AsyncIterator[bytes] | None,
-    ) -> UpstreamResponse:
+    ) -> Response:
         """Send and return the response with its body still unread (the caller must `aclose()` it)."""
         if isinstance(content, bytes) and not any(name == b"content-length" for name, _ in headers):
             headers = [*headers, (b"content-length", str(len(content)).encode())]
         async with upstream_errors(self.host):
-            return await self.pool.request(method.encode(), url, headers=headers, content=content, timeout=self.timeout)
+            return await self.pool.request(
+                method.encode(), target, headers=headers, content=content, timeouts=self.timeouts
+            )
 
     async def aclose(self) -> None:
         await self.pool.aclose()
