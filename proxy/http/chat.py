@@ -17,8 +17,8 @@ from proxy.policy.windows import FetchModels
 from proxy.upstream.client import UpstreamClient
 from proxy.upstream.headers import header_value, is_event_stream
 from proxy.upstream.hold import Held, hold_until_known
-from proxy.upstream.http11 import Response as UpstreamResponse
 from proxy.upstream.relay import Relay, prepend, relay, tap
+from proxy.upstream.response import Response as UpstreamResponse
 
 
 class ChatCompletions:

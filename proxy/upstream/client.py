@@ -8,8 +8,8 @@ from urllib.parse import urlsplit
 from proxy.config import Upstream as UpstreamSettings
 from proxy.upstream.errors import upstream_errors
 from proxy.upstream.headers import CREDENTIALS, RawHeaders, filter_headers, request_headers
-from proxy.upstream.http11 import Response
 from proxy.upstream.pool import ConnectionPool, Timeouts
+from proxy.upstream.response import Response
 
 
 class UpstreamClient:

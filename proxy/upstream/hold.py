@@ -13,7 +13,7 @@ from proxy.policy.refusals import MAX_BODY as MAX_ERROR_BODY
 from proxy.policy.refusals import Refusal, detect, detect_event, first_event
 from proxy.upstream.errors import upstream_errors
 from proxy.upstream.headers import header_value, is_event_stream
-from proxy.upstream.http11 import Response as UpstreamResponse
+from proxy.upstream.response import Response as UpstreamResponse
 
 
 @dataclass

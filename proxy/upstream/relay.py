@@ -17,7 +17,7 @@ from starlette.types import Receive, Scope, Send
 from proxy.exchange import Exchange
 from proxy.upstream.errors import STREAM_ERRORS
 from proxy.upstream.headers import RawHeaders, response_headers
-from proxy.upstream.http11 import Response as UpstreamResponse
+from proxy.upstream.response import Response as UpstreamResponse
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""One HTTP/1.1 connection to the upstream: an asyncio protocol with httptools (llhttp) parsing responses.
+"""One HTTP/1.1 connection to the upstream: an asyncio protocol, responses parsed by httptools (llhttp).
 
 Why not httpcore: a proxied request that needs no compaction spent more than half of the proxy's
 time in httpcore, h11 and anyio (cancel scopes, locks, a pure-Python parser): about 0.3 ms of
@@ -7,8 +7,7 @@ protocol object that writes the request, parses the response with the C parser u
 uses, and hands body chunks to the relay as they come is all it needs.
 
 The protocol knows at once when the upstream closes an idle connection (`connection_lost`), so a
-dead keep-alive connection is never handed out; and it knows whether any byte of a request was
-written, which decides whether a request may be retried on another connection.
+dead keep-alive connection is never handed out.
 """
 
 from __future__ import annotations
@@ -16,103 +15,13 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl
-from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import cast
 
-import httptools
-
-from proxy.upstream.errors import (
-    ConnectError,
-    ConnectTimeout,
-    ReadError,
-    ReadTimeout,
-    RemoteProtocolError,
-    WriteError,
-    WriteTimeout,
-)
+from proxy.upstream.errors import ConnectError, ConnectTimeout, WriteError, WriteTimeout
 from proxy.upstream.headers import RawHeaders
-
-HIGH_WATER = 1024 * 1024  # buffered body bytes at which the upstream socket stops being read
-LOW_WATER = 256 * 1024
-
-
-class Response:
-    """An upstream response whose body arrives chunk by chunk; `aclose()` must be called."""
-
-    def __init__(self, connection: Connection, read_timeout: float | None) -> None:
-        self.connection = connection
-        self.read_timeout = read_timeout
-        self.status = 0
-        self.headers: RawHeaders = []
-        self.complete = False  # the whole body was received
-        self.error: Exception | None = None
-        self._chunks: deque[bytes] = deque()
-        self._buffered = 0
-        self._headers_ready = asyncio.get_running_loop().create_future()
-        self._wakeup: asyncio.Future[None] | None = None
-
-    async def wait_for_headers(self) -> None:
-        try:
-            async with asyncio.timeout(self.read_timeout):
-                await self._headers_ready
-        except TimeoutError as exc:
-            raise ReadTimeout("the upstream sent no response headers in time") from exc
-
-    async def aiter_raw(self) -> AsyncIterator[bytes]:
-        """The body as it came off the wire (still content-encoded, no transfer encoding)."""
-        while True:
-            if self._chunks:
-                chunk = self._chunks.popleft()
-                self._buffered -= len(chunk)
-                if self._buffered < LOW_WATER:
-                    self.connection.resume_reading()
-                yield chunk
-                continue
-            if self.error is not None:
-                raise self.error
-            if self.complete:
-                return
-            self._wakeup = asyncio.get_running_loop().create_future()
-            try:
-                async with asyncio.timeout(self.read_timeout):
-                    await self._wakeup
-            except TimeoutError as exc:
-                raise ReadTimeout("the upstream went silent mid-body") from exc
-
-    async def aread(self) -> bytes:
-        return b"".join([chunk async for chunk in self.aiter_raw()])
-
-    async def aclose(self) -> None:
-        self.connection.response_closed(self)
-
-    # --- fed by the connection --------------------------------------------------------------
-
-    def headers_received(self, status: int, headers: RawHeaders) -> None:
-        self.status, self.headers = status, headers
-        if not self._headers_ready.done():
-            self._headers_ready.set_result(None)
-
-    def body_received(self, chunk: bytes) -> None:
-        self._chunks.append(chunk)
-        self._buffered += len(chunk)
-        if self._buffered > HIGH_WATER:
-            self.connection.pause_reading()
-        self._wake()
-
-    def finished(self, error: Exception | None = None) -> None:
-        if error is None:
-            self.complete = True
-        elif not self.complete and self.error is None:
-            self.error = error
-            if not self._headers_ready.done():
-                self._headers_ready.set_exception(error)
-                self._headers_ready.exception()  # retrieved here, so an abandoned wait logs nothing
-        self._wake()
-
-    def _wake(self) -> None:
-        if self._wakeup is not None and not self._wakeup.done():
-            self._wakeup.set_result(None)
+from proxy.upstream.reader import ResponseReader
+from proxy.upstream.response import Response
 
 
 class Connection(asyncio.Protocol):
@@ -125,13 +34,10 @@ class Connection(asyncio.Protocol):
         self.requests = 0  # requests sent on this connection, so the pool knows a reused one
         self.idle_since = 0.0
         self._response: Response | None = None
-        self._keep_alive = False
-        self._parser: httptools.HttpResponseParser | None = None
-        self._header_list: RawHeaders = []
+        self._reader: ResponseReader | None = None
         self._write_paused = False
         self._drained: asyncio.Future[None] | None = None
         self._reading_paused = False
-        self._head = False  # a response to HEAD has headers only, whatever its Content-Length says
         self.on_release: Callable[[Connection], None] | None = None  # told when a response is closed
 
     @classmethod
@@ -171,8 +77,7 @@ class Connection(asyncio.Protocol):
             raise WriteError("the connection is closed")
         response = self._response = Response(self, read_timeout)
         self.requests += 1
-        self._head = method == b"HEAD"
-        self._parser = httptools.HttpResponseParser(self)
+        self._reader = ResponseReader(response, head=method == b"HEAD")
         head = [method, b" ", target, b" HTTP/1.1\r\n"]
         for name, value in headers:
             head += [name, b": ", value, b"\r\n"]
@@ -214,7 +119,7 @@ class Connection(asyncio.Protocol):
         if self._response is not response:
             return
         self._response = None
-        if response.complete and self._keep_alive and not self.closed:
+        if response.complete and self._reader is not None and self._reader.keep_alive and not self.closed:
             self.idle_since = asyncio.get_running_loop().time()
         else:
             self.close()
@@ -246,28 +151,21 @@ class Connection(asyncio.Protocol):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def data_received(self, data: bytes) -> None:
-        if self._response is None or self._parser is None:
+        reader = self._reader
+        if self._response is None or reader is None:
             self.close()  # bytes while idle: the upstream is not speaking HTTP/1.1 keep-alive as we know it
             return
-        try:
-            self._parser.feed_data(data)
-        except httptools.HttpParserError as exc:
-            self._response.finished(RemoteProtocolError(f"the upstream sent an invalid response: {exc}"))
+        if not reader.feed(data):
+            self.close()
+        elif reader.response.complete and not reader.keep_alive:
             self.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         if self._drained is not None and not self._drained.done():
             self._drained.set_result(None)
-        response = self._response
-        if response is None or response.complete:
-            return
-        if response.status and not self._keep_alive and self._delimited_by_close(response):
-            response.finished()  # a body without length or chunks ends when the connection does
-        elif response.status:
-            response.finished(ReadError("the upstream closed the connection mid-body"))
-        else:
-            response.finished(RemoteProtocolError("the upstream closed the connection without a response"))
+        if self._response is not None and self._reader is not None:
+            self._reader.connection_lost()
 
     def pause_writing(self) -> None:
         self._write_paused = True
@@ -276,35 +174,3 @@ class Connection(asyncio.Protocol):
         self._write_paused = False
         if self._drained is not None and not self._drained.done():
             self._drained.set_result(None)
-
-    # --- httptools callbacks ----------------------------------------------------------------
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self._header_list.append((name, value))
-
-    def on_headers_complete(self) -> None:
-        assert self._parser is not None and self._response is not None
-        status = self._parser.get_status_code()
-        headers, self._header_list = self._header_list, []
-        if 100 <= status < 200:
-            return  # an informational response (100 Continue, 103 Early Hints): the real one follows
-        self._keep_alive = self._parser.should_keep_alive() and not self._head
-        self._response.headers_received(status, headers)
-        if self._head:
-            self._response.finished()
-
-    def on_body(self, body: bytes) -> None:
-        if self._response is not None:
-            self._response.body_received(body)
-
-    def on_message_complete(self) -> None:
-        response = self._response
-        if response is not None and response.status and not response.complete:
-            response.finished()
-            if not self._keep_alive:
-                self.close()
-
-    @staticmethod
-    def _delimited_by_close(response: Response) -> bool:
-        names = {name.lower() for name, _ in response.headers}
-        return b"content-length" not in names and b"transfer-encoding" not in names

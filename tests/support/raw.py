@@ -1,0 +1,65 @@
+"""A raw TCP upstream on a loopback port, for what a well-behaved server never does.
+
+Each connection is handed to an async `handler(reader, writer, connection_number)`; the server runs
+its own event loop in a thread, so tests stay synchronous.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[None]]
+
+
+async def read_request(reader: asyncio.StreamReader) -> bytes:
+    """One request's head and its Content-Length body (enough for what the proxy sends these servers)."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":", 1)[1])
+    return head + (await reader.readexactly(length) if length else b"")
+
+
+@contextmanager
+def raw_upstream(handler: Handler) -> Iterator[str]:
+    """Serve `handler` on 127.0.0.1; yields the /v1 base URL."""
+    loop = asyncio.new_event_loop()
+    started = threading.Event()
+    connections = 0
+    holder: dict[str, asyncio.Server] = {}
+
+    async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        try:
+            await handler(reader, writer, connections)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+    async def start() -> None:
+        holder["server"] = await asyncio.start_server(on_connection, "127.0.0.1", 0)
+        started.set()
+
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    asyncio.run_coroutine_threadsafe(start(), loop)
+    started.wait(5)
+    port = holder["server"].sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+
+        async def stop() -> None:
+            holder["server"].close()
+            await holder["server"].wait_closed()
+
+        asyncio.run_coroutine_threadsafe(stop(), loop).result(5)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+        loop.close()
