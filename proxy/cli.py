@@ -68,6 +68,8 @@ def serve(args: argparse.Namespace) -> int:
         # The upstream's own Date/Server headers are relayed; uvicorn must not add a second pair.
         server_header=False,
         date_header=False,
+        # X-Forwarded-* are the client's headers to forward, not ours to act on.
+        proxy_headers=False,
         lifespan="on",
     )
     return 0

@@ -35,7 +35,8 @@ class Calibration:
             return
         samples = self._samples.setdefault(model, deque(maxlen=self.window))
         samples.append(ratio)
-        log.debug("[context] calibration %s: %.3f over %d responses", model, self.ratio(model), len(samples))
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("[context] calibration %s: %.3f over %d responses", model, self.ratio(model), len(samples))
 
     def ratio(self, model: str) -> float:
         samples = self._samples.get(model)

@@ -27,9 +27,15 @@ class Relay:
     chunks: AsyncIterator[bytes]
     close: Callable[[], Awaitable[None]]
     exchange: Exchange
+    # False when the whole body is already here (most JSON answers): then it goes out in one message,
+    # and no task need watch for a disconnect while the upstream is waited on.
+    streaming: bool = True
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         self.exchange.status = self.status
+        if not self.streaming:
+            await self.send_whole(send)
+            return
         task = asyncio.current_task()
         assert task is not None
         state = _RelayState()
@@ -52,6 +58,17 @@ class Relay:
         finally:
             state.finished = True
             watcher.cancel()
+            await self.close()
+            self.exchange.finish()
+
+    async def send_whole(self, send: Send) -> None:
+        try:
+            body = b"".join([chunk async for chunk in self.chunks])
+            await send({"type": "http.response.start", "status": self.status, "headers": self.headers})
+            await send({"type": "http.response.body", "body": body, "more_body": False})
+        except OSError:
+            self.exchange.note("client_disconnected", 1)
+        finally:
             await self.close()
             self.exchange.finish()
 
@@ -86,6 +103,7 @@ def relay(
         chunks=chunks if chunks is not None else response.aiter_raw(),
         close=response.aclose,
         exchange=exchange,
+        streaming=not response.complete,
     )
 
 
