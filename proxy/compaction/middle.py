@@ -47,6 +47,11 @@ def choose_cut(work: Work, settings: SummarizeSettings) -> int | None:
     return cut
 
 
+def due_cut(work: Work, settings: SummarizeSettings) -> int | None:
+    """Where the middle a summary replaces ends, when one is due this time (else None)."""
+    return choose_cut(work, settings) if work.summary_due() else None
+
+
 def span(work: Work, cut: int) -> list[Message]:
     """The messages a summary replaces: the middle up to `cut`, less the pinned ones (they stay)."""
     messages = work.conversation.messages

@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator, Iterable
 from urllib.parse import urlsplit
 
 from proxy.config import Upstream as UpstreamSettings
+from proxy.upstream.connection import Outgoing
 from proxy.upstream.errors import upstream_errors
 from proxy.upstream.headers import CREDENTIALS, RawHeaders, filter_headers, request_headers
 from proxy.upstream.pool import ConnectionPool, Timeouts
@@ -67,9 +68,7 @@ class UpstreamClient:
         if isinstance(content, bytes) and not any(name == b"content-length" for name, _ in headers):
             headers = [*headers, (b"content-length", str(len(content)).encode())]
         async with upstream_errors(self.host):
-            return await self.pool.request(
-                method.encode(), target, headers=headers, content=content, timeouts=self.timeouts
-            )
+            return await self.pool.request(Outgoing(method.encode(), target, headers, content), self.timeouts)
 
     async def aclose(self) -> None:
         await self.pool.aclose()

@@ -16,12 +16,28 @@ import asyncio
 import socket
 import ssl
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import cast
 
 from proxy.upstream.errors import ConnectError, ConnectTimeout, WriteError, WriteTimeout
 from proxy.upstream.headers import RawHeaders
 from proxy.upstream.reader import ResponseReader
 from proxy.upstream.response import Response
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    """A request as it goes upstream: the target is the path and query string, the headers are final."""
+
+    method: bytes
+    target: bytes
+    headers: RawHeaders
+    content: bytes | AsyncIterator[bytes] | None
+
+    @property
+    def replayable(self) -> bool:
+        """Whether the body could be sent again (a stream is consumed as it goes)."""
+        return self.content is None or isinstance(self.content, bytes)
 
 
 class Connection(asyncio.Protocol):
@@ -37,6 +53,7 @@ class Connection(asyncio.Protocol):
         self._reader: ResponseReader | None = None
         self._write_paused = False
         self._drained: asyncio.Future[None] | None = None
+        self._lost: asyncio.Future[None]  # done when the transport is gone; made with the connection
         self._reading_paused = False
         self.on_release: Callable[[Connection], None] | None = None  # told when a response is closed
 
@@ -62,23 +79,15 @@ class Connection(asyncio.Protocol):
             return False
         return asyncio.get_running_loop().time() - self.idle_since < self.keepalive_expiry_s
 
-    async def request(
-        self,
-        method: bytes,
-        target: bytes,
-        headers: RawHeaders,
-        content: bytes | AsyncIterator[bytes] | None,
-        *,
-        read_timeout: float | None,
-        write_timeout: float | None,
-    ) -> Response:
+    async def request(self, outgoing: Outgoing, *, read_timeout: float | None, write_timeout: float | None) -> Response:
         """Send the request and wait for the response headers; the body is read from the response."""
         if self.closed or self.transport is None:
             raise WriteError("the connection is closed")
         response = self._response = Response(self, read_timeout)
         self.requests += 1
-        self._reader = ResponseReader(response, head=method == b"HEAD")
-        head = [method, b" ", target, b" HTTP/1.1\r\n"]
+        self._reader = ResponseReader(response, head=outgoing.method == b"HEAD")
+        headers, content = outgoing.headers, outgoing.content
+        head = [outgoing.method, b" ", outgoing.target, b" HTTP/1.1\r\n"]
         for name, value in headers:
             head += [name, b": ", value, b"\r\n"]
         head.append(b"\r\n")
@@ -131,6 +140,17 @@ class Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
 
+    async def aclose(self, timeout: float = 1.0) -> None:
+        """Close and wait until the transport is gone (a TLS close sends close_notify first)."""
+        self.close()
+        if self.transport is None or self._lost.done():
+            return
+        try:
+            async with asyncio.timeout(timeout):
+                await asyncio.shield(self._lost)
+        except TimeoutError:
+            self.transport.abort()
+
     def pause_reading(self) -> None:
         if self.transport is not None and not self._reading_paused:
             self._reading_paused = True
@@ -144,6 +164,7 @@ class Connection(asyncio.Protocol):
     # --- asyncio.Protocol -------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._lost = asyncio.get_running_loop().create_future()
         self.transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass asyncio's
         self.idle_since = asyncio.get_running_loop().time()
         sock = transport.get_extra_info("socket")
@@ -162,6 +183,8 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        if not self._lost.done():
+            self._lost.set_result(None)
         if self._drained is not None and not self._drained.done():
             self._drained.set_result(None)
         if self._response is not None and self._reader is not None:

@@ -8,10 +8,9 @@ proxy collapse from ~1,300 to ~500 requests/s at concurrency 32 on two cores).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from proxy.upstream.connection import Connection
+from proxy.upstream.connection import Connection, Outgoing
 from proxy.upstream.errors import PoolTimeout, RemoteProtocolError, WriteError
 from proxy.upstream.response import Response
 from proxy.upstream.tls import tls_context
@@ -39,15 +38,7 @@ class ConnectionPool:
         self._idle: list[Connection] = []
         self._slots: asyncio.Semaphore | None = None
 
-    async def request(
-        self,
-        method: bytes,
-        target: bytes,
-        *,
-        headers: list[tuple[bytes, bytes]],
-        content: bytes | AsyncIterator[bytes] | None,
-        timeouts: Timeouts,
-    ) -> Response:
+    async def request(self, outgoing: Outgoing, timeouts: Timeouts) -> Response:
         """The response with its body unread; closing it (`aclose()`) gives the connection back."""
         if self._slots is None:
             self._slots = asyncio.Semaphore(self.max_connections)
@@ -57,40 +48,28 @@ class ConnectionPool:
         except TimeoutError as exc:
             raise PoolTimeout(f"all {self.max_connections} upstream connections are busy") from exc
         try:
-            return await self._send(method, target, headers=headers, content=content, timeouts=timeouts)
+            return await self._send(outgoing, timeouts)
         except BaseException:
             self._slots.release()
             raise
 
-    async def _send(
-        self,
-        method: bytes,
-        target: bytes,
-        *,
-        headers: list[tuple[bytes, bytes]],
-        content: bytes | AsyncIterator[bytes] | None,
-        timeouts: Timeouts,
-    ) -> Response:
+    async def _send(self, outgoing: Outgoing, timeouts: Timeouts) -> Response:
         connection = await self._acquire(timeouts.connect)
         reused = connection.requests > 0
         try:
-            return await connection.request(
-                method, target, headers, content, read_timeout=timeouts.read, write_timeout=timeouts.write
-            )
+            return await connection.request(outgoing, read_timeout=timeouts.read, write_timeout=timeouts.write)
         except STALE_CONNECTION_ERRORS:
             connection.close()
             # A reused connection that the upstream closed as the request went out: one fresh try, when the
             # body can be sent again.
-            if not reused or not (content is None or isinstance(content, bytes)):
+            if not reused or not outgoing.replayable:
                 raise
         except BaseException:
             connection.close()
             raise
         connection = await self._new_connection(timeouts.connect)
         try:
-            return await connection.request(
-                method, target, headers, content, read_timeout=timeouts.read, write_timeout=timeouts.write
-            )
+            return await connection.request(outgoing, read_timeout=timeouts.read, write_timeout=timeouts.write)
         except BaseException:
             connection.close()
             raise
@@ -119,5 +98,4 @@ class ConnectionPool:
 
     async def aclose(self) -> None:
         idle, self._idle = self._idle, []
-        for connection in idle:
-            connection.close()
+        await asyncio.gather(*(connection.aclose() for connection in idle))

@@ -10,7 +10,7 @@ import re
 from collections.abc import Sequence
 
 from proxy.compaction.conversation import Message, describe_call, text_of
-from proxy.compaction.middle import choose_cut, replace_middle, span
+from proxy.compaction.middle import due_cut, replace_middle, span
 from proxy.compaction.summary import clip, summary_text
 from proxy.compaction.work import Work
 from proxy.config import Summarize as SummarizeSettings
@@ -52,9 +52,7 @@ class DigestStage:
         self.settings = settings
 
     async def run(self, work: Work) -> None:
-        if not work.summary_due():
-            return
-        cut = choose_cut(work, self.settings)
+        cut = due_cut(work, self.settings)
         if cut is None:
             return
         text = local_digest(span(work, cut))

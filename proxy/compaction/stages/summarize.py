@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 
 from proxy.compaction.conversation import Message
-from proxy.compaction.middle import choose_cut, max_summary_tokens, replace_middle, span
+from proxy.compaction.middle import due_cut, max_summary_tokens, replace_middle, span
 from proxy.compaction.summary import Summarize, SummaryJob, clip, render_transcript, summary_text
 from proxy.compaction.work import Work
 from proxy.config import Summarize as SummarizeSettings
@@ -37,9 +37,7 @@ class SummarizeStage:
         self.input_tokens = input_tokens  # the summarizer model's window, in our units
 
     async def run(self, work: Work) -> None:
-        if not work.summary_due():
-            return
-        cut = choose_cut(work, self.settings)
+        cut = due_cut(work, self.settings)
         if cut is None:
             return
         draft = work.draft
