@@ -35,6 +35,10 @@ class Exchange:
     def note(self, key: str, value: object) -> None:
         self.fields[key] = clean(value)
 
+    def note_all(self, fields: dict[str, object]) -> None:
+        for key, value in fields.items():
+            self.fields[key] = clean(value)
+
     def upstream_answered(self) -> None:
         self.upstream_ms = (time.perf_counter() - self.started) * 1000
 

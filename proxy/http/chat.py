@@ -36,7 +36,7 @@ class ChatCompletions:
             response = await self.send(request, raw, exchange, rewritten=False)
             return relay(response, exchange)
         accounting = await self.pipeline.account(counted, self.discovery(request))
-        exchange.fields |= {key: str(value) for key, value in accounting.log_fields().items()}
+        exchange.note_all(accounting.log_fields())
         options = options_of(request)
         prepared = await self.prepare(counted, accounting, options, exchange)
         response = await self.send(request, prepared.body, exchange, rewritten=prepared.rewritten)
@@ -52,9 +52,21 @@ class ChatCompletions:
         if held.refusal is None:
             return self.relay(response, exchange, accounting, prepared, held=held)
         await response.aclose()
-        exchange.note("refused_by", held.refusal.upstream)
         limit = self.pipeline.learn(accounting, held.refusal, prepared, counted.payload)
-        exchange.note("retry_limit", limit)
+        exchange.note_all({"refused_by": held.refusal.upstream, "retry_limit": limit})
+        return await self.retry(request, exchange, counted, accounting, options, limit=limit)
+
+    async def retry(
+        self,
+        request: Request,
+        exchange: Exchange,
+        counted: Counted,
+        accounting: Accounting,
+        options: Options,
+        *,
+        limit: int,
+    ) -> Relay:
+        """Once: the original request compacted again against what the refusal taught us."""
         retry = await self.prepare(counted, accounting, options, exchange, limit=limit)
         exchange.headers["x-inflight-actions"] += ",retry"
         exchange.headers["x-inflight-retried"] = "1"
@@ -73,7 +85,7 @@ class ChatCompletions:
         """The body to send (compacted if needed); its headers and log fields go on the exchange."""
         prepared = await self.pipeline.prepare(counted, accounting, options, limit=limit, force=limit is not None)
         exchange.headers = dict(prepared.headers)
-        exchange.fields |= {key: str(value) for key, value in prepared.fields.items()}
+        exchange.note_all(prepared.fields)
         if prepared.too_long is not None:
             raise ContextTooLong(prepared.too_long)
         return prepared

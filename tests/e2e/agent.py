@@ -34,18 +34,18 @@ TOOLS = [
     for name, description in [("read_file", "Read a file of the repository"), ("run_tests", "Run pytest on a path")]
 ]
 FILES = [
-    "proxy/chat.py",
-    "proxy/models.py",
-    "proxy/tokens.py",
-    "proxy/usage.py",
-    "proxy/refusals.py",
+    "proxy/http/chat.py",
+    "proxy/policy/windows.py",
+    "proxy/tokens/counter.py",
+    "proxy/policy/calibration.py",
+    "proxy/policy/refusals.py",
     "proxy/config.py",
-    "proxy/forward.py",
-    "proxy/compaction/engine.py",
+    "proxy/upstream/relay.py",
+    "proxy/compaction/compactor.py",
     "proxy/compaction/summary.py",
-    "proxy/pool.py",
+    "proxy/upstream/pool.py",
 ]
-TEST_TARGETS = ["tests/test_config.py", "tests/compaction/test_engine.py"]
+TEST_TARGETS = ["tests/test_config.py", "tests/compaction/test_compactor.py"]
 OUTPUT_CHARS = 3000
 
 
