@@ -38,6 +38,7 @@ def grow(target_tokens: int, *, seed_trace: str = "swe_marshmallow_function_call
     head = base["messages"][:2]
     pool = [turn for body in traces.values() if body.get("tools") for turn in turns_of(body["messages"][2:])]
     counter = TokenCounter()
+    encoding = counter.encoding("o200k_base")
     messages = copy.deepcopy(head)
     total = counter.count_request({"messages": messages, "tools": base.get("tools")}, "o200k_base").total
     index = 0
@@ -46,7 +47,7 @@ def grow(target_tokens: int, *, seed_trace: str = "swe_marshmallow_function_call
         for message in turn:
             _vary(message, index)
         messages.extend(turn)
-        total += sum(counter.count_messages(turn, "o200k_base"))
+        total += sum(counter.count_message(message, encoding) for message in turn)
         index += 1
     return {"model": base["model"], "messages": messages, "tools": base.get("tools")}
 

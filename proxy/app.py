@@ -3,23 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import httpx
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import Route, Router
 
 from proxy.compaction import ConversationCompactions
 from proxy.config import Settings
-from proxy.errors import ProxyError
 from proxy.http.admin import Stats, healthz
 from proxy.http.chat import ChatCompletions
 from proxy.http.endpoint import Endpoint
-from proxy.http.errors import render
 from proxy.http.passthrough import PassThrough
 from proxy.pipeline import ChatPipeline
 from proxy.policy.calibration import Calibration
@@ -29,17 +23,10 @@ from proxy.tokens import FALLBACK_ENCODING, TokenCounter, load_encoding
 from proxy.upstream.client import UpstreamClient
 from proxy.upstream.summarizer import Summarizers
 
-log = logging.getLogger("inflight")
-
 METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "HEAD"]
 
 
-async def internal_error(request: Request, exc: Exception) -> Response:
-    log.exception("internal error on %s %s", request.method, request.url.path, exc_info=exc)
-    return render(ProxyError(f"inflight internal error: {type(exc).__name__}"))
-
-
-def create_app(settings: Settings) -> Starlette:
+def create_app(settings: Settings) -> Router:
     """Build a proxy app; everything it holds lives in objects it owns, nothing in module globals."""
     upstream = UpstreamClient(settings.upstream)
     summarizer_client = httpx.AsyncClient(trust_env=False)
@@ -55,7 +42,7 @@ def create_app(settings: Settings) -> Starlette:
     )
 
     @asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+    async def lifespan(app: Router) -> AsyncIterator[None]:
         # Building an encoding takes about a second: do it before the first request, off the loop.
         await asyncio.to_thread(load_encoding, FALLBACK_ENCODING)
         try:
@@ -70,4 +57,6 @@ def create_app(settings: Settings) -> Starlette:
         Route("/v1/chat/completions", Endpoint(ChatCompletions(pipeline, upstream)), methods=["POST"]),
         Route("/v1/{path:path}", Endpoint(PassThrough(upstream)), methods=METHODS),
     ]
-    return Starlette(routes=routes, lifespan=lifespan, exception_handlers={Exception: internal_error})
+    # A bare router, not a Starlette app: the endpoints render their own errors, so the app's two
+    # error-handling middlewares would only add a wrapper to every `send` of every response.
+    return Router(routes=routes, lifespan=lifespan)

@@ -91,7 +91,7 @@ class ChatCompletions:
         return prepared
 
     async def send(self, request: Request, body: bytes, exchange: Exchange, *, rewritten: bool) -> UpstreamResponse:
-        target = self.upstream.target_for(request.url.path, request.scope["query_string"])
+        target = self.upstream.target_for(request.scope["path"], request.scope["query_string"])
         headers = self.upstream.headers_for(request.scope["headers"], rewrite_body=rewritten)
         response = await self.upstream.open("POST", target, headers=headers, content=body)
         exchange.upstream_answered()

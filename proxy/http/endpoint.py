@@ -1,11 +1,13 @@
 """Adapts a `(request, exchange) -> ASGI response` handler to a route: errors rendered, one log line.
 
 The handler returns a `Relay` (which writes the log line when the body is done) or raises a
-`ProxyError`, rendered here in OpenAI's shape.
+`ProxyError`, rendered here in OpenAI's shape; any other exception is a bug of ours, answered
+with a 500 in the same shape.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 
 from starlette.requests import Request
@@ -15,6 +17,8 @@ from proxy.errors import ProxyError
 from proxy.exchange import Exchange
 from proxy.http.errors import render
 from proxy.upstream.relay import Relay
+
+log = logging.getLogger("inflight")
 
 Handler = Callable[[Request, Exchange], Awaitable[Relay]]
 
@@ -34,8 +38,11 @@ class Endpoint:
             await render(exc)(scope, receive, send)
             exchange.finish()
             return
-        except Exception:
+        except Exception as exc:  # a bug of ours: still an answer in OpenAI's shape, and the traceback logged
+            log.exception("internal error on %s %s", scope["method"], scope["path"])
             exchange.status = 500
+            exchange.note("error", type(exc).__name__)
+            await render(ProxyError(f"inflight internal error: {type(exc).__name__}"))(scope, receive, send)
             exchange.finish()
-            raise
+            return
         await response(scope, receive, send)

@@ -22,7 +22,7 @@ class PassThrough:
             content = request.stream()
         elif request.headers.get("content-length", "0") != "0":
             content = request.stream()
-        target = self.upstream.target_for(request.url.path, request.scope["query_string"])
+        target = self.upstream.target_for(request.scope["path"], request.scope["query_string"])
         response = await self.upstream.open(request.method, target, headers=headers, content=content)
         exchange.upstream_answered()
         return relay(response, exchange)

@@ -40,6 +40,31 @@ class Outgoing:
         return self.content is None or isinstance(self.content, bytes)
 
 
+async def open_connection(
+    host: str, port: int, *, tls: ssl.SSLContext | None, timeout: float, keepalive_expiry_s: float
+) -> Connection:
+    loop = asyncio.get_running_loop()
+    try:
+        async with asyncio.timeout(timeout):
+            _, connection = await loop.create_connection(
+                lambda: Connection(keepalive_expiry_s), host, port, ssl=tls, server_hostname=host if tls else None
+            )
+    except TimeoutError as exc:
+        raise ConnectTimeout(f"connecting to {host}:{port} timed out") from exc
+    except (OSError, ssl.SSLError) as exc:
+        raise ConnectError(f"cannot connect to {host}:{port}: {exc}") from exc
+    return connection
+
+
+def request_head(outgoing: Outgoing) -> list[bytes]:
+    """The request line and headers, as pieces to join."""
+    head = [outgoing.method, b" ", outgoing.target, b" HTTP/1.1\r\n"]
+    for name, value in outgoing.headers:
+        head += [name, b": ", value, b"\r\n"]
+    head.append(b"\r\n")
+    return head
+
+
 class Connection(asyncio.Protocol):
     """A keep-alive connection: one request at a time; reusable once a response was read whole."""
 
@@ -57,22 +82,6 @@ class Connection(asyncio.Protocol):
         self._reading_paused = False
         self.on_release: Callable[[Connection], None] | None = None  # told when a response is closed
 
-    @classmethod
-    async def open(
-        cls, host: str, port: int, *, tls: ssl.SSLContext | None, timeout: float, keepalive_expiry_s: float
-    ) -> Connection:
-        loop = asyncio.get_running_loop()
-        try:
-            async with asyncio.timeout(timeout):
-                _, connection = await loop.create_connection(
-                    lambda: cls(keepalive_expiry_s), host, port, ssl=tls, server_hostname=host if tls else None
-                )
-        except TimeoutError as exc:
-            raise ConnectTimeout(f"connecting to {host}:{port} timed out") from exc
-        except (OSError, ssl.SSLError) as exc:
-            raise ConnectError(f"cannot connect to {host}:{port}: {exc}") from exc
-        return connection
-
     def usable(self) -> bool:
         """Idle, open and not past its keep-alive expiry."""
         if self.closed or self._response is not None or self.transport is None:
@@ -86,12 +95,9 @@ class Connection(asyncio.Protocol):
         response = self._response = Response(self, read_timeout)
         self.requests += 1
         self._reader = ResponseReader(response, head=outgoing.method == b"HEAD")
-        headers, content = outgoing.headers, outgoing.content
-        head = [outgoing.method, b" ", outgoing.target, b" HTTP/1.1\r\n"]
-        for name, value in headers:
-            head += [name, b": ", value, b"\r\n"]
-        head.append(b"\r\n")
-        chunked = any(name == b"transfer-encoding" and b"chunked" in value.lower() for name, value in headers)
+        content = outgoing.content
+        head = request_head(outgoing)
+        chunked = any(name == b"transfer-encoding" and b"chunked" in value.lower() for name, value in outgoing.headers)
         if isinstance(content, bytes):
             head.append(content)
         self.transport.write(b"".join(head))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from proxy.upstream.connection import Connection, Outgoing
+from proxy.upstream.connection import Connection, Outgoing, open_connection
 from proxy.upstream.errors import PoolTimeout, RemoteProtocolError, WriteError
 from proxy.upstream.response import Response
 from proxy.upstream.tls import tls_context
@@ -83,7 +83,7 @@ class ConnectionPool:
         return await self._new_connection(connect_timeout)
 
     async def _new_connection(self, connect_timeout: float) -> Connection:
-        connection = await Connection.open(
+        connection = await open_connection(
             self.host, self.port, tls=self.tls, timeout=connect_timeout, keepalive_expiry_s=self.keepalive_expiry_s
         )
         connection.on_release = self._release
