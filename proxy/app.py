@@ -9,17 +9,13 @@ from contextlib import asynccontextmanager
 import httpx
 from starlette.routing import Route, Router
 
-from proxy.compaction import ConversationCompactions
 from proxy.config import Settings
-from proxy.http.admin import Stats, healthz
+from proxy.http.admin import healthz, stats_route
 from proxy.http.chat import ChatCompletions
 from proxy.http.endpoint import Endpoint
 from proxy.http.passthrough import PassThrough
-from proxy.pipeline import ChatPipeline
-from proxy.policy.calibration import Calibration
-from proxy.policy.windows import ContextRegistry
-from proxy.state import open_record_store
-from proxy.tokens import FALLBACK_ENCODING, TokenCounter, load_encoding
+from proxy.pipeline import build_pipeline
+from proxy.tokens import FALLBACK_ENCODING, load_encoding
 from proxy.upstream.client import UpstreamClient
 from proxy.upstream.summarizer import Summarizers
 
@@ -30,16 +26,7 @@ def create_app(settings: Settings) -> Router:
     """Build a proxy app; everything it holds lives in objects it owns, nothing in module globals."""
     upstream = UpstreamClient(settings.upstream)
     summarizer_client = httpx.AsyncClient(trust_env=False)
-    registry = ContextRegistry(settings)
-    calibration = Calibration()
-    pipeline = ChatPipeline(
-        settings,
-        counter=TokenCounter(),
-        registry=registry,
-        calibration=calibration,
-        compactions=ConversationCompactions(open_record_store(settings.compaction.cache)),
-        summarizers=Summarizers(settings, summarizer_client),
-    )
+    pipeline = build_pipeline(settings, summarizers=Summarizers(settings, summarizer_client))
 
     @asynccontextmanager
     async def lifespan(app: Router) -> AsyncIterator[None]:
@@ -53,7 +40,7 @@ def create_app(settings: Settings) -> Router:
 
     routes = [
         Route("/healthz", healthz, methods=["GET"]),
-        Route("/inflight/stats", Stats(registry, calibration).__call__, methods=["GET"]),
+        Route("/inflight/stats", stats_route(pipeline.registry, pipeline.calibration), methods=["GET"]),
         Route("/v1/chat/completions", Endpoint(ChatCompletions(pipeline, upstream)), methods=["POST"]),
         Route("/v1/{path:path}", Endpoint(PassThrough(upstream)), methods=METHODS),
     ]

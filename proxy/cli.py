@@ -16,15 +16,10 @@ import uvicorn
 from proxy import __version__
 from proxy.accounting import Counted
 from proxy.app import create_app
-from proxy.compaction import ConversationCompactions
 from proxy.config import ConfigError, Settings, load_settings
 from proxy.errors import BadRequest
 from proxy.http.intake import parse_object
-from proxy.pipeline import ChatPipeline, Options, Prepared
-from proxy.policy.calibration import Calibration
-from proxy.policy.windows import ContextRegistry
-from proxy.state import open_record_store
-from proxy.tokens import TokenCounter
+from proxy.pipeline import ChatPipeline, Options, Prepared, build_pipeline
 from proxy.upstream.summarizer import Summarizers
 
 GIL_SWITCH_INTERVAL_S = 0.0005
@@ -88,14 +83,7 @@ def read_request(path: str) -> dict[str, Any]:
 
 def offline_pipeline(settings: Settings, client: httpx.AsyncClient | None) -> ChatPipeline:
     """The server's pipeline without a server: no discovery, records only for this run."""
-    return ChatPipeline(
-        settings,
-        counter=TokenCounter(),
-        registry=ContextRegistry(settings),
-        calibration=Calibration(),
-        compactions=ConversationCompactions(open_record_store(settings.compaction.cache)),
-        summarizers=Summarizers(settings, client) if client is not None else None,
-    )
+    return build_pipeline(settings, summarizers=Summarizers(settings, client) if client else None)
 
 
 def counted_request(args: argparse.Namespace, pipeline: ChatPipeline) -> tuple[dict[str, Any], Counted]:
@@ -104,9 +92,11 @@ def counted_request(args: argparse.Namespace, pipeline: ChatPipeline) -> tuple[d
     model = args.model or payload.get("model")
     if not isinstance(model, str):
         raise CommandError(f"{args.file} names no model; pass --model")
-    counted = pipeline.count(orjson.dumps(payload), {**payload, "model": model})
+    counted = pipeline.count(
+        orjson.dumps(payload), {**payload, "model": model, "messages": payload.get("messages", [])}
+    )
     if counted is None:
-        raise CommandError(f"{args.file} has no messages list of objects")
+        raise CommandError(f"{args.file}: messages must be a list of objects")
     return payload, counted
 
 
@@ -134,6 +124,11 @@ def compact(args: argparse.Namespace) -> int:
     settings = _load(args)
     payload, prepared = asyncio.run(_compact(args, settings))
     outcome = prepared.outcome
+    if "compaction_error" in prepared.fields:
+        print(
+            f"inflight: compaction failed ({prepared.fields['compaction_error']}); see the log above", file=sys.stderr
+        )
+        return 1
     if outcome is None:
         print(orjson.dumps(payload).decode())
         print(f"inflight: nothing to do ({prepared.limit:,}-token budget)", file=sys.stderr)
@@ -142,7 +137,8 @@ def compact(args: argparse.Namespace) -> int:
     print(
         f"inflight: {outcome.tokens_before:,} -> {outcome.tokens_after:,} tokens (budget {prepared.limit:,}); "
         f"actions {','.join(outcome.actions)}; {outcome.messages_replaced} messages summarized; "
-        f"{outcome.summarizer_calls} summarizer calls" + "".join(f"; {note}" for note in outcome.notes),
+        f"{outcome.summarizer_calls} summarizer calls"
+        + "".join(f"; {key}={value}" for key, value in outcome.notes.items()),
         file=sys.stderr,
     )
     if prepared.too_long:

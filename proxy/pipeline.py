@@ -8,9 +8,8 @@ in as callables.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 from cachetools import LRUCache
@@ -27,17 +26,21 @@ from proxy.compaction import (
     conversation_key,
     head_length,
 )
-from proxy.config import ModelSettings, Settings
+from proxy.config import Compaction, ModelSettings, Settings
 from proxy.policy.calibration import Calibration
 from proxy.policy.refusals import Refusal
 from proxy.policy.retry import retry_limit
 from proxy.policy.windows import ContextRegistry, FetchModels, budget_for
+from proxy.state import open_record_store
 from proxy.tokens import TokenCounter, choose_encoding, is_loaded
 
 log = logging.getLogger("inflight")
 
-# (a model's compaction settings, the model, the client's Authorization) -> the summarizer to call
-SummarizerFactory = Callable[..., Summarize]
+
+class SummarizerFactory(Protocol):
+    """The summarizer for one request: its model's compaction settings, its model, the client's key."""
+
+    def __call__(self, options: Compaction, *, model: str, client_authorization: str | None) -> Summarize: ...
 
 
 @dataclass(frozen=True)
@@ -153,8 +156,10 @@ class ChatPipeline:
         if not self.compacts(counted.model, options):
             return untouched
         force = force or options.mode == "force"
+        head = counted.count.digests[: head_length(counted.payload["messages"])]
+        key = conversation_key(session=options.session, model=counted.model, head_digests=head)
         try:
-            outcome = await self.compact(counted, accounting, options, limit=limit, force=force)
+            outcome = await self.compact(counted, accounting, options, key=key, limit=limit, force=force)
         except Exception as exc:  # a bug of ours must not cost the user the request
             log.exception("[compaction] failed for %s; forwarding the request unchanged", accounting.model)
             untouched.fields["compaction_error"] = type(exc).__name__
@@ -162,26 +167,24 @@ class ChatPipeline:
             return untouched
         if outcome is None:
             return untouched
-        return rewritten(counted, accounting, outcome, limit=limit, key=self.key(counted, options))
+        return rewritten(counted, accounting, outcome, limit=limit, key=key)
 
     async def compact(
-        self, counted: Counted, accounting: Accounting, options: Options, *, limit: int, force: bool
+        self, counted: Counted, accounting: Accounting, options: Options, *, key: str, limit: int, force: bool
     ) -> Outcome | None:
         settings = self.model_settings(accounting.model).compaction
         count = counted.count
         conversation = Conversation(counted.payload["messages"], count.messages, count.digests, count.fixed)
         budget = Budget.of(int(limit / accounting.ratio), settings)  # compaction counts in our own units
-        key = self.key(counted, options)
 
         def compactor() -> Compactor:
-            encoding = self.counter.encoding(accounting.encoding)
             summarize = None
             if self.summarizers is not None:
-                summarize = self.summarizers(
-                    settings, model=accounting.model, client_authorization=options.authorization
-                )
+                authorization = options.authorization
+                summarize = self.summarizers(settings, model=accounting.model, client_authorization=authorization)
             # The summarizer's reply is bounded by max_summary_tokens, which the stages keep room for.
             summary_window = self.registry.resolve(settings.summarize.model or accounting.model).context_window
+            encoding = self.counter.encoding(accounting.encoding)
             return build_compactor(
                 settings,
                 count_message=lambda message: self.counter.count_message(message, encoding),
@@ -191,10 +194,6 @@ class ChatPipeline:
             )
 
         return await self.compactions.compact(key, conversation, compactor=compactor, budget=budget, force=force)
-
-    def key(self, counted: Counted, options: Options) -> str:
-        head = counted.count.digests[: head_length(counted.payload["messages"])]
-        return conversation_key(session=options.session, model=counted.model, head_digests=head)
 
     def learn(self, accounting: Accounting, refusal: Refusal, prepared: Prepared, payload: dict[str, Any]) -> int:
         """Record what the refusal says; the (calibrated) budget to compact the retry against."""
@@ -231,7 +230,7 @@ def rewritten(counted: Counted, accounting: Accounting, outcome: Outcome, *, lim
         "summarizer_calls": outcome.summarizer_calls,
         "summarizer_ms": f"{outcome.summarizer_ms:.0f}" if outcome.summarizer_ms is not None else "-",
     }
-    fields |= dict(note.split("=", 1) for note in outcome.notes if "=" in note)
+    fields |= outcome.notes
     too_long = None
     if not outcome.fits:
         too_long = (
@@ -239,5 +238,18 @@ def rewritten(counted: Counted, accounting: Accounting, outcome: Outcome, *, lim
             f"{accounting.model} allows {limit:,} ({accounting.limits.context_window:,}-token context window "
             "minus the tokens reserved for the reply). Shorten the system prompt, the tools or the last message."
         )
-    body = orjson.dumps({**counted.payload, "messages": outcome.messages})
+    # A request that cannot fit is not sent: it is answered with `too_long` (the CLI prints its messages).
+    body = orjson.dumps({**counted.payload, "messages": outcome.messages}) if outcome.fits else b""
     return Prepared(body, True, outcome.tokens_after, limit, headers, fields, outcome, too_long)
+
+
+def build_pipeline(settings: Settings, *, summarizers: SummarizerFactory | None) -> ChatPipeline:
+    """A pipeline with fresh state (counts, windows, calibration, records): the server's, or a command's."""
+    return ChatPipeline(
+        settings,
+        counter=TokenCounter(),
+        registry=ContextRegistry(settings),
+        calibration=Calibration(),
+        compactions=ConversationCompactions(open_record_store(settings.compaction.cache)),
+        summarizers=summarizers,
+    )

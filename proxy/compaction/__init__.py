@@ -1,7 +1,7 @@
 """Compaction: pure functions over message lists (no HTTP here; counting and the summarizer are passed in)."""
 
 from proxy.compaction.compactor import Compactor, build_compactor
-from proxy.compaction.conversation import Conversation, head_length, problems
+from proxy.compaction.conversation import Conversation, head_length
 from proxy.compaction.draft import Budget
 from proxy.compaction.records import Record, RecordStore, conversation_key
 from proxy.compaction.runner import ConversationCompactions
@@ -21,5 +21,4 @@ __all__ = [
     "build_compactor",
     "conversation_key",
     "head_length",
-    "problems",
 ]

@@ -29,7 +29,7 @@ class Outcome:
     messages_replaced: int = 0
     summarizer_ms: float | None = None
     summarizer_calls: int = 0
-    notes: list[str] = field(default_factory=list)
+    notes: dict[str, str] = field(default_factory=dict)  # what went wrong on the way, for the log line
 
 
 @dataclass

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -13,12 +15,10 @@ async def healthz(request: Request) -> Response:
     return JSONResponse({"status": "ok"})
 
 
-class Stats:
+def stats_route(registry: ContextRegistry, calibration: Calibration) -> Callable[[Request], Awaitable[Response]]:
     """Calibration ratios and learned context windows, for a person wondering why a request was compacted."""
 
-    def __init__(self, registry: ContextRegistry, calibration: Calibration) -> None:
-        self.registry = registry
-        self.calibration = calibration
+    async def stats(request: Request) -> Response:
+        return JSONResponse({"calibration": calibration.report(), "learned_windows": registry.learned()})
 
-    async def __call__(self, request: Request) -> Response:
-        return JSONResponse({"calibration": self.calibration.report(), "learned_windows": self.registry.learned()})
+    return stats

@@ -5,12 +5,15 @@ Each step is one call into the module that owns it; this file only puts them in 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from starlette.requests import Request
 
 from proxy.accounting import Accounting, Counted
 from proxy.errors import ContextTooLong, UpstreamUnreachable
 from proxy.exchange import Exchange
 from proxy.http.intake import read_chat
+from proxy.http.target import checked_path
 from proxy.pipeline import ChatPipeline, Options, Prepared
 from proxy.policy.calibration import UsageReader
 from proxy.policy.windows import FetchModels
@@ -18,7 +21,18 @@ from proxy.upstream.client import UpstreamClient
 from proxy.upstream.headers import header_value, is_event_stream
 from proxy.upstream.hold import Held, hold_until_known
 from proxy.upstream.relay import Relay, prepend, relay, tap
-from proxy.upstream.response import Response as UpstreamResponse
+from proxy.upstream.response import Response
+
+
+@dataclass
+class ChatCall:
+    """One counted chat request on its way: what the steps after intake, and a retry, need."""
+
+    request: Request
+    exchange: Exchange  # the log line and the x-inflight-* headers
+    counted: Counted
+    accounting: Accounting
+    options: Options
 
 
 class ChatCompletions:
@@ -31,67 +45,51 @@ class ChatCompletions:
         intake = await read_chat(raw, request.headers.get("content-encoding", ""), self.pipeline)
         model = intake.payload.get("model")
         exchange.note("model", model if isinstance(model, str) else "-")
-        counted = intake.counted
-        if counted is None:  # not ours to judge: the upstream answers whatever this is with its own error
-            response = await self.send(request, raw, exchange, rewritten=False)
-            return relay(response, exchange)
-        accounting = await self.pipeline.account(counted, self.discovery(request))
+        if intake.counted is None:  # not ours to judge: the upstream answers whatever this is with its own error
+            return relay(await self.send(request, exchange, raw, rewritten=False), exchange)
+        accounting = await self.pipeline.account(intake.counted, self.discovery(request))
         exchange.note_all(accounting.log_fields())
-        options = options_of(request)
-        prepared = await self.prepare(counted, accounting, options, exchange)
-        response = await self.send(request, prepared.body, exchange, rewritten=prepared.rewritten)
-        if not self.pipeline.compacts(counted.model, options):
-            return self.relay(response, exchange, accounting, prepared)
+        call = ChatCall(request, exchange, intake.counted, accounting, options_of(request))
+        prepared = await self.prepare(call)
+        response = await self.send(request, exchange, prepared.body, rewritten=prepared.rewritten)
+        if not self.pipeline.compacts(call.counted.model, call.options):
+            return self.relay_with_usage(call, response, prepared)
         try:
-            held = await hold_until_known(
-                response, event_stream=counted.payload.get("stream") is True, host=self.upstream.host
-            )
+            stream = call.counted.payload.get("stream") is True
+            held = await hold_until_known(response, event_stream=stream, host=self.upstream.host)
         except BaseException:
             await response.aclose()
             raise
+        exchange.upstream_answered()  # for a held response: when its first event (or its error) was in
         if held.refusal is None:
-            return self.relay(response, exchange, accounting, prepared, held=held)
+            return self.relay_with_usage(call, response, prepared, held=held)
         await response.aclose()
-        limit = self.pipeline.learn(accounting, held.refusal, prepared, counted.payload)
+        limit = self.pipeline.learn(accounting, held.refusal, prepared, call.counted.payload)
         exchange.note_all({"refused_by": held.refusal.upstream, "retry_limit": limit})
-        return await self.retry(request, exchange, counted, accounting, options, limit=limit)
+        return await self.retry(call, limit=limit)
 
-    async def retry(
-        self,
-        request: Request,
-        exchange: Exchange,
-        counted: Counted,
-        accounting: Accounting,
-        options: Options,
-        *,
-        limit: int,
-    ) -> Relay:
+    async def retry(self, call: ChatCall, *, limit: int) -> Relay:
         """Once: the original request compacted again against what the refusal taught us."""
-        retry = await self.prepare(counted, accounting, options, exchange, limit=limit)
-        exchange.headers["x-inflight-actions"] += ",retry"
-        exchange.headers["x-inflight-retried"] = "1"
-        response = await self.send(request, retry.body, exchange, rewritten=retry.rewritten)
-        return self.relay(response, exchange, accounting, retry)
+        prepared = await self.prepare(call, limit=limit)
+        call.exchange.headers["x-inflight-actions"] += ",retry"
+        call.exchange.headers["x-inflight-retried"] = "1"
+        response = await self.send(call.request, call.exchange, prepared.body, rewritten=prepared.rewritten)
+        return self.relay_with_usage(call, response, prepared)
 
-    async def prepare(
-        self,
-        counted: Counted,
-        accounting: Accounting,
-        options: Options,
-        exchange: Exchange,
-        *,
-        limit: int | None = None,
-    ) -> Prepared:
+    async def prepare(self, call: ChatCall, *, limit: int | None = None) -> Prepared:
         """The body to send (compacted if needed); its headers and log fields go on the exchange."""
-        prepared = await self.pipeline.prepare(counted, accounting, options, limit=limit, force=limit is not None)
-        exchange.headers = dict(prepared.headers)
-        exchange.note_all(prepared.fields)
+        pipeline = self.pipeline
+        prepared = await pipeline.prepare(
+            call.counted, call.accounting, call.options, limit=limit, force=limit is not None
+        )
+        call.exchange.headers = dict(prepared.headers)
+        call.exchange.note_all(prepared.fields)
         if prepared.too_long is not None:
             raise ContextTooLong(prepared.too_long)
         return prepared
 
-    async def send(self, request: Request, body: bytes, exchange: Exchange, *, rewritten: bool) -> UpstreamResponse:
-        target = self.upstream.target_for(request.scope["path"], request.scope["query_string"])
+    async def send(self, request: Request, exchange: Exchange, body: bytes, *, rewritten: bool) -> Response:
+        target = self.upstream.target_for(checked_path(request.scope), request.scope["query_string"])
         headers = self.upstream.headers_for(request.scope["headers"], rewrite_body=rewritten)
         response = await self.upstream.open("POST", target, headers=headers, content=body)
         exchange.upstream_answered()
@@ -109,30 +107,25 @@ class ChatCompletions:
 
         return fetch_models
 
-    def relay(
-        self,
-        response: UpstreamResponse,
-        exchange: Exchange,
-        accounting: Accounting,
-        prepared: Prepared,
-        *,
-        held: Held | None = None,
+    def relay_with_usage(
+        self, call: ChatCall, response: Response, prepared: Prepared, *, held: Held | None = None
     ) -> Relay:
         """Relay unchanged, reading `usage.prompt_tokens` on the way to calibrate this model's estimates."""
         chunks = response.aiter_raw() if held is None else prepend(held.chunks, held.rest)
         if response.status != 200:
-            return relay(response, exchange, chunks=chunks)
+            return relay(response, call.exchange, chunks=chunks)
         reader = UsageReader(
             event_stream=is_event_stream(response.headers),
             content_encoding=header_value(response.headers, b"content-encoding"),
         )
+        calibration, model = self.pipeline.calibration, call.accounting.model
 
         def calibrate() -> None:
             actual = reader.finish()
             if actual is not None:
-                self.pipeline.calibration.record(accounting.model, estimate=prepared.sent_tokens, actual=actual)
+                calibration.record(model, estimate=prepared.sent_tokens, actual=actual)
 
-        return relay(response, exchange, chunks=tap(chunks, reader.feed, calibrate))
+        return relay(response, call.exchange, chunks=tap(chunks, reader.feed, calibrate))
 
 
 def options_of(request: Request) -> Options:

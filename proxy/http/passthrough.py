@@ -5,6 +5,7 @@ from __future__ import annotations
 from starlette.requests import Request
 
 from proxy.exchange import Exchange
+from proxy.http.target import checked_path
 from proxy.upstream.client import UpstreamClient
 from proxy.upstream.relay import Relay, relay
 
@@ -22,7 +23,7 @@ class PassThrough:
             content = request.stream()
         elif request.headers.get("content-length", "0") != "0":
             content = request.stream()
-        target = self.upstream.target_for(request.scope["path"], request.scope["query_string"])
+        target = self.upstream.target_for(checked_path(request.scope), request.scope["query_string"])
         response = await self.upstream.open(request.method, target, headers=headers, content=content)
         exchange.upstream_answered()
         return relay(response, exchange)

@@ -15,12 +15,11 @@ from proxy.upstream.response import Response
 
 class UpstreamClient:
     def __init__(self, settings: UpstreamSettings) -> None:
-        self.base_url = settings.base_url
         parts = urlsplit(settings.base_url)
         self.host = parts.netloc
         self.api_key = settings.api_key
         self._host_header = self.host.encode("idna")
-        self._base_path = parts.path.rstrip("/")
+        self._base_path = parts.path.rstrip("/").encode("utf-8")
         self.pool = ConnectionPool(
             scheme=parts.scheme,
             host=parts.hostname or "",
@@ -34,10 +33,10 @@ class UpstreamClient:
             pool=settings.connect_timeout_s,
         )
 
-    def target_for(self, v1_path: str, query: bytes = b"") -> bytes:
+    def target_for(self, v1_path: bytes, query: bytes = b"") -> bytes:
         """`/v1/x/y?q` -> `<base_url path>/x/y?q`, path and query string kept byte for byte."""
-        suffix = v1_path[len("/v1") :] if v1_path.startswith("/v1") else v1_path
-        target = (self._base_path + suffix).encode("latin-1")
+        suffix = v1_path[len(b"/v1") :] if v1_path.startswith(b"/v1") else v1_path
+        target = self._base_path + suffix
         return target + b"?" + query if query else target
 
     def headers_for(self, raw: Iterable[tuple[bytes, bytes]], *, rewrite_body: bool = False) -> RawHeaders:
@@ -49,7 +48,7 @@ class UpstreamClient:
 
     async def fetch(self, v1_path: str, *, headers: RawHeaders) -> tuple[int, bytes]:
         """GET a small resource from the upstream and read it whole."""
-        response = await self.open("GET", self.target_for(v1_path), headers=headers, content=None)
+        response = await self.open("GET", self.target_for(v1_path.encode()), headers=headers, content=None)
         try:
             async with upstream_errors(self.host):
                 return response.status, await response.aread()

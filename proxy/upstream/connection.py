@@ -24,6 +24,8 @@ from proxy.upstream.headers import RawHeaders
 from proxy.upstream.reader import ResponseReader
 from proxy.upstream.response import Response
 
+IDEMPOTENT = frozenset({b"GET", b"HEAD", b"OPTIONS", b"TRACE", b"PUT", b"DELETE"})  # RFC 9110 §9.2.2
+
 
 @dataclass(frozen=True)
 class Outgoing:
@@ -34,10 +36,16 @@ class Outgoing:
     headers: RawHeaders
     content: bytes | AsyncIterator[bytes] | None
 
-    @property
-    def replayable(self) -> bool:
-        """Whether the body could be sent again (a stream is consumed as it goes)."""
-        return self.content is None or isinstance(self.content, bytes)
+    def replayable(self, *, wrote: bool) -> bool:
+        """Whether this request may go out again on another connection after a stale one failed.
+
+        Only when the body can be sent again (a stream is consumed as it goes), and, for a method that
+        is not idempotent (POST, PATCH), only when no byte of it was written: an upstream that read a
+        chat request may be generating (and billing) it.
+        """
+        if not (self.content is None or isinstance(self.content, bytes)):
+            return False
+        return not wrote or self.method in IDEMPOTENT
 
 
 async def open_connection(
@@ -73,6 +81,7 @@ class Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.requests = 0  # requests sent on this connection, so the pool knows a reused one
+        self.wrote = False  # whether any byte of the current request reached the transport
         self.idle_since = 0.0
         self._response: Response | None = None
         self._reader: ResponseReader | None = None
@@ -90,6 +99,7 @@ class Connection(asyncio.Protocol):
 
     async def request(self, outgoing: Outgoing, *, read_timeout: float | None, write_timeout: float | None) -> Response:
         """Send the request and wait for the response headers; the body is read from the response."""
+        self.wrote = False  # no byte of this request handed to the socket yet: safe to send elsewhere
         if self.closed or self.transport is None:
             raise WriteError("the connection is closed")
         response = self._response = Response(self, read_timeout)
@@ -101,9 +111,15 @@ class Connection(asyncio.Protocol):
         if isinstance(content, bytes):
             head.append(content)
         self.transport.write(b"".join(head))
-        if content is not None and not isinstance(content, bytes):
-            await self._write_stream(content, chunked=chunked, timeout=write_timeout)
-        await self._drain(write_timeout)
+        self.wrote = True
+        try:
+            if content is not None and not isinstance(content, bytes):
+                await self._write_stream(content, chunked=chunked, timeout=write_timeout)
+            await self._drain(write_timeout)
+        except WriteError:
+            if not response.status:
+                raise
+            # The upstream answered before it took the whole body (a 413, a 401) and closed: its answer stands.
         await response.wait_for_headers()
         return response
 
@@ -134,7 +150,8 @@ class Connection(asyncio.Protocol):
         if self._response is not response:
             return
         self._response = None
-        if response.complete and self._reader is not None and self._reader.keep_alive and not self.closed:
+        reusable = self._reader is not None and self._reader.keep_alive and not self._reading_paused
+        if response.complete and reusable and not self.closed:
             self.idle_since = asyncio.get_running_loop().time()
         else:
             self.close()
@@ -194,7 +211,7 @@ class Connection(asyncio.Protocol):
         if self._drained is not None and not self._drained.done():
             self._drained.set_result(None)
         if self._response is not None and self._reader is not None:
-            self._reader.connection_lost()
+            self._reader.connection_lost(exc)
 
     def pause_writing(self) -> None:
         self._write_paused = True

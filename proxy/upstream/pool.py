@@ -60,9 +60,9 @@ class ConnectionPool:
             return await connection.request(outgoing, read_timeout=timeouts.read, write_timeout=timeouts.write)
         except STALE_CONNECTION_ERRORS:
             connection.close()
-            # A reused connection that the upstream closed as the request went out: one fresh try, when the
-            # body can be sent again.
-            if not reused or not outgoing.replayable:
+            # A reused connection that the upstream closed as the request went out: one fresh try, when
+            # sending it again cannot do the work twice.
+            if not reused or not outgoing.replayable(wrote=connection.wrote):
                 raise
         except BaseException:
             connection.close()

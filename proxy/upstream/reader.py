@@ -30,11 +30,12 @@ class ResponseReader:
             return False
         return True
 
-    def connection_lost(self) -> None:
+    def connection_lost(self, exc: Exception | None) -> None:
+        """The connection is gone; `exc` is None for a clean close, an error for a reset."""
         response = self.response
         if response.complete:
             return
-        if response.status and not self.keep_alive and self._delimited_by_close():
+        if response.status and exc is None and not self.keep_alive and self._delimited_by_close():
             response.finished()  # a body without length or chunks ends when the connection does
         elif response.status:
             response.finished(ReadError("the upstream closed the connection mid-body"))

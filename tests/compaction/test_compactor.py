@@ -183,7 +183,7 @@ async def test_a_failing_summarizer_falls_back_to_a_local_digest() -> None:
     digest = outcome.messages[2]["content"]
     assert "earlier messages were dropped" in digest and "bash(n=" in digest
     assert len(digest) <= 800 + len("[Previous conversation summary]\n")
-    assert outcome.notes == ["summarizer_error=ConnectionError"]
+    assert outcome.notes == {"summarizer_error": "ConnectionError"}
 
 
 async def test_the_last_user_message_and_its_parts_survive() -> None:

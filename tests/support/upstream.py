@@ -38,6 +38,7 @@ class Recorded:
     sent: bytearray = field(default_factory=bytearray)
     status: int = 0
     disconnected: threading.Event = field(default_factory=threading.Event)
+    raw_path: bytes = b""  # the path as it was on the request line
 
     def json(self) -> Any:
         return orjson.loads(gzip.decompress(self.body) if self.headers.get("content-encoding") == "gzip" else self.body)
@@ -173,6 +174,7 @@ class UpstreamApp:
             headers={k.decode().lower(): v.decode("latin-1") for k, v in raw_headers},
             raw_headers=raw_headers,
             body=bytes(body),
+            raw_path=scope.get("raw_path") or b"",
         )
         if self.record:
             self.requests.append(record)

@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import http.client
+import socket
+import struct
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
+import orjson
 import pytest
 import trustme
 
+from proxy.upstream.connection import Outgoing
+from proxy.upstream.pool import ConnectionPool, Timeouts
+from proxy.upstream.response import HIGH_WATER
 from tests.conftest import ProxyFactory
 from tests.support.raw import raw_upstream, read_request
 from tests.support.servers import serve
@@ -169,3 +178,113 @@ def test_an_https_upstream_is_verified_and_used(
             trusted = httpx.get(f"{proxy_url}/models")
     assert untrusted.status_code == 502 and "unreachable" in untrusted.json()["error"]["message"]
     assert trusted.status_code == 200 and trusted.json()["data"][0]["id"] == "gpt-4o-mini"
+
+
+async def test_a_connection_whose_reading_was_paused_is_not_reused() -> None:
+    # A body a little over the pause threshold arrives whole and nobody reads it, so the connection
+    # stops reading the socket with the body complete in its buffer; then the response is closed (a
+    # client that left). Reading that connection is still paused, so it must not serve another request.
+    big = b"y" * (HIGH_WATER + 100_000)
+    served: list[int] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, number: int) -> None:
+        while True:
+            request = await read_request(reader)
+            served.append(number)
+            body = big if b"/big" in request.split(b"\r\n")[0] else MODELS
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%b" % (len(body), body))
+            await writer.drain()
+
+    timeouts = Timeouts(connect=2, read=2, write=2, pool=2)
+    with raw_upstream(handler) as url:
+        parts = urlsplit(url)
+        pool = ConnectionPool(scheme="http", host=parts.hostname or "", port=parts.port or 80, max_connections=4)
+        response = await pool.request(Outgoing(b"GET", b"/v1/big", [(b"host", b"x")], None), timeouts)
+        for _ in range(200):
+            if response.complete:
+                break
+            await asyncio.sleep(0.01)
+        await response.aclose()
+        after = await pool.request(Outgoing(b"GET", b"/v1/models", [(b"host", b"x")], None), timeouts)
+        body = await after.aread()
+        await after.aclose()
+        await pool.aclose()
+    assert response.complete and body == MODELS
+    assert served == [1, 2]
+
+
+def test_the_path_goes_upstream_as_the_client_sent_it(upstream: tuple[UpstreamApp, str], proxy: str) -> None:
+    app, _ = upstream
+    httpx.get(f"{proxy}/models/meta-llama%2FLlama-3.1%208B?x=%2F")
+    assert app.requests[-1].raw_path == b"/v1/models/meta-llama%2FLlama-3.1%208B"
+    assert app.requests[-1].query == b"x=%2F"
+
+
+@pytest.mark.parametrize("path", ["/v1/%2e%2e/%2e%2e/etc/passwd", "/v1/models/%2E%2E/x", "/v1/./models"])
+def test_dot_segments_are_refused_not_forwarded(upstream: tuple[UpstreamApp, str], proxy: str, path: str) -> None:
+    app, _ = upstream
+    parts = urlsplit(proxy)
+    connection = http.client.HTTPConnection(parts.hostname or "", parts.port)  # sends the path verbatim
+    connection.request("GET", path)
+    response = connection.getresponse()
+    error = orjson.loads(response.read())["error"]
+    connection.close()
+    assert response.status == 400 and error["type"] == "invalid_request_error"
+    assert app.requests == []
+
+
+def test_an_upstream_that_answers_before_taking_the_whole_upload_is_heard(start_proxy: ProxyFactory) -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, number: int) -> None:
+        await reader.readuntil(b"\r\n\r\n")  # the headers only: the body is too large to take
+        body = b'{"error": {"message": "too large", "type": "invalid_request_error"}}'
+        writer.write(
+            b"HTTP/1.1 413 Payload Too Large\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%b" % (len(body), body)
+        )
+        await writer.drain()
+
+    def upload() -> Iterator[bytes]:
+        for _ in range(400):
+            yield b"z" * 65536  # 25 MiB, chunked
+
+    with raw_upstream(handler) as url, start_proxy(url) as proxy_url:
+        try:
+            response = httpx.post(f"{proxy_url}/files", content=upload(), timeout=10)
+        except httpx.WriteError:  # the proxy may answer and close before the client is done sending
+            return
+    assert response.status_code == 413 and b"too large" in response.content
+
+
+def test_a_chat_post_the_upstream_may_have_read_is_not_sent_twice(start_proxy: ProxyFactory) -> None:
+    seen: list[int] = []
+    completion = b'{"id": "c", "object": "chat.completion", "choices": []}'
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, number: int) -> None:
+        while True:
+            await read_request(reader)
+            seen.append(number)
+            if number == 1 and seen.count(1) == 2:
+                return  # read the second request, then closed without answering
+            writer.write(ok(completion))
+            await writer.drain()
+
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    with raw_upstream(handler) as url, start_proxy(url, discover_context_window=False) as proxy_url:
+        assert httpx.post(f"{proxy_url}/chat/completions", json=body).status_code == 200
+        second = httpx.post(f"{proxy_url}/chat/completions", json=body)
+    assert second.status_code == 502
+    assert seen == [1, 1]  # an upstream that read it may be generating it: it was not sent again
+
+
+def test_a_reset_cuts_a_close_delimited_body_short_visibly(start_proxy: ProxyFactory) -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, number: int) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\n" + b"partial " * 1000)
+        await writer.drain()
+        await asyncio.sleep(0.1)
+        sock = writer.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close with a reset
+        writer.transport.abort()
+
+    with raw_upstream(handler) as url, start_proxy(url) as proxy_url:
+        with pytest.raises(httpx.RemoteProtocolError):  # the relay ends without the final chunk
+            httpx.get(f"{proxy_url}/files").raise_for_status()

@@ -46,7 +46,7 @@ class SummarizeStage:
         try:
             text = await self.rolling_summary(span(work, cut), previous, work)
         except Exception as exc:  # whatever went wrong, the request must still be served
-            work.outcome.notes.append(f"summarizer_error={type(exc).__name__}")
+            work.outcome.notes["summarizer_error"] = type(exc).__name__
             log.warning("[compaction] summarizer failed (%s: %s); using a local digest", type(exc).__name__, exc)
             return
         finally:
