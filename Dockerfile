@@ -9,7 +9,10 @@ COPY config/inflight.yaml /etc/inflight/config.yaml
 
 USER inflight
 EXPOSE 8787
-# The container listens on all interfaces; the file's default (127.0.0.1) is for local use.
+# The container listens on all interfaces; the file's default (127.0.0.1) is for local use. If your
+# config sets upstream.api_key, it must also set access.keys (the keys clients send), or the proxy
+# refuses to start: anyone who reaches the port would spend that key. Forwarding each client's own
+# key (upstream.api_key empty, the example's default) needs neither.
 CMD ["inflight", "serve", "--config", "/etc/inflight/config.yaml", "--host", "0.0.0.0"]
 HEALTHCHECK --interval=30s --timeout=3s --start-period=5s --retries=3 \
   CMD python -c "import urllib.request,sys; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:8787/healthz', timeout=2).status == 200 else 1)"

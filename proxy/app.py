@@ -8,8 +8,10 @@ from contextlib import asynccontextmanager
 
 import httpx
 from starlette.routing import Route, Router
+from starlette.types import ASGIApp
 
 from proxy.config import Settings
+from proxy.http.access import AccessGuard
 from proxy.http.admin import healthz, stats_route
 from proxy.http.chat import ChatCompletions
 from proxy.http.endpoint import Endpoint
@@ -22,14 +24,14 @@ from proxy.upstream.summarizer import Summarizers
 METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "HEAD"]
 
 
-def create_app(settings: Settings) -> Router:
+def create_app(settings: Settings) -> ASGIApp:
     """Build a proxy app; everything it holds lives in objects it owns, nothing in module globals."""
     upstream = UpstreamClient(settings.upstream)
     summarizer_client = httpx.AsyncClient(trust_env=False)
     pipeline = build_pipeline(settings, summarizers=Summarizers(settings, summarizer_client))
 
     @asynccontextmanager
-    async def lifespan(app: Router) -> AsyncIterator[None]:
+    async def lifespan(app: object) -> AsyncIterator[None]:
         # Building an encoding takes about a second: do it before the first request, off the loop.
         await asyncio.to_thread(load_encoding, FALLBACK_ENCODING)
         try:
@@ -46,4 +48,6 @@ def create_app(settings: Settings) -> Router:
     ]
     # A bare router, not a Starlette app: the endpoints render their own errors, so the app's two
     # error-handling middlewares would only add a wrapper to every `send` of every response.
-    return Router(routes=routes, lifespan=lifespan)
+    router = Router(routes=routes, lifespan=lifespan)
+    guarded = settings.access.keys or settings.access.admin
+    return AccessGuard(router, settings.access) if guarded else router

@@ -18,6 +18,7 @@ from proxy.accounting import Counted
 from proxy.app import create_app
 from proxy.config import ConfigError, Settings, load_settings
 from proxy.errors import BadRequest
+from proxy.http.access import startup_problem
 from proxy.http.intake import parse_object
 from proxy.pipeline import ChatPipeline, Options, Prepared, build_pipeline
 from proxy.upstream.summarizer import Summarizers
@@ -42,6 +43,9 @@ def serve(args: argparse.Namespace) -> int:
     if args.upstream is not None:
         overrides.setdefault("upstream", {})["base_url"] = args.upstream
     settings = _load(args, overrides)
+    problem = startup_problem(settings)
+    if problem is not None:
+        raise ConfigError(problem)
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )

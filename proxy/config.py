@@ -53,6 +53,26 @@ class Upstream(Section):
         return "" if value is None else value
 
 
+class Access(Section):
+    """Who may use the proxy: client keys for `/v1`, admin keys for `/inflight/*` (`/healthz` stays open)."""
+
+    keys: tuple[str, ...] = ()
+    admin_keys: tuple[str, ...] | None = None  # None: the same as `keys`
+    allow_anonymous: bool = False  # inject `upstream.api_key` for anyone who can reach a public address
+
+    @field_validator("keys", "admin_keys", mode="before")
+    @classmethod
+    def _drop_empty(cls, value: object) -> object:
+        # `- ${INFLIGHT_KEY:-}` interpolates to an empty entry when the variable is unset: not a key.
+        if isinstance(value, list | tuple):
+            return tuple(key for key in value if key not in (None, ""))
+        return value
+
+    @property
+    def admin(self) -> tuple[str, ...]:
+        return self.keys if self.admin_keys is None else self.admin_keys
+
+
 class Truncate(Section):
     max_lines: int = Field(2000, ge=4)
     max_bytes: int = Field(51200, ge=256)
@@ -125,6 +145,7 @@ class ModelSettings:
 class Settings(Section):
     listen: Listen = Listen()
     upstream: Upstream = Upstream()
+    access: Access = Access()
     default_context_window: int = Field(128000, ge=256)
     discover_context_window: bool = True
     models: dict[str, ModelEntry] = {}
@@ -132,6 +153,15 @@ class Settings(Section):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     # Each `models.<glob>.compaction` merged over the global block once, here, not on every request.
     _compactions: dict[str, Compaction] = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _keys_need_an_upstream_key(self) -> Settings:
+        if self.access.keys and not self.upstream.api_key:
+            raise ValueError(
+                "access.keys is set, so clients send the proxy's keys, not the upstream's: "
+                "set upstream.api_key to the key the proxy uses upstream"
+            )
+        return self
 
     @model_validator(mode="after")
     def _model_overrides_valid(self) -> Settings:
@@ -180,6 +210,14 @@ def _deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any
     return merged
 
 
+def interpolate_lines(text: str) -> str:
+    """`${VAR}` expanded before parsing (so `{port: ${PORT}}` works), except on comment lines: a
+    commented-out `# api_key: ${OPENAI_API_KEY}` must not require the variable."""
+    return "".join(
+        line if line.lstrip().startswith("#") else interpolate_env(line) for line in text.splitlines(keepends=True)
+    )
+
+
 def interpolate_env(text: str, environ: dict[str, str] | os._Environ[str] = os.environ) -> str:
     """Expand `${VAR}` and `${VAR:-default}`; an unset `${VAR}` without default is an error."""
 
@@ -224,7 +262,7 @@ def load_settings(path: str | Path | None = None, *, overrides: dict[str, Any] |
         except OSError as exc:
             raise ConfigError(f"cannot read config file {source}: {exc.strerror}") from exc
         try:
-            loaded = yaml.safe_load(interpolate_env(text))
+            loaded = yaml.safe_load(interpolate_lines(text))
         except yaml.YAMLError as exc:
             raise ConfigError(f"{source}: not valid YAML: {exc}") from exc
         except ConfigError as exc:

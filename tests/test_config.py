@@ -80,3 +80,9 @@ def test_cli_reports_config_error(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "listen.prot: unknown key" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_variable_on_a_comment_line_is_not_required(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("INFLIGHT_SURELY_UNSET", raising=False)
+    text = "upstream:\n  # api_key: ${INFLIGHT_SURELY_UNSET}\n  api_key: ''\n"
+    assert load_settings(write(tmp_path, text)).upstream.api_key == ""

@@ -60,7 +60,8 @@ class Summarizers:
     """The summarizer for one request: which endpoint, which models, whose key.
 
     The key is `compaction.summarize.api_key`, else the upstream's own key when summaries go to the
-    upstream, else the client's `Authorization` (the summary is the client's spending).
+    upstream, else the client's `Authorization` (the summary is the client's spending) unless the
+    proxy has keys of its own.
     """
 
     def __init__(self, settings: Settings, client: httpx.AsyncClient) -> None:
@@ -73,7 +74,8 @@ class Summarizers:
             self.client, base_url=summarize.base_url or self.settings.upstream.base_url, timeout_s=summarize.timeout_s
         )
         models = [summarize.model or model, *summarize.fallback_models]
-        authorization = client_authorization
+        # With access.keys the client's Authorization is one of the proxy's own keys: never send it on.
+        authorization = None if self.settings.access.keys else client_authorization
         if summarize.api_key:
             authorization = f"Bearer {summarize.api_key}"
         elif summarize.base_url is None and self.settings.upstream.api_key:

@@ -1,0 +1,82 @@
+"""Inbound keys: who may spend the upstream key the proxy holds.
+
+With `access.keys` set, every `/v1` request must carry one of them as `Authorization: Bearer …`
+(the upstream gets `upstream.api_key` instead), and `/inflight/*` one of `access.admin_keys`.
+`/healthz` stays open for load balancers. Keys are compared in constant time, each against all.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from proxy.config import Access, Settings
+from proxy.errors import ProxyError
+from proxy.http.errors import render
+
+OPEN_PATHS = frozenset({"/healthz"})
+
+
+class InvalidApiKey(ProxyError):
+    status_code = 401
+    error_type = "invalid_request_error"
+    code = "invalid_api_key"
+
+
+def presented_key(scope: Scope) -> bytes | None:
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            scheme, _, key = value.partition(b" ")
+            return key.strip() if scheme.lower() == b"bearer" else None
+    return None
+
+
+def accepted(key: bytes | None, keys: tuple[str, ...]) -> bool:
+    """Whether `key` is one of `keys`, in time that does not depend on which one, or how much matched."""
+    found = False
+    for candidate in keys:
+        found |= hmac.compare_digest(key or b"", candidate.encode("utf-8"))
+    return found and bool(key)
+
+
+class AccessGuard:
+    """An ASGI wrapper: requests without an accepted key are answered 401 before anything else runs."""
+
+    def __init__(self, app: ASGIApp, access: Access) -> None:
+        self.app = app
+        self.access = access
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] not in OPEN_PATHS:
+            admin = scope["path"].startswith("/inflight/")
+            keys = self.access.admin if admin else self.access.keys
+            if keys and not accepted(presented_key(scope), keys):
+                kind = "an admin key" if admin else "one of the proxy's keys"
+                message = f"Incorrect or missing API key: this proxy needs {kind} as 'Authorization: Bearer <key>'."
+                await render(InvalidApiKey(message))(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def startup_problem(settings: Settings) -> str | None:
+    """Why the proxy must not start as configured, or None: an open relay for its own upstream key."""
+    if settings.access.keys or not settings.upstream.api_key or settings.access.allow_anonymous:
+        return None
+    if is_loopback(settings.listen.host):
+        return None
+    return (
+        f"upstream.api_key is set and the proxy would listen on {settings.listen.host}, so anyone who can reach "
+        "it would spend that key. Set access.keys (the keys clients must send), or listen on 127.0.0.1, or set "
+        "access.allow_anonymous: true if that is really what you want."
+    )
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -1,0 +1,106 @@
+"""Inbound keys: the proxy's upstream key is spent only by clients holding one of the proxy's keys."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from proxy.config import ConfigError, load_settings
+from proxy.http.access import accepted, startup_problem
+from tests.conftest import ProxyFactory
+from tests.support.upstream import UpstreamApp
+
+KEYS = {"access": {"keys": ["sk-proxy-client"], "admin_keys": ["sk-proxy-admin"]}, "upstream": {"api_key": "sk-up"}}
+BODY = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def test_a_missing_or_wrong_key_is_refused_in_openais_shape(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    app, url = upstream
+    with start_proxy(url, **KEYS) as proxy_url:
+        missing = httpx.post(f"{proxy_url}/chat/completions", json=BODY)
+        wrong = httpx.post(f"{proxy_url}/chat/completions", json=BODY, headers={"authorization": "Bearer sk-up"})
+        other = httpx.get(f"{proxy_url}/models", headers={"authorization": "Basic c2stcHJveHktY2xpZW50"})
+    for response in (missing, wrong, other):
+        assert response.status_code == 401
+        assert response.json()["error"]["code"] == "invalid_api_key"
+        assert set(response.json()["error"]) == {"message", "type", "param", "code"}
+    assert app.requests == []
+
+
+def test_a_client_key_is_replaced_by_the_upstream_key(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    app, url = upstream
+    with start_proxy(url, **KEYS) as proxy_url:
+        with openai.OpenAI(base_url=proxy_url, api_key="sk-proxy-client", max_retries=0) as client:
+            reply = client.chat.completions.create(model="gpt-4o-mini", messages=BODY["messages"])  # type: ignore[arg-type]
+            assert [m.id for m in client.models.list()] == ["gpt-4o-mini"]
+    assert reply.choices[0].message.content == "Hello from upstream."
+    assert {r.headers["authorization"] for r in app.requests} == {"Bearer sk-up"}
+
+
+def test_admin_routes_take_admin_keys_and_healthz_stays_open(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    _, url = upstream
+    with start_proxy(url, **KEYS) as proxy_url:
+        base = proxy_url.removesuffix("/v1")
+        as_client = httpx.get(f"{base}/inflight/stats", headers={"authorization": "Bearer sk-proxy-client"})
+        as_admin = httpx.get(f"{base}/inflight/stats", headers={"authorization": "Bearer sk-proxy-admin"})
+        health = httpx.get(f"{base}/healthz")
+    assert as_client.status_code == 401 and as_admin.status_code == 200 and health.status_code == 200
+
+
+def test_keys_are_compared_whole() -> None:
+    keys = ("sk-proxy-client", "sk-other")
+    assert accepted(b"sk-proxy-client", keys) and accepted(b"sk-other", keys)
+    assert not accepted(b"sk-proxy", keys) and not accepted(b"sk-proxy-client2", keys)
+    assert not accepted(None, keys) and not accepted(b"", ("",))
+
+
+def test_keys_without_an_upstream_key_are_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="upstream.api_key"):
+        load_settings(None, overrides={"access": {"keys": ["k"]}})
+
+
+def test_empty_keys_from_unset_variables_are_dropped() -> None:
+    settings = load_settings(None, overrides={"access": {"keys": ["", "k"]}, "upstream": {"api_key": "u"}})
+    assert settings.access.keys == ("k",)
+
+
+@pytest.mark.parametrize(
+    ("host", "access", "refused"),
+    [
+        ("0.0.0.0", {}, True),
+        ("::", {}, True),
+        ("10.1.2.3", {}, True),
+        ("127.0.0.1", {}, False),
+        ("localhost", {}, False),
+        ("0.0.0.0", {"keys": ["k"]}, False),
+        ("0.0.0.0", {"allow_anonymous": True}, False),
+    ],
+)
+def test_an_injected_key_on_a_public_address_needs_keys_or_consent(
+    host: str, access: dict[str, object], refused: bool
+) -> None:
+    overrides = {"listen": {"host": host}, "upstream": {"api_key": "sk-up"}, "access": access}
+    problem = startup_problem(load_settings(None, overrides=overrides))
+    assert (problem is not None) == refused
+    no_key = load_settings(None, overrides={"listen": {"host": host}})
+    assert startup_problem(no_key) is None  # forwarding each client's own key spends nobody else's
+
+
+def test_serve_refuses_to_start_as_an_open_relay(tmp_path: Path) -> None:
+    config = tmp_path / "inflight.yaml"
+    config.write_text("upstream: {api_key: sk-up}\n")
+    command = [sys.executable, "-m", "proxy", "serve", "--config", str(config), "--host", "0.0.0.0", "--port", "0"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert "access.keys" in result.stderr and "sk-up" not in result.stderr
