@@ -40,11 +40,13 @@ def create_app(settings: Settings) -> ASGIApp:
             await upstream.aclose()
             await summarizer_client.aclose()
 
+    limit = settings.limits.max_body_bytes
+    chat = Endpoint(ChatCompletions(pipeline, upstream, max_body_bytes=limit))
     routes = [
         Route("/healthz", healthz, methods=["GET"]),
         Route("/inflight/stats", stats_route(pipeline.registry, pipeline.calibration), methods=["GET"]),
-        Route("/v1/chat/completions", Endpoint(ChatCompletions(pipeline, upstream)), methods=["POST"]),
-        Route("/v1/{path:path}", Endpoint(PassThrough(upstream)), methods=METHODS),
+        Route("/v1/chat/completions", chat, methods=["POST"]),
+        Route("/v1/{path:path}", Endpoint(PassThrough(upstream, max_body_bytes=limit)), methods=METHODS),
     ]
     # A bare router, not a Starlette app: the endpoints render their own errors, so the app's two
     # error-handling middlewares would only add a wrapper to every `send` of every response.

@@ -53,6 +53,12 @@ class Upstream(Section):
         return "" if value is None else value
 
 
+class Limits(Section):
+    """What one client may make the proxy hold: request bodies, as sent and once decompressed."""
+
+    max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024)
+
+
 class Access(Section):
     """Who may use the proxy: client keys for `/v1`, admin keys for `/inflight/*` (`/healthz` stays open)."""
 
@@ -146,6 +152,7 @@ class Settings(Section):
     listen: Listen = Listen()
     upstream: Upstream = Upstream()
     access: Access = Access()
+    limits: Limits = Limits()
     default_context_window: int = Field(128000, ge=256)
     discover_context_window: bool = True
     models: dict[str, ModelEntry] = {}

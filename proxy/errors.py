@@ -25,6 +25,12 @@ class BadRequest(ProxyError):
     error_type = "invalid_request_error"
 
 
+class RequestTooLarge(ProxyError):
+    status_code = 413
+    error_type = "invalid_request_error"
+    code = "request_too_large"
+
+
 class ContextTooLong(BadRequest):
     code = "context_length_exceeded"
 

@@ -12,6 +12,7 @@ from starlette.requests import Request
 from proxy.accounting import Accounting, Counted
 from proxy.errors import ContextTooLong, UpstreamUnreachable
 from proxy.exchange import Exchange
+from proxy.http.body import read_limited
 from proxy.http.intake import read_chat
 from proxy.http.target import checked_path
 from proxy.pipeline import ChatPipeline, Options, Prepared
@@ -36,13 +37,15 @@ class ChatCall:
 
 
 class ChatCompletions:
-    def __init__(self, pipeline: ChatPipeline, upstream: UpstreamClient) -> None:
+    def __init__(self, pipeline: ChatPipeline, upstream: UpstreamClient, *, max_body_bytes: int) -> None:
         self.pipeline = pipeline
         self.upstream = upstream
+        self.max_body_bytes = max_body_bytes
 
     async def __call__(self, request: Request, exchange: Exchange) -> Relay:
-        raw = await request.body()
-        intake = await read_chat(raw, request.headers.get("content-encoding", ""), self.pipeline)
+        raw = await read_limited(request, self.max_body_bytes)
+        encoding = request.headers.get("content-encoding", "")
+        intake = await read_chat(raw, encoding, self.pipeline, limit=self.max_body_bytes)
         model = intake.payload.get("model")
         exchange.note("model", model if isinstance(model, str) else "-")
         if intake.counted is None:  # not ours to judge: the upstream answers whatever this is with its own error

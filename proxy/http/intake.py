@@ -7,8 +7,6 @@ for the pipeline to judge (a body it cannot count is forwarded for the upstream 
 from __future__ import annotations
 
 import asyncio
-import gzip
-import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +14,7 @@ import orjson
 
 from proxy.accounting import Counted
 from proxy.errors import BadRequest
+from proxy.http.body import decompress
 from proxy.pipeline import ChatPipeline
 from proxy.tokens import THREAD_THRESHOLD_BYTES
 
@@ -24,20 +23,6 @@ from proxy.tokens import THREAD_THRESHOLD_BYTES
 class Intake:
     payload: dict[str, Any]
     counted: Counted | None  # None: not a chat request we can count
-
-
-def decode_content(raw: bytes, content_encoding: str) -> bytes:
-    encoding = content_encoding.strip().lower()
-    try:
-        if encoding in ("", "identity"):
-            return raw
-        if encoding in ("gzip", "x-gzip"):
-            return gzip.decompress(raw)
-        if encoding == "deflate":
-            return zlib.decompress(raw)
-    except (OSError, EOFError, zlib.error) as exc:
-        raise BadRequest(f"request body is not valid {encoding} data: {exc}") from exc
-    raise BadRequest(f"unsupported request Content-Encoding {content_encoding!r} (use gzip, deflate or none)")
 
 
 def parse_object(data: bytes) -> dict[str, Any]:
@@ -52,16 +37,17 @@ def parse_object(data: bytes) -> dict[str, Any]:
     return payload
 
 
-def parse_and_count(raw: bytes, content_encoding: str, pipeline: ChatPipeline) -> Intake:
-    payload = parse_object(decode_content(raw, content_encoding))
+def parse_and_count(raw: bytes, content_encoding: str, pipeline: ChatPipeline, limit: int) -> Intake:
+    payload = parse_object(decompress(raw, content_encoding, limit))
     return Intake(payload, pipeline.count(raw, payload))
 
 
-async def read_chat(raw: bytes, content_encoding: str, pipeline: ChatPipeline) -> Intake:
-    """Parse and count; a large body both in one worker thread, so the loop keeps serving others."""
-    if len(raw) > THREAD_THRESHOLD_BYTES:
-        return await asyncio.to_thread(parse_and_count, raw, content_encoding, pipeline)
-    payload = parse_object(decode_content(raw, content_encoding))
+async def read_chat(raw: bytes, content_encoding: str, pipeline: ChatPipeline, *, limit: int) -> Intake:
+    """Decompress, parse and count; a large or compressed body all in one worker thread, so the loop
+    keeps serving others (a small gzip body can inflate to the whole limit)."""
+    if len(raw) > THREAD_THRESHOLD_BYTES or content_encoding.strip().lower() not in ("", "identity"):
+        return await asyncio.to_thread(parse_and_count, raw, content_encoding, pipeline, limit)
+    payload = parse_object(raw)
     if not pipeline.encoding_ready(payload):  # the first request of an encoding builds it: a second or so
         return Intake(payload, await asyncio.to_thread(pipeline.count, raw, payload))
     return Intake(payload, pipeline.count(raw, payload))

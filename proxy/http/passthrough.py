@@ -5,24 +5,27 @@ from __future__ import annotations
 from starlette.requests import Request
 
 from proxy.exchange import Exchange
+from proxy.http.body import declared_length, stream_limited
 from proxy.http.target import checked_path
 from proxy.upstream.client import UpstreamClient
 from proxy.upstream.relay import Relay, relay
 
 
 class PassThrough:
-    def __init__(self, upstream: UpstreamClient) -> None:
+    def __init__(self, upstream: UpstreamClient, *, max_body_bytes: int) -> None:
         self.upstream = upstream
+        self.max_body_bytes = max_body_bytes
 
     async def __call__(self, request: Request, exchange: Exchange) -> Relay:
         headers = self.upstream.headers_for(request.scope["headers"])
         content = None
-        if "transfer-encoding" in request.headers and "content-length" not in request.headers:
+        length = declared_length(request, self.max_body_bytes)
+        if "transfer-encoding" in request.headers and length is None:
             # Transfer-Encoding is hop-by-hop: our own hop frames the streamed body in chunks again.
             headers.append((b"transfer-encoding", b"chunked"))
-            content = request.stream()
-        elif request.headers.get("content-length", "0") != "0":
-            content = request.stream()
+            content = stream_limited(request, self.max_body_bytes)
+        elif length:
+            content = stream_limited(request, self.max_body_bytes)
         target = self.upstream.target_for(checked_path(request.scope), request.scope["query_string"])
         response = await self.upstream.open(request.method, target, headers=headers, content=content)
         exchange.upstream_answered()

@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import gzip
 import threading
+import zlib
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,7 +42,16 @@ class Recorded:
     raw_path: bytes = b""  # the path as it was on the request line
 
     def json(self) -> Any:
-        return orjson.loads(gzip.decompress(self.body) if self.headers.get("content-encoding") == "gzip" else self.body)
+        encoding = self.headers.get("content-encoding")
+        body = self.body
+        if encoding == "gzip":
+            body = gzip.decompress(body)
+        elif encoding == "deflate":
+            try:
+                body = zlib.decompress(body)
+            except zlib.error:
+                body = zlib.decompress(body, wbits=-15)
+        return orjson.loads(body)
 
 
 @dataclass
