@@ -35,6 +35,7 @@ class Accounting:
     budget: int
     raw_tokens: int  # our count before calibration
     ratio: float
+    estimated: bool = False  # the tokenizer failed on part of the request, which was estimated from its size
 
     @property
     def prompt_tokens(self) -> int:
@@ -44,11 +45,14 @@ class Accounting:
         return tokens if self.ratio == 1.0 else math.ceil(tokens * self.ratio)
 
     def headers(self) -> dict[str, str]:
-        return {
+        headers = {
             "x-inflight-prompt-tokens": str(self.prompt_tokens),
             "x-inflight-context-window": str(self.limits.context_window),
             "x-inflight-budget": str(self.budget),
         }
+        if self.estimated:
+            headers["x-inflight-count"] = "estimate"
+        return headers
 
     def log_fields(self) -> dict[str, object]:
         fields: dict[str, object] = {
@@ -58,4 +62,6 @@ class Accounting:
         }
         if not self.exact:
             fields["calibration"] = f"{self.ratio:.3f}"
+        if self.estimated:
+            fields["count"] = "estimate"
         return fields

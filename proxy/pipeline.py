@@ -33,6 +33,7 @@ from proxy.policy.retry import retry_limit
 from proxy.policy.windows import ContextRegistry, FetchModels, budget_for
 from proxy.state import open_record_store
 from proxy.tokens import TokenCounter, choose_encoding, is_loaded
+from proxy.tokens.text import counted_or_estimated
 
 log = logging.getLogger("inflight")
 
@@ -126,6 +127,7 @@ class ChatPipeline:
             budget=budget_for(counted.payload, reserve_tokens=reserve_tokens, context_window=limits.context_window),
             raw_tokens=counted.count.total,
             ratio=1.0 if counted.encoding.exact else self.calibration.ratio(model),
+            estimated=counted.count.estimated,
         )
 
     def compacts(self, model: str, options: Options) -> bool:
@@ -188,7 +190,7 @@ class ChatPipeline:
             return build_compactor(
                 settings,
                 count_message=lambda message: self.counter.count_message(message, encoding),
-                count_text=lambda text: len(encoding.encode_ordinary(text)),
+                count_text=lambda text: counted_or_estimated(encoding, text),
                 summarize=summarize,
                 summarizer_input_tokens=int(summary_window / accounting.ratio),
             )

@@ -7,6 +7,7 @@ for the pipeline to judge (a body it cannot count is forwarded for the upstream 
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,9 +38,27 @@ def parse_object(data: bytes) -> dict[str, Any]:
     return payload
 
 
+def parse_chat(data: bytes) -> tuple[dict[str, Any], bool]:
+    """The body as an object, and whether we can count it.
+
+    JSON that orjson refuses but Python's json reads (a lone surrogate escape, `"\\ud800"`) is legal
+    JSON syntax the upstream may accept: it is forwarded untouched rather than refused by us.
+    """
+    try:
+        return parse_object(data), True
+    except BadRequest:
+        try:
+            payload = json.loads(data)
+        except (ValueError, RecursionError):
+            payload = None
+        if not isinstance(payload, dict):
+            raise
+        return payload, False
+
+
 def parse_and_count(raw: bytes, content_encoding: str, pipeline: ChatPipeline, limit: int) -> Intake:
-    payload = parse_object(decompress(raw, content_encoding, limit))
-    return Intake(payload, pipeline.count(raw, payload))
+    payload, countable = parse_chat(decompress(raw, content_encoding, limit))
+    return Intake(payload, pipeline.count(raw, payload) if countable else None)
 
 
 async def read_chat(raw: bytes, content_encoding: str, pipeline: ChatPipeline, *, limit: int) -> Intake:
@@ -47,7 +66,9 @@ async def read_chat(raw: bytes, content_encoding: str, pipeline: ChatPipeline, *
     keeps serving others (a small gzip body can inflate to the whole limit)."""
     if len(raw) > THREAD_THRESHOLD_BYTES or content_encoding.strip().lower() not in ("", "identity"):
         return await asyncio.to_thread(parse_and_count, raw, content_encoding, pipeline, limit)
-    payload = parse_object(raw)
+    payload, countable = parse_chat(raw)
+    if not countable:
+        return Intake(payload, None)
     if not pipeline.encoding_ready(payload):  # the first request of an encoding builds it: a second or so
         return Intake(payload, await asyncio.to_thread(pipeline.count, raw, payload))
     return Intake(payload, pipeline.count(raw, payload))

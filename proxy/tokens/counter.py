@@ -13,7 +13,9 @@ new message costs about the new message plus a hash of the rest. Tool sets are c
 
 from __future__ import annotations
 
+import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +26,10 @@ from cachetools import LRUCache
 
 from proxy.tokens.encodings import load_encoding
 from proxy.tokens.messages import message_tokens
+from proxy.tokens.text import estimate_tokens
 from proxy.tokens.tools import has_system_message, tool_tokens
+
+log = logging.getLogger("inflight")
 
 REPLY_PRIMING = 3
 # Above this many bytes of request, counting may take more than a few milliseconds: use a thread.
@@ -40,6 +45,7 @@ class RequestCount:
     messages: tuple[int, ...]
     tools: int
     digests: tuple[bytes, ...]  # each message's hash: the cache key, and how compaction records know a message
+    estimated: bool = False  # the tokenizer failed on some of it, which was estimated instead
 
     @property
     def fixed(self) -> int:
@@ -74,15 +80,17 @@ class TokenCounter:
         for start in range(0, len(digests), LOCK_BATCH):  # a lock per batch, not per message
             with self._lock:
                 cached += [self._cache.get((enc.name, digest)) for digest in digests[start : start + LOCK_BATCH]]
-        missing = {i: message_tokens(messages[i], enc) for i, tokens in enumerate(cached) if tokens is None}
+        missing = {i: safely(message_tokens, messages[i], enc) for i, tokens in enumerate(cached) if tokens is None}
         with self._lock:
             self.hits += len(messages) - len(missing)
             self.misses += len(missing)
-            for i, tokens in missing.items():
-                self._cache[(enc.name, digests[i])] = tokens
-        counts = tuple(missing[i] if tokens is None else tokens for i, tokens in enumerate(cached))
-        tools = self.count_tools(payload, enc)
-        return RequestCount(REPLY_PRIMING + sum(counts) + tools, counts, tools, digests)
+            for i, (tokens, estimated) in missing.items():
+                if not estimated:  # an estimate is not kept: the next count says so again
+                    self._cache[(enc.name, digests[i])] = tokens
+        counts = tuple(missing[i][0] if tokens is None else tokens for i, tokens in enumerate(cached))
+        tools, tools_estimated = self.count_tools(payload, enc)
+        estimated = tools_estimated or any(estimated for _, estimated in missing.values())
+        return RequestCount(REPLY_PRIMING + sum(counts) + tools, counts, tools, digests, estimated)
 
     def count_message(self, message: Any, enc: tiktoken.Encoding) -> int:
         key = (enc.name, message_digest(message))
@@ -91,13 +99,14 @@ class TokenCounter:
             if cached is not None:
                 self.hits += 1
                 return cached
-        tokens = message_tokens(message, enc)
+        tokens, estimated = safely(message_tokens, message, enc)
         with self._lock:
             self.misses += 1
-            self._cache[key] = tokens
+            if not estimated:
+                self._cache[key] = tokens
         return tokens
 
-    def count_tools(self, payload: dict[str, Any], enc: tiktoken.Encoding) -> int:
+    def count_tools(self, payload: dict[str, Any], enc: tiktoken.Encoding) -> tuple[int, bool]:
         """What the tool definitions, `tool_choice` and `response_format` add; cached per tool set.
 
         The figure also depends on whether a system message is there to share its framing (see
@@ -105,13 +114,30 @@ class TokenCounter:
         """
         fields: dict[str, Any] = {name: payload[name] for name in TOOL_FIELDS if name in payload}
         if not fields:
-            return 0
+            return 0, False
         fields["system"] = has_system_message(payload.get("messages"))
         key = (enc.name, b"tools:" + message_digest(fields))
         with self._lock:
             cached = self._cache.get(key)
-        if cached is None:
-            cached = tool_tokens(payload, enc)
+        if cached is not None:
+            return cached, False
+        tokens, estimated = safely(tool_tokens, payload, enc)
+        if not estimated:
             with self._lock:
-                self._cache[key] = cached
-        return cached
+                self._cache[key] = tokens
+        return tokens, estimated
+
+
+def safely(count: Callable[[Any, tiktoken.Encoding], int], item: Any, enc: tiktoken.Encoding) -> tuple[int, bool]:
+    """`count(item, enc)`, or an estimate from its JSON size if the tokenizer fails: (tokens, estimated).
+
+    tiktoken can panic (`PanicException` derives from BaseException); a request must not be lost
+    to it. proxy.tokens.text avoids the inputs known to do that; this is for the ones not known.
+    """
+    try:
+        return count(item, enc), False
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:
+        log.warning("[tokens] %s failed (%s); estimating from size", enc.name, type(exc).__name__)
+        return estimate_tokens(orjson.dumps(item, default=str).decode()), True

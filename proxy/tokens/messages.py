@@ -21,6 +21,7 @@ import orjson
 import tiktoken
 
 from proxy.tokens import media
+from proxy.tokens.text import text_tokens
 
 TOKENS_PER_MESSAGE = 3
 TOKENS_PER_NAME = 1
@@ -29,19 +30,19 @@ TOKENS_PER_CALL = 3
 
 def message_tokens(message: Any, enc: tiktoken.Encoding) -> int:
     if not isinstance(message, dict):
-        return len(enc.encode_ordinary(orjson.dumps(message).decode()))
+        return text_tokens(enc, orjson.dumps(message).decode())
     tokens = TOKENS_PER_MESSAGE
     for key, value in message.items():
         if key == "content":
             tokens += content_tokens(value, enc)
         elif key == "name" and isinstance(value, str):
-            tokens += len(enc.encode_ordinary(value)) + TOKENS_PER_NAME
+            tokens += text_tokens(enc, value) + TOKENS_PER_NAME
         elif key == "tool_calls" and isinstance(value, list):
             tokens += sum(_call_tokens(call.get("function"), enc) for call in value if isinstance(call, dict))
         elif key == "function_call":
             tokens += _call_tokens(value, enc)
         elif isinstance(value, str):  # role, tool_call_id, refusal, reasoning_content, ...
-            tokens += len(enc.encode_ordinary(value))
+            tokens += text_tokens(enc, value)
     return tokens
 
 
@@ -49,20 +50,20 @@ def content_tokens(content: Any, enc: tiktoken.Encoding) -> int:
     if content is None:
         return 0
     if isinstance(content, str):
-        return len(enc.encode_ordinary(content))
+        return text_tokens(enc, content)
     if isinstance(content, list):
         return sum(part_tokens(part, enc) for part in content)
-    return len(enc.encode_ordinary(orjson.dumps(content).decode()))
+    return text_tokens(enc, orjson.dumps(content).decode())
 
 
 def part_tokens(part: Any, enc: tiktoken.Encoding) -> int:
     if not isinstance(part, dict):
-        return len(enc.encode_ordinary(part if isinstance(part, str) else orjson.dumps(part).decode()))
+        return text_tokens(enc, part if isinstance(part, str) else orjson.dumps(part).decode())
     kind = part.get("type")
     if kind in ("text", "input_text", "output_text") and isinstance(part.get("text"), str):
-        return len(enc.encode_ordinary(part["text"]))
+        return text_tokens(enc, part["text"])
     if kind == "refusal" and isinstance(part.get("refusal"), str):
-        return len(enc.encode_ordinary(part["refusal"]))
+        return text_tokens(enc, part["refusal"])
     if kind == "image_url" and isinstance(part.get("image_url"), dict):
         image = part["image_url"]
         url = image.get("url")
@@ -73,7 +74,7 @@ def part_tokens(part: Any, enc: tiktoken.Encoding) -> int:
         return media.audio_tokens(data if isinstance(data, str) else "", audio.get("format"))
     if kind == "file" and isinstance(part.get("file"), dict):
         return media.file_tokens(part["file"])
-    return len(enc.encode_ordinary(orjson.dumps(part).decode()))
+    return text_tokens(enc, orjson.dumps(part).decode())
 
 
 def _call_tokens(function: Any, enc: tiktoken.Encoding) -> int:
@@ -83,5 +84,5 @@ def _call_tokens(function: Any, enc: tiktoken.Encoding) -> int:
     for field in ("name", "arguments"):
         value = function.get(field)
         if isinstance(value, str):
-            tokens += len(enc.encode_ordinary(value))
+            tokens += text_tokens(enc, value)
     return tokens

@@ -35,6 +35,8 @@ from typing import Any
 
 import tiktoken
 
+from proxy.tokens.text import text_tokens
+
 TOOLS_OVERHEAD = 9
 SYSTEM_MESSAGE_DISCOUNT = 4
 TOOL_CHOICE_NONE = 1
@@ -65,7 +67,7 @@ def tool_tokens(payload: Mapping[str, Any], encoding: tiktoken.Encoding) -> int:
     tokens = 0
     block = render_tools(_definitions(payload))
     if block:
-        tokens += len(encoding.encode_ordinary(block)) + TOOLS_OVERHEAD
+        tokens += text_tokens(encoding, block) + TOOLS_OVERHEAD
         if has_system:
             tokens -= SYSTEM_MESSAGE_DISCOUNT
     tokens += _tool_choice_tokens(payload.get("tool_choice"), encoding)
@@ -175,14 +177,14 @@ def _tool_choice_tokens(choice: Any, encoding: tiktoken.Encoding) -> int:
         return TOOL_CHOICE_NONE if choice == "none" else 0
     function = choice.get("function") if isinstance(choice, Mapping) else None
     name = function.get("name") if isinstance(function, Mapping) else None
-    return TOOL_CHOICE_FUNCTION + len(encoding.encode_ordinary(name)) if isinstance(name, str) else 0
+    return TOOL_CHOICE_FUNCTION + text_tokens(encoding, name) if isinstance(name, str) else 0
 
 
 def _function_call_tokens(call: Any, encoding: tiktoken.Encoding) -> int:
     if isinstance(call, str):
         return TOOL_CHOICE_NONE if call == "none" else 0
     name = call.get("name") if isinstance(call, Mapping) else None
-    return FUNCTION_CALL_NAME + len(encoding.encode_ordinary(name)) if isinstance(name, str) else 0
+    return FUNCTION_CALL_NAME + text_tokens(encoding, name) if isinstance(name, str) else 0
 
 
 def _response_format_tokens(response_format: Any, encoding: tiktoken.Encoding, *, joined: bool) -> int:
@@ -201,4 +203,4 @@ def _response_format_tokens(response_format: Any, encoding: tiktoken.Encoding, *
         except (TypeError, ValueError, RecursionError):
             pass  # not serializable: count the header alone
     framing = RESPONSE_FORMAT_JOINED if joined else RESPONSE_FORMAT_OWN_MESSAGE
-    return len(encoding.encode_ordinary("\n".join(lines))) + framing
+    return text_tokens(encoding, "\n".join(lines)) + framing

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gzip
+import json
 import threading
 import zlib
 from collections import deque
@@ -51,7 +52,10 @@ class Recorded:
                 body = zlib.decompress(body)
             except zlib.error:
                 body = zlib.decompress(body, wbits=-15)
-        return orjson.loads(body)
+        try:
+            return orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return json.loads(body)  # a lone surrogate escape: legal JSON that orjson refuses
 
 
 @dataclass
