@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import httpx
-from starlette.routing import Route, Router
+from starlette.routing import Router
 from starlette.types import ASGIApp
 
 from proxy.config import Settings
@@ -16,6 +16,7 @@ from proxy.http.admin import healthz, stats_route
 from proxy.http.chat import ChatCompletions
 from proxy.http.endpoint import Endpoint
 from proxy.http.passthrough import PassThrough
+from proxy.http.routes import JsonRoute, not_found
 from proxy.pipeline import build_pipeline
 from proxy.tokens import FALLBACK_ENCODING, load_encoding
 from proxy.upstream.client import UpstreamClient
@@ -43,13 +44,13 @@ def create_app(settings: Settings) -> ASGIApp:
     limit = settings.limits.max_body_bytes
     chat = Endpoint(ChatCompletions(pipeline, upstream, max_body_bytes=limit))
     routes = [
-        Route("/healthz", healthz, methods=["GET"]),
-        Route("/inflight/stats", stats_route(pipeline.registry, pipeline.calibration), methods=["GET"]),
-        Route("/v1/chat/completions", chat, methods=["POST"]),
-        Route("/v1/{path:path}", Endpoint(PassThrough(upstream, max_body_bytes=limit)), methods=METHODS),
+        JsonRoute("/healthz", healthz, methods=["GET"]),
+        JsonRoute("/inflight/stats", stats_route(pipeline.registry, pipeline.calibration), methods=["GET"]),
+        JsonRoute("/v1/chat/completions", chat, methods=["POST"]),
+        JsonRoute("/v1/{path:path}", Endpoint(PassThrough(upstream, max_body_bytes=limit)), methods=METHODS),
     ]
     # A bare router, not a Starlette app: the endpoints render their own errors, so the app's two
     # error-handling middlewares would only add a wrapper to every `send` of every response.
-    router = Router(routes=routes, lifespan=lifespan)
+    router = Router(routes=routes, lifespan=lifespan, default=not_found)
     guarded = settings.access.keys or settings.access.admin
     return AccessGuard(router, settings.access) if guarded else router

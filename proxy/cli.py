@@ -42,6 +42,8 @@ def serve(args: argparse.Namespace) -> int:
         overrides.setdefault("listen", {})["port"] = args.port
     if args.upstream is not None:
         overrides.setdefault("upstream", {})["base_url"] = args.upstream
+    if args.log_level is not None:
+        overrides["log_level"] = args.log_level
     settings = _load(args, overrides)
     problem = startup_problem(settings)
     if problem is not None:
@@ -170,6 +172,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve_cmd.add_argument("--host", help="address to listen on (default: listen.host, 127.0.0.1)")
     serve_cmd.add_argument("--port", type=int, help="port to listen on (default: listen.port, 8787)")
     serve_cmd.add_argument("--upstream", metavar="URL", help="upstream base URL, e.g. http://127.0.0.1:8080/v1")
+    serve_cmd.add_argument(
+        "--log-level", choices=["debug", "info", "warning", "error"], help="log verbosity (default: log_level, info)"
+    )
     serve_cmd.set_defaults(run=serve)
 
     count_cmd = commands.add_parser("count", help="count a chat-completion request body's prompt tokens")

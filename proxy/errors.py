@@ -31,6 +31,18 @@ class RequestTooLarge(ProxyError):
     code = "request_too_large"
 
 
+class NotFound(ProxyError):
+    status_code = 404
+    error_type = "invalid_request_error"
+    code = "not_found"
+
+
+class MethodNotAllowed(ProxyError):
+    status_code = 405
+    error_type = "invalid_request_error"
+    code = "method_not_allowed"
+
+
 class ContextTooLong(BadRequest):
     code = "context_length_exceeded"
 

@@ -38,3 +38,31 @@ def test_json_that_only_the_upstream_may_accept_is_forwarded_untouched(
     response = httpx.post(f"{proxy}/chat/completions", content=body, headers={"content-type": "application/json"})
     assert app.requests[-1].body == body
     assert response.content == bytes(app.requests[-1].sent)
+
+
+def test_the_proxys_own_404_and_405_are_openai_shaped(proxy: str) -> None:
+    base = proxy.removesuffix("/v1")
+    missing = httpx.get(f"{base}/v2/models")
+    wrong = httpx.post(f"{base}/healthz")
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
+    assert wrong.status_code == 405 and wrong.json()["error"]["code"] == "method_not_allowed"
+    assert "GET" in wrong.headers["allow"]
+
+
+def test_options_still_reaches_the_upstream_for_cors(upstream: tuple[UpstreamApp, str], proxy: str) -> None:
+    app, _ = upstream
+    httpx.options(
+        f"{proxy}/chat/completions", headers={"origin": "https://app.example", "access-control-request-method": "POST"}
+    )
+    assert app.requests[-1].method == "OPTIONS" and app.requests[-1].path == "/v1/chat/completions"
+
+
+def test_the_command_line_says_what_it_is_and_what_its_flags_do() -> None:
+    def run(*args: str) -> str:
+        command = [sys.executable, "-m", "proxy", *args]
+        return subprocess.run(command, capture_output=True, text=True, timeout=60, check=True).stdout
+
+    assert run("--version").startswith("inflight ")
+    helptext = " ".join(run("serve", "--help").split())
+    for phrase in ("address to listen on", "port to listen on", "upstream base URL", "log verbosity"):
+        assert phrase in helptext
