@@ -13,6 +13,7 @@ from proxy.accounting import Accounting, Counted
 from proxy.errors import ContextTooLong, UpstreamUnreachable
 from proxy.exchange import Exchange
 from proxy.http.body import read_limited
+from proxy.http.disconnect import cancelled_on_disconnect
 from proxy.http.intake import read_chat
 from proxy.http.target import checked_path
 from proxy.pipeline import ChatPipeline, Options, Prepared
@@ -48,11 +49,16 @@ class ChatCompletions:
         intake = await read_chat(raw, encoding, self.pipeline, limit=self.max_body_bytes)
         model = intake.payload.get("model")
         exchange.note("model", model if isinstance(model, str) else "-")
-        if intake.counted is None:  # not ours to judge: the upstream answers whatever this is with its own error
-            return relay(await self.send(request, exchange, raw, rewritten=False), exchange)
-        accounting = await self.pipeline.account(intake.counted, self.discovery(request))
-        exchange.note_all(accounting.log_fields())
-        call = ChatCall(request, exchange, intake.counted, accounting, options_of(request))
+        async with cancelled_on_disconnect(request.receive):  # the body is read: now watch for the client leaving
+            if intake.counted is None:  # not ours to judge: the upstream answers whatever this is with its own error
+                return relay(await self.send(request, exchange, raw, rewritten=False), exchange)
+            accounting = await self.pipeline.account(intake.counted, self.discovery(request))
+            exchange.note_all(accounting.log_fields())
+            return await self.respond(ChatCall(request, exchange, intake.counted, accounting, options_of(request)))
+
+    async def respond(self, call: ChatCall) -> Relay:
+        """From the counted request to the relay of the upstream's answer (a retry included)."""
+        request, exchange, accounting = call.request, call.exchange, call.accounting
         prepared = await self.prepare(call)
         response = await self.send(request, exchange, prepared.body, rewritten=prepared.rewritten)
         if not self.pipeline.compacts(call.counted.model, call.options):

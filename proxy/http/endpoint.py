@@ -10,11 +10,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.types import Receive, Scope, Send
 
 from proxy.errors import ProxyError
 from proxy.exchange import Exchange
+from proxy.http.disconnect import ClientGone
 from proxy.http.errors import render
 from proxy.upstream.relay import Relay
 
@@ -32,6 +33,11 @@ class Endpoint:
         exchange = Exchange(scope["method"], scope["path"])
         try:
             response = await self.handler(request, exchange)
+        except (ClientGone, ClientDisconnect):  # no one to answer; the upstream request is closed already
+            exchange.status = 499  # nginx's "client closed request", for the log line
+            exchange.note("client_disconnected", 1)
+            exchange.finish()
+            return
         except ProxyError as exc:
             exchange.status = exc.status_code
             exchange.note("error", exc.code or exc.error_type)

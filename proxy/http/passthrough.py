@@ -6,6 +6,7 @@ from starlette.requests import Request
 
 from proxy.exchange import Exchange
 from proxy.http.body import declared_length, stream_limited
+from proxy.http.disconnect import cancelled_on_disconnect
 from proxy.http.target import checked_path
 from proxy.upstream.client import UpstreamClient
 from proxy.upstream.relay import Relay, relay
@@ -27,6 +28,10 @@ class PassThrough:
         elif length:
             content = stream_limited(request, self.max_body_bytes)
         target = self.upstream.target_for(checked_path(request.scope), request.scope["query_string"])
-        response = await self.upstream.open(request.method, target, headers=headers, content=content)
+        if content is None:  # nothing left to read from the client: watch for it leaving instead
+            async with cancelled_on_disconnect(request.receive):
+                response = await self.upstream.open(request.method, target, headers=headers, content=None)
+        else:
+            response = await self.upstream.open(request.method, target, headers=headers, content=content)
         exchange.upstream_answered()
         return relay(response, exchange)

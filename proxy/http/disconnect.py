@@ -1,0 +1,55 @@
+"""A client that leaves while the upstream is still thinking: stop waiting for it at once.
+
+Nothing else tells the handler: the ASGI server only reports the disconnect to whoever awaits
+`receive()`. Until the response starts, a watcher awaits it and cancels the handler's task, so
+the upstream request is closed and its pool slot given back (a slow upstream and clients that
+give up would otherwise hold every connection until the upstream answers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from starlette.types import Receive
+
+
+class ClientGone(Exception):
+    """The client disconnected before its response began: there is no one to answer."""
+
+
+@dataclass
+class _Watch:
+    gone: bool = False
+
+
+@asynccontextmanager
+async def cancelled_on_disconnect(receive: Receive) -> AsyncIterator[None]:
+    """Run the block; if the client disconnects meanwhile, cancel it and raise `ClientGone`.
+
+    Only for after the request body has been read: the watcher consumes `receive()` messages.
+    """
+    task = asyncio.current_task()
+    assert task is not None
+    watch = _Watch()
+
+    async def wait_for_disconnect() -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                watch.gone = True
+                task.cancel()
+                return
+
+    watcher = asyncio.ensure_future(wait_for_disconnect())
+    try:
+        yield
+    except asyncio.CancelledError:
+        if not watch.gone:
+            raise
+        task.uncancel()
+        raise ClientGone() from None
+    finally:
+        watcher.cancel()
