@@ -64,7 +64,7 @@ class Prepared:
     headers: dict[str, str]
     fields: dict[str, object] = field(default_factory=dict)  # for the request's log line
     outcome: Outcome | None = None
-    too_long: str | None = None  # why it cannot fit even compacted (the body is then the best effort)
+    too_long: str | None = None  # why it cannot fit even compacted: the body is our best effort, sent anyway
 
 
 class ChatPipeline:
@@ -240,8 +240,7 @@ def rewritten(counted: Counted, accounting: Accounting, outcome: Outcome, *, lim
             f"{accounting.model} allows {limit:,} ({accounting.limits.context_window:,}-token context window "
             "minus the tokens reserved for the reply). Shorten the system prompt, the tools or the last message."
         )
-    # A request that cannot fit is not sent: it is answered with `too_long` (the CLI prints its messages).
-    body = orjson.dumps({**counted.payload, "messages": outcome.messages}) if outcome.fits else b""
+    body = orjson.dumps({**counted.payload, "messages": outcome.messages})
     return Prepared(body, True, outcome.tokens_after, limit, headers, fields, outcome, too_long)
 
 

@@ -5,12 +5,13 @@ Each step is one call into the module that owns it; this file only puts them in 
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from starlette.requests import Request
 
 from proxy.accounting import Accounting, Counted
-from proxy.errors import ContextTooLong, UpstreamUnreachable
+from proxy.errors import UpstreamUnreachable
 from proxy.exchange import Exchange
 from proxy.http.body import read_limited
 from proxy.http.disconnect import cancelled_on_disconnect
@@ -24,6 +25,8 @@ from proxy.upstream.headers import header_value, is_event_stream
 from proxy.upstream.hold import Held, hold_until_known
 from proxy.upstream.relay import Relay, prepend, relay, tap
 from proxy.upstream.response import Response
+
+log = logging.getLogger("inflight")
 
 
 @dataclass
@@ -61,7 +64,8 @@ class ChatCompletions:
         request, exchange, accounting = call.request, call.exchange, call.accounting
         prepared = await self.prepare(call)
         response = await self.send(request, exchange, prepared.body, rewritten=prepared.rewritten)
-        if not self.pipeline.compacts(call.counted.model, call.options):
+        if not self.pipeline.compacts(call.counted.model, call.options) or prepared.too_long:
+            # A retry could only shrink it to the same floor: a refusal of this one goes to the client as it is.
             return self.relay_with_usage(call, response, prepared)
         try:
             stream = call.counted.payload.get("stream") is True
@@ -94,7 +98,9 @@ class ChatCompletions:
         call.exchange.headers = dict(prepared.headers)
         call.exchange.note_all(prepared.fields)
         if prepared.too_long is not None:
-            raise ContextTooLong(prepared.too_long)
+            # Fail open: our count may be wrong, and only the upstream knows. Its answer is the client's.
+            log.warning("[compaction] %s", prepared.too_long)
+            call.exchange.note("fits", "no")
         return prepared
 
     async def send(self, request: Request, exchange: Exchange, body: bytes, *, rewritten: bool) -> Response:

@@ -16,6 +16,7 @@ from proxy.tokens import TokenCounter
 from tests.compaction.test_compactor import agent_conversation
 from tests.conftest import ProxyFactory
 from tests.support.logs import log_lines
+from tests.support.servers import serve
 from tests.support.upstream import UpstreamApp
 
 WINDOW = {"models": {"gpt-4o": {"context_window": 4000}}}  # budget 3000 (reserve: a quarter)
@@ -114,22 +115,19 @@ def test_compaction_off_forwards_the_exact_bytes_and_force_compacts_a_small_requ
     assert int(forced.headers["x-inflight-tokens-after"]) < int(forced.headers["x-inflight-tokens-before"])
 
 
-def test_a_request_that_cannot_fit_is_refused_by_the_proxy(
-    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+def test_a_request_that_cannot_fit_is_sent_as_compacted_and_the_upstream_answers(
+    start_proxy: ProxyFactory,
 ) -> None:
-    app, url = upstream
+    # Fail open: only the upstream knows its limit for sure. The client gets the upstream's own
+    # refusal, byte for byte, and no retry is spent on what cannot shrink further.
+    app = UpstreamApp(windows={"gpt-4o": 4000})
     messages = [{"role": "system", "content": "rule " * 5000}, {"role": "user", "content": "hi"}]
-    with start_proxy(url, **WINDOW) as proxy_url:
-        client = openai.OpenAI(base_url=proxy_url, api_key="sk-test", max_retries=0)
-        try:
-            client.chat.completions.create(model="gpt-4o", messages=messages)  # type: ignore[arg-type]
-        except openai.BadRequestError as exc:
-            error = exc.body
-        else:
-            raise AssertionError("expected a 400")
-    assert isinstance(error, dict) and error["code"] == "context_length_exceeded" and error["param"] == "messages"
-    assert "3,000" in error["message"] and "4,000-token context window" in error["message"]
-    assert app.chat_requests() == []
+    with serve(app) as url, start_proxy(url + "/v1", **WINDOW) as proxy_url:
+        response = httpx.post(f"{proxy_url}/chat/completions", json={"model": "gpt-4o", "messages": messages})
+    [sent] = app.chat_requests()
+    assert response.status_code == 400 and response.content == bytes(sent.sent)
+    assert response.json()["error"]["code"] == "context_length_exceeded"
+    assert "retry" not in response.headers["x-inflight-actions"]
 
 
 def test_sessions_key_records_apart(upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory) -> None:
