@@ -6,12 +6,14 @@ error naming the key instead of a setting silently ignored. `load_settings` is t
 
 from __future__ import annotations
 
+import base64
 import fnmatch
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
@@ -38,6 +40,31 @@ class Upstream(Section):
     connect_timeout_s: float = Field(10, gt=0)
     read_timeout_s: float = Field(600, gt=0)
     max_connections: int = Field(512, ge=1)
+
+    # `user:pass@` taken out of base_url, base64-encoded: sent as `Authorization: Basic`, never as part
+    # of the URL (which reaches the Host header, error messages and the log).
+    basic_auth: str = Field("", exclude=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _credentials_out_of_url(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not isinstance(data.get("base_url"), str) or "@" not in data["base_url"]:
+            return data
+        parts = urlsplit(data["base_url"])
+        if parts.username is None and parts.password is None:
+            return data
+        userinfo = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}".encode()
+        clean = urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+        return {**data, "base_url": clean, "basic_auth": base64.b64encode(userinfo).decode("ascii")}
+
+    @model_validator(mode="after")
+    def _one_authorization(self) -> Upstream:
+        if self.basic_auth and self.api_key:
+            raise ValueError(
+                "upstream.base_url carries user:password and upstream.api_key is set; both would be the "
+                "Authorization header: keep one"
+            )
+        return self
 
     @field_validator("base_url")
     @classmethod

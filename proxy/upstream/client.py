@@ -18,6 +18,7 @@ class UpstreamClient:
         parts = urlsplit(settings.base_url)
         self.host = parts.netloc
         self.api_key = settings.api_key
+        self.basic_auth = settings.basic_auth
         self._host_header = self.host.encode("idna")
         self._base_path = parts.path.rstrip("/").encode("utf-8")
         self.pool = ConnectionPool(
@@ -40,7 +41,9 @@ class UpstreamClient:
         return target + b"?" + query if query else target
 
     def headers_for(self, raw: Iterable[tuple[bytes, bytes]], *, rewrite_body: bool = False) -> RawHeaders:
-        return request_headers(raw, host=self._host_header, api_key=self.api_key, rewrite_body=rewrite_body)
+        return request_headers(
+            raw, host=self._host_header, api_key=self.api_key, basic_auth=self.basic_auth, rewrite_body=rewrite_body
+        )
 
     def credential_headers(self, raw: Iterable[tuple[bytes, bytes]]) -> RawHeaders:
         """Only who the client is (for requests the proxy makes on its own, like model discovery)."""

@@ -49,7 +49,7 @@ def is_event_stream(raw: Iterable[tuple[bytes, bytes]]) -> bool:
 
 
 def request_headers(
-    raw: Iterable[tuple[bytes, bytes]], *, host: bytes, api_key: str, rewrite_body: bool = False
+    raw: Iterable[tuple[bytes, bytes]], *, host: bytes, api_key: str, basic_auth: str = "", rewrite_body: bool = False
 ) -> RawHeaders:
     """The client's headers as the upstream gets them: `Host` ours, the configured key instead of theirs."""
     drop = {b"host"}
@@ -58,9 +58,10 @@ def request_headers(
         drop |= {b"content-length", b"content-encoding"}
     headers = filter_headers(raw, frozenset(drop))
     headers.insert(0, (b"host", host))
-    if api_key:
+    if api_key or basic_auth:
         headers = [(n, v) for n, v in headers if n != b"authorization"]
-        headers.append((b"authorization", b"Bearer " + api_key.encode("latin-1")))
+        value = b"Bearer " + api_key.encode("latin-1") if api_key else b"Basic " + basic_auth.encode("ascii")
+        headers.append((b"authorization", value))
     return headers
 
 

@@ -80,6 +80,8 @@ class Summarizers:
             authorization = f"Bearer {summarize.api_key}"
         elif summarize.base_url is None and self.settings.upstream.api_key:
             authorization = f"Bearer {self.settings.upstream.api_key}"
+        elif summarize.base_url is None and self.settings.upstream.basic_auth:
+            authorization = f"Basic {self.settings.upstream.basic_auth}"
 
         async def run(job: SummaryJob) -> str:
             return await summarizer(job, models=models, authorization=authorization)
