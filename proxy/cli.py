@@ -16,7 +16,8 @@ import uvicorn
 from proxy import __version__
 from proxy.accounting import Counted
 from proxy.app import create_app
-from proxy.config import ConfigError, Settings, load_settings
+from proxy.config import ConfigError, Settings
+from proxy.config_file import load_settings
 from proxy.errors import BadRequest
 from proxy.http.access import startup_problem
 from proxy.http.intake import parse_object

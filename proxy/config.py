@@ -1,24 +1,18 @@
-"""Settings: one YAML file, validated once at start-up.
+"""Settings: the sections of the one YAML file, validated once at start-up (`proxy.config_file` reads it).
 
 Every section is a frozen pydantic model that forbids unknown keys, so a typo in the YAML is an
-error naming the key instead of a setting silently ignored. `load_settings` is the only loader.
+error naming the key instead of a setting silently ignored. `proxy.config_file.load_settings` is the only loader.
 """
 
 from __future__ import annotations
 
 import base64
 import fnmatch
-import os
-import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
-
-ENV_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
 class ConfigError(ValueError):
@@ -231,48 +225,25 @@ class Settings(Section):
 
 
 def _merge_compaction(base: Compaction, override: dict[str, Any]) -> Compaction:
-    return Compaction.model_validate(_deep_merge(base.model_dump(), override))
+    return Compaction.model_validate(deep_merge(base.model_dump(), override))
 
 
-def _deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
     merged = dict(base)
     for key, value in override.items():
         if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = _deep_merge(merged[key], value)
+            merged[key] = deep_merge(merged[key], value)
         else:
             merged[key] = value
     return merged
 
 
-def interpolate_lines(text: str) -> str:
-    """`${VAR}` expanded before parsing (so `{port: ${PORT}}` works), except on comment lines: a
-    commented-out `# api_key: ${OPENAI_API_KEY}` must not require the variable."""
-    return "".join(
-        line if line.lstrip().startswith("#") else interpolate_env(line) for line in text.splitlines(keepends=True)
-    )
-
-
-def interpolate_env(text: str, environ: dict[str, str] | os._Environ[str] = os.environ) -> str:
-    """Expand `${VAR}` and `${VAR:-default}`; an unset `${VAR}` without default is an error."""
-
-    def replace(match: re.Match[str]) -> str:
-        name, default = match.group(1), match.group(2)
-        value = environ.get(name)
-        if value is None or (value == "" and default is not None):
-            if default is None:
-                raise ConfigError(f"environment variable {name} is not set and has no default (use ${{{name}:-}})")
-            return default
-        return value
-
-    return ENV_PATTERN.sub(replace, text)
-
-
 def _first_error(exc: ValidationError) -> str:
     error = exc.errors()[0]
-    return _describe(error)
+    return describe(error)
 
 
-def _describe(error: Any) -> str:
+def describe(error: Any) -> str:
     location = ".".join(str(part) for part in error["loc"])
     message = error["msg"]
     if error["type"] == "extra_forbidden":
@@ -280,36 +251,3 @@ def _describe(error: Any) -> str:
     elif "input" in error and error["type"] != "missing" and not isinstance(error["input"], dict):
         message = f"{message}, got {error['input']!r}"
     return f"{location}: {message}" if location else message
-
-
-def load_settings(path: str | Path | None = None, *, overrides: dict[str, Any] | None = None) -> Settings:
-    """Read, interpolate and validate the YAML file (or the built-in defaults when `path` is None).
-
-    `overrides` are nested dicts applied over the file, as the CLI's `--host/--port/--upstream` do.
-    """
-    raw: dict[str, Any] = {}
-    source = "built-in defaults"
-    if path is not None:
-        source = str(path)
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError(f"cannot read config file {source}: {exc.strerror}") from exc
-        try:
-            loaded = yaml.safe_load(interpolate_lines(text))
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{source}: not valid YAML: {exc}") from exc
-        except ConfigError as exc:
-            raise ConfigError(f"{exc} ({source})") from exc
-        if loaded is None:
-            loaded = {}
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"{source}: expected a mapping at the top level, got {type(loaded).__name__}")
-        raw = loaded
-    if overrides:
-        raw = _deep_merge(raw, overrides)
-    try:
-        return Settings.model_validate(raw)
-    except ValidationError as exc:
-        problems = "; ".join(_describe(error) for error in exc.errors())
-        raise ConfigError(f"{problems} ({source})") from exc

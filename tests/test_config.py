@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from proxy.config import ConfigError, interpolate_env, load_settings
+from proxy.config import ConfigError
+from proxy.config_file import interpolate_env, load_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 
