@@ -157,6 +157,11 @@ class ChatPipeline:
         untouched = Prepared(counted.raw, False, counted.count.total, limit, headers)
         if not self.compacts(counted.model, options):
             return untouched
+        if accounting.budget <= 0:
+            # max_tokens alone is the window or more: no prompt could fit, so it is not the prompt's
+            # fault. Forward it as sent; the upstream answers (or clamps max_tokens) as it sees fit.
+            untouched.fields["budget"] = "none"
+            return untouched
         force = force or options.mode == "force"
         head = counted.count.digests[: head_length(counted.payload["messages"])]
         key = conversation_key(session=options.session, model=counted.model, head_digests=head)

@@ -182,3 +182,18 @@ def test_each_request_logs_one_line_with_its_budget_and_its_compaction(
     assert re.search(r" actions=[a-z,-]*summarize[a-z,-]* ", line), line
     assert re.search(r" replaced=[1-9]\d* summarizer_calls=[1-9]\d* summarizer_ms=\d+ ", line), line
     assert re.search(r" upstream_ms=[\d.]+ total_ms=[\d.]+$", line), line
+
+
+def test_a_max_tokens_as_large_as_the_window_is_not_the_prompts_fault(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    app, url = upstream
+    body = {"model": "gpt-4o", "max_tokens": 4000, "messages": agent_conversation(40, output_lines=5)}
+    raw = orjson.dumps(body)
+    with start_proxy(url, **WINDOW) as proxy_url:
+        response = httpx.post(
+            f"{proxy_url}/chat/completions", content=raw, headers={"content-type": "application/json"}
+        )
+    assert response.status_code == 200
+    assert app.chat_requests()[-1].body == raw  # forwarded as sent, not compacted to nothing
+    assert response.headers["x-inflight-actions"] == "none" and response.headers["x-inflight-budget"] == "0"
