@@ -158,13 +158,12 @@ class ChatPipeline:
         if not self.compacts(counted.model, options):
             return untouched
         if accounting.budget <= 0:
-            # max_tokens alone is the window or more: no prompt could fit, so it is not the prompt's
-            # fault. Forward it as sent; the upstream answers (or clamps max_tokens) as it sees fit.
+            # max_tokens alone fills the window: not the prompt's fault. Forward it as sent; the upstream
+            # answers (or clamps max_tokens) as it sees fit.
             untouched.fields["budget"] = "none"
             return untouched
         force = force or options.mode == "force"
-        head = counted.count.digests[: head_length(counted.payload["messages"])]
-        key = conversation_key(session=options.session, model=counted.model, head_digests=head)
+        key = key_of(counted, options)
         try:
             outcome = await self.compact(counted, accounting, options, key=key, limit=limit, force=force)
         except Exception as exc:  # a bug of ours must not cost the user the request
@@ -259,3 +258,9 @@ def build_pipeline(settings: Settings, *, summarizers: SummarizerFactory | None)
         compactions=ConversationCompactions(open_record_store(settings.compaction.cache)),
         summarizers=summarizers,
     )
+
+
+def key_of(counted: Counted, options: Options) -> str:
+    """The conversation's key: the client's session, else its model and head (system prompt and task)."""
+    head = counted.count.digests[: head_length(counted.payload["messages"])]
+    return conversation_key(session=options.session, model=counted.model, head_digests=head)
