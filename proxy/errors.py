@@ -43,13 +43,6 @@ class MethodNotAllowed(ProxyError):
     code = "method_not_allowed"
 
 
-class ContextTooLong(BadRequest):
-    code = "context_length_exceeded"
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, param="messages")
-
-
 class UpstreamUnreachable(ProxyError):
     status_code = 502
     error_type = "upstream_error"

@@ -32,7 +32,7 @@ from proxy.policy.refusals import Refusal
 from proxy.policy.retry import retry_limit
 from proxy.policy.windows import ContextRegistry, FetchModels, budget_for
 from proxy.state import open_record_store
-from proxy.tokens import TokenCounter, choose_encoding, is_loaded
+from proxy.tokens import EncodingChoice, TokenCounter, choose_encoding
 from proxy.tokens.text import counted_or_estimated
 
 log = logging.getLogger("inflight")
@@ -103,13 +103,11 @@ class ChatPipeline:
             or not all(isinstance(m, dict) for m in messages)
         ):
             return None
-        choice = choose_encoding(model, self.model_settings(model).encoding)
+        choice = self.encoding_for(model)
         return Counted(raw, payload, model, choice, self.counter.count_request(payload, choice.name))
 
-    def encoding_ready(self, payload: dict[str, Any]) -> bool:
-        """Whether counting this request can start at once (its encoding is built)."""
-        model = payload.get("model")
-        return not isinstance(model, str) or is_loaded(choose_encoding(model, self.model_settings(model).encoding).name)
+    def encoding_for(self, model: str) -> EncodingChoice:
+        return choose_encoding(model, self.model_settings(model).encoding)
 
     async def account(self, counted: Counted, fetch_models: FetchModels | None) -> Accounting:
         """The request's window, budget and calibration; `fetch_models` None: no discovery (offline)."""

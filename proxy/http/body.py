@@ -37,14 +37,7 @@ def declared_length(request: Request, limit: int) -> int | None:
 async def read_limited(request: Request, limit: int) -> bytes:
     """The whole body, refused with 413 once it passes `limit`."""
     declared_length(request, limit)
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise too_large(limit)
-        chunks.append(chunk)
-    return b"".join(chunks)
+    return b"".join([chunk async for chunk in stream_limited(request, limit)])
 
 
 async def stream_limited(request: Request, limit: int) -> AsyncIterator[bytes]:
@@ -57,11 +50,15 @@ async def stream_limited(request: Request, limit: int) -> AsyncIterator[bytes]:
         yield chunk
 
 
+def is_identity(content_encoding: str) -> bool:
+    return content_encoding.strip().lower() in ("", "identity")
+
+
 def decompress(raw: bytes, content_encoding: str, limit: int) -> bytes:
     """Undo the request's Content-Encoding (gzip, deflate or none), never producing more than `limit`."""
-    encoding = content_encoding.strip().lower()
-    if encoding in ("", "identity"):
+    if is_identity(content_encoding):
         return raw
+    encoding = content_encoding.strip().lower()
     if encoding in ("gzip", "x-gzip"):
         return _inflate(raw, GZIP, limit, encoding)
     if encoding == "deflate":

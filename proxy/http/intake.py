@@ -15,9 +15,9 @@ import orjson
 
 from proxy.accounting import Counted
 from proxy.errors import BadRequest
-from proxy.http.body import decompress
+from proxy.http.body import decompress, is_identity
 from proxy.pipeline import ChatPipeline
-from proxy.tokens import THREAD_THRESHOLD_BYTES
+from proxy.tokens import THREAD_THRESHOLD_BYTES, is_loaded
 
 
 @dataclass(frozen=True)
@@ -64,11 +64,12 @@ def parse_and_count(raw: bytes, content_encoding: str, pipeline: ChatPipeline, l
 async def read_chat(raw: bytes, content_encoding: str, pipeline: ChatPipeline, *, limit: int) -> Intake:
     """Decompress, parse and count; a large or compressed body all in one worker thread, so the loop
     keeps serving others (a small gzip body can inflate to the whole limit)."""
-    if len(raw) > THREAD_THRESHOLD_BYTES or content_encoding.strip().lower() not in ("", "identity"):
+    if len(raw) > THREAD_THRESHOLD_BYTES or not is_identity(content_encoding):
         return await asyncio.to_thread(parse_and_count, raw, content_encoding, pipeline, limit)
     payload, countable = parse_chat(raw)
     if not countable:
         return Intake(payload, None)
-    if not pipeline.encoding_ready(payload):  # the first request of an encoding builds it: a second or so
+    model = payload.get("model")
+    if isinstance(model, str) and not is_loaded(pipeline.encoding_for(model).name):  # built on first use: ~1 s
         return Intake(payload, await asyncio.to_thread(pipeline.count, raw, payload))
     return Intake(payload, pipeline.count(raw, payload))

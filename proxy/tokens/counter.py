@@ -13,9 +13,7 @@ new message costs about the new message plus a hash of the rest. Tool sets are c
 
 from __future__ import annotations
 
-import logging
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,10 +24,8 @@ from cachetools import LRUCache
 
 from proxy.tokens.encodings import load_encoding
 from proxy.tokens.messages import message_tokens
-from proxy.tokens.text import estimate_tokens
+from proxy.tokens.text import safely
 from proxy.tokens.tools import has_system_message, tool_tokens
-
-log = logging.getLogger("inflight")
 
 REPLY_PRIMING = 3
 # Above this many bytes of request, counting may take more than a few milliseconds: use a thread.
@@ -126,18 +122,3 @@ class TokenCounter:
             with self._lock:
                 self._cache[key] = tokens
         return tokens, estimated
-
-
-def safely(count: Callable[[Any, tiktoken.Encoding], int], item: Any, enc: tiktoken.Encoding) -> tuple[int, bool]:
-    """`count(item, enc)`, or an estimate from its JSON size if the tokenizer fails: (tokens, estimated).
-
-    tiktoken can panic (`PanicException` derives from BaseException); a request must not be lost
-    to it. proxy.tokens.text avoids the inputs known to do that; this is for the ones not known.
-    """
-    try:
-        return count(item, enc), False
-    except (KeyboardInterrupt, SystemExit):
-        raise
-    except BaseException as exc:
-        log.warning("[tokens] %s failed (%s); estimating from size", enc.name, type(exc).__name__)
-        return estimate_tokens(orjson.dumps(item, default=str).decode()), True

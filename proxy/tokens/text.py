@@ -4,14 +4,20 @@ tiktoken's pre-tokenizer (a backtracking regex) overflows its stack on a long ru
 character and panics (`PanicException`, a `BaseException`: a million spaces is enough), and its
 byte-pair merge is slow on a very long piece with no break in it. Such runs are counted in
 blocks: the merges a cut prevents are at most a token or two per block, far below 1%. Should the
-tokenizer fail anyway, `TokenCounter` counts that message by `estimate_tokens` and says so.
+tokenizer fail anyway, `safely` counts that item by `estimate_tokens` (and `TokenCounter` says so).
 """
 
 from __future__ import annotations
 
+import logging
 import re
+from collections.abc import Callable
+from typing import Any
 
+import orjson
 import tiktoken
+
+log = logging.getLogger("inflight")
 
 BLOCK = 1024  # characters of a long run counted at a time
 LONG_RUN = re.compile(r"\s{2048,}|\S{2048,}")
@@ -28,14 +34,25 @@ def estimate_tokens(text: str) -> int:
     return -(-len(text.encode("utf-8", "surrogatepass")) // BYTES_PER_TOKEN)
 
 
-def counted_or_estimated(enc: tiktoken.Encoding, text: str) -> int:
-    """`text_tokens`, or the estimate if the tokenizer fails (for sizing, where no one need be told)."""
+def safely(count: Callable[[Any, tiktoken.Encoding], int], item: Any, enc: tiktoken.Encoding) -> tuple[int, bool]:
+    """`count(item, enc)`, or an estimate from its size (a string's own, else its JSON's) if the tokenizer fails.
+
+    tiktoken can panic (`PanicException` derives from BaseException); a request must not be lost
+    to it. `text_tokens` avoids the inputs known to do that; this is for the ones not known. Returns
+    (tokens, estimated).
+    """
     try:
-        return text_tokens(enc, text)
+        return count(item, enc), False
     except (KeyboardInterrupt, SystemExit):
         raise
-    except BaseException:  # pyo3's PanicException is a BaseException
-        return estimate_tokens(text)
+    except BaseException as exc:
+        log.warning("[tokens] %s failed (%s); estimating from size", enc.name, type(exc).__name__)
+        return estimate_tokens(item if isinstance(item, str) else orjson.dumps(item, default=str).decode()), True
+
+
+def counted_or_estimated(enc: tiktoken.Encoding, text: str) -> int:
+    """`text_tokens`, or the estimate if the tokenizer fails (for sizing, where no header need say so)."""
+    return safely(lambda item, encoding: text_tokens(encoding, item), text, enc)[0]
 
 
 def pieces(text: str) -> list[str]:
