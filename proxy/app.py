@@ -41,13 +41,12 @@ def create_app(settings: Settings) -> ASGIApp:
             await upstream.aclose()
             await summarizer_client.aclose()
 
-    limit = settings.limits.max_body_bytes
-    chat = Endpoint(ChatCompletions(pipeline, upstream, max_body_bytes=limit))
+    chat = Endpoint(ChatCompletions(pipeline, upstream, limits=settings.limits))
     routes = [
         JsonRoute("/healthz", healthz, methods=["GET"]),
         JsonRoute("/inflight/stats", stats_route(pipeline.registry, pipeline.calibration), methods=["GET"]),
         JsonRoute("/v1/chat/completions", chat, methods=["POST"]),
-        JsonRoute("/v1/{path:path}", Endpoint(PassThrough(upstream, max_body_bytes=limit)), methods=METHODS),
+        JsonRoute("/v1/{path:path}", Endpoint(PassThrough(upstream, limits=settings.limits)), methods=METHODS),
     ]
     # A bare router, not a Starlette app: the endpoints render their own errors, so the app's two
     # error-handling middlewares would only add a wrapper to every `send` of every response.

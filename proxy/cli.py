@@ -21,6 +21,7 @@ from proxy.config_file import load_settings
 from proxy.errors import BadRequest
 from proxy.http.access import startup_problem
 from proxy.http.intake import parse_object
+from proxy.http.server import uvicorn_options
 from proxy.pipeline import ChatPipeline, Options, Prepared, build_pipeline
 from proxy.upstream.summarizer import Summarizers
 
@@ -61,19 +62,7 @@ def serve(args: argparse.Namespace) -> int:
     # Counting runs in worker threads; with the default 5 ms GIL switch interval, a counting thread
     # could hold up the event loop (and every small request) for that long.
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
-    uvicorn.run(
-        create_app(settings),
-        host=settings.listen.host,
-        port=settings.listen.port,
-        log_level=settings.log_level,
-        access_log=False,
-        # The upstream's own Date/Server headers are relayed; uvicorn must not add a second pair.
-        server_header=False,
-        date_header=False,
-        # X-Forwarded-* are the client's headers to forward, not ours to act on.
-        proxy_headers=False,
-        lifespan="on",
-    )
+    uvicorn.run(create_app(settings), host=settings.listen.host, port=settings.listen.port, **uvicorn_options(settings))
     return 0
 
 

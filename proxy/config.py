@@ -75,9 +75,17 @@ class Upstream(Section):
 
 
 class Limits(Section):
-    """What one client may make the proxy hold: request bodies, as sent and once decompressed."""
+    """What one client may make the proxy hold: request bodies (as sent and once decompressed) and time.
+
+    The timeouts bound how long a client that sends slowly or not at all (a slow loris) keeps a
+    connection: its headers, its body, and the wait for its next request on a kept-alive connection.
+    The wait for the upstream's answer is `upstream.read_timeout_s`, not these.
+    """
 
     max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024)
+    client_header_timeout_s: float = Field(30, gt=0)  # first byte of a request to the end of its headers
+    client_body_timeout_s: float = Field(300, gt=0)  # end of the headers to the last byte of the body
+    client_idle_timeout_s: int = Field(30, ge=1)  # a connection with no request in progress (uvicorn's own)
 
 
 class Access(Section):

@@ -11,6 +11,8 @@ class ProxyError(Exception):
     status_code = 500
     error_type = "server_error"
     code: str | None = None
+    # Raised with the request body perhaps half read: the connection cannot carry another request.
+    ends_connection = False
 
     def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
         super().__init__(message)
@@ -29,6 +31,14 @@ class RequestTooLarge(ProxyError):
     status_code = 413
     error_type = "invalid_request_error"
     code = "request_too_large"
+    ends_connection = True
+
+
+class ClientTimeout(ProxyError):
+    status_code = 408
+    error_type = "invalid_request_error"
+    code = "request_timeout"
+    ends_connection = True
 
 
 class NotFound(ProxyError):

@@ -25,11 +25,12 @@ from proxy.compaction import (
     build_compactor,
     conversation_key,
     head_length,
+    on_home_loop,
 )
 from proxy.config import Compaction, ModelSettings, Settings
 from proxy.policy.calibration import Calibration
 from proxy.policy.refusals import Refusal
-from proxy.policy.retry import retry_limit
+from proxy.policy.retry import RetryAim, retry_limit
 from proxy.policy.windows import ContextRegistry, FetchModels, budget_for
 from proxy.state import open_record_store
 from proxy.tokens import EncodingChoice, TokenCounter, choose_encoding
@@ -138,14 +139,13 @@ class ChatPipeline:
         accounting: Accounting,
         options: Options,
         *,
-        limit: int | None = None,
-        force: bool = False,
+        retry: RetryAim | None = None,
     ) -> Prepared:
         """The client's bytes when the request fits; else the compacted body. Never fails for our own bugs.
 
-        `limit` (a retry's budget) replaces the accounted budget; `force` compacts even what fits.
+        A `retry` aim replaces the accounted budget.
         """
-        limit = limit if limit is not None else accounting.budget
+        limit = retry.limit if retry is not None else accounting.budget
         tokens = str(accounting.calibrated(counted.count.total))
         headers = accounting.headers() | {
             "x-inflight-tokens-before": tokens,
@@ -160,10 +160,9 @@ class ChatPipeline:
             # answers (or clamps max_tokens) as it sees fit.
             untouched.fields["budget"] = "none"
             return untouched
-        force = force or options.mode == "force"
         key = key_of(counted, options)
         try:
-            outcome = await self.compact(counted, accounting, options, key=key, limit=limit, force=force)
+            outcome = await self.compact(counted, accounting, options, key=key, retry=retry)
         except Exception as exc:  # a bug of ours must not cost the user the request
             log.exception("[compaction] failed for %s; forwarding the request unchanged", accounting.model)
             untouched.fields["compaction_error"] = type(exc).__name__
@@ -174,18 +173,22 @@ class ChatPipeline:
         return rewritten(counted, accounting, outcome, limit=limit, key=key)
 
     async def compact(
-        self, counted: Counted, accounting: Accounting, options: Options, *, key: str, limit: int, force: bool
+        self, counted: Counted, accounting: Accounting, options: Options, *, key: str, retry: RetryAim | None
     ) -> Outcome | None:
         settings = self.model_settings(accounting.model).compaction
         count = counted.count
         conversation = Conversation(counted.payload["messages"], count.messages, count.digests, count.fixed)
-        budget = Budget.of(int(limit / accounting.ratio), settings)  # compaction counts in our own units
+        own_units = int((retry.limit if retry else accounting.budget) / accounting.ratio)  # compaction's units
+        budget = Budget.exactly(own_units) if retry and retry.blind else Budget.of(own_units, settings)
+        force = options.mode == "force"  # a retry needs no push: what it retries is over its limit
 
         def compactor() -> Compactor:
             summarize = None
             if self.summarizers is not None:
                 authorization = options.authorization
-                summarize = self.summarizers(settings, model=accounting.model, client_authorization=authorization)
+                summarize = on_home_loop(
+                    self.summarizers(settings, model=accounting.model, client_authorization=authorization)
+                )
             # The summarizer's reply is bounded by max_summary_tokens, which the stages keep room for.
             summary_window = self.registry.resolve(settings.summarize.model or accounting.model).context_window
             encoding = self.counter.encoding(accounting.encoding)
@@ -199,7 +202,7 @@ class ChatPipeline:
 
         return await self.compactions.compact(key, conversation, compactor=compactor, budget=budget, force=force)
 
-    def learn(self, accounting: Accounting, refusal: Refusal, prepared: Prepared, payload: dict[str, Any]) -> int:
+    def learn(self, accounting: Accounting, refusal: Refusal, prepared: Prepared, payload: dict[str, Any]) -> RetryAim:
         """Record what the refusal says; the (calibrated) budget to compact the retry against."""
         learned_budget = None
         if refusal.context_window:

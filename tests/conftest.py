@@ -8,6 +8,7 @@ import pytest
 
 from proxy.app import create_app
 from proxy.config_file import load_settings
+from proxy.http.server import uvicorn_options
 from tests.support.servers import serve
 from tests.support.upstream import UpstreamApp
 
@@ -32,7 +33,8 @@ def start_proxy() -> ProxyFactory:
         overrides.setdefault("upstream", {})
         overrides["upstream"] = {"base_url": upstream_url, **overrides["upstream"]}
         settings = load_settings(None, overrides=overrides)
-        with serve(create_app(settings)) as url:
+        # As `inflight serve` runs it (the bounded protocol, its timeouts), but quieter.
+        with serve(create_app(settings), **{**uvicorn_options(settings), "log_level": "warning"}) as url:
             yield url + "/v1"
 
     return start

@@ -3,6 +3,7 @@
 from proxy.compaction.compactor import Compactor, build_compactor
 from proxy.compaction.conversation import Conversation, head_length
 from proxy.compaction.draft import Budget
+from proxy.compaction.offload import on_home_loop
 from proxy.compaction.records import Record, RecordStore, conversation_key
 from proxy.compaction.runner import ConversationCompactions
 from proxy.compaction.summary import Summarize, SummaryJob
@@ -21,4 +22,5 @@ __all__ = [
     "build_compactor",
     "conversation_key",
     "head_length",
+    "on_home_loop",
 ]

@@ -31,6 +31,11 @@ class Budget:
             target=int(limit * settings.target),
         )
 
+    @classmethod
+    def exactly(cls, limit: int) -> Budget:
+        """A budget whose every threshold is the limit: compact to just under it, no further."""
+        return cls(limit=limit, prune_at=limit, summarize_at=limit, target=limit)
+
 
 # (message as sent, its tokens, its index in the client's list or None for the summary)
 ViewItem = tuple[Message, int, int | None]

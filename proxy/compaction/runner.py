@@ -1,5 +1,6 @@
 """Compacting one conversation at a time, from the record kept for it, and keeping the new record.
 
+A big conversation is compacted in a worker thread (`offload`), so the event loop keeps serving.
 Two turns of one conversation may arrive together (an agent retrying, parallel sub-agents sharing a
 head): a lock per conversation key makes the second reuse the first's record instead of paying
 for a second summary.
@@ -9,13 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from proxy.compaction.compactor import Compactor
 from proxy.compaction.conversation import Conversation
 from proxy.compaction.draft import Budget
+from proxy.compaction.offload import OFFLOAD_AT_TOKENS, in_worker_thread
 from proxy.compaction.records import RecordStore, best_record, with_record
 from proxy.compaction.work import Outcome
+from proxy.heavy import HEAVY_TOKENS
 
 
 class ConversationCompactions:
@@ -43,7 +46,14 @@ class ConversationCompactions:
         async with lock:
             records = await self.records.load(key)
             record = best_record(records, conversation.digests)
-            outcome = await compactor().run(conversation, budget=budget, record=record, force=force)
+            built = compactor()  # on this loop: its summarizer calls come back here (`offload.on_home_loop`)
+
+            def run() -> Awaitable[Outcome | None]:
+                return built.run(conversation, budget=budget, record=record, force=force)
+
+            tokens = conversation.tokens
+            offload = tokens >= OFFLOAD_AT_TOKENS
+            outcome = await (in_worker_thread(run, heavy=tokens >= HEAVY_TOKENS) if offload else run())
             if outcome is not None:
                 await self.records.save(key, with_record(records, record, outcome.record))
             return outcome

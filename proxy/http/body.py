@@ -7,12 +7,14 @@ stops as soon as the output passes it (a 1 MB gzip bomb costs at most the limit,
 
 from __future__ import annotations
 
+import asyncio
 import zlib
 from collections.abc import AsyncIterator
 
 from starlette.requests import Request
 
-from proxy.errors import BadRequest, RequestTooLarge
+from proxy.config import Limits
+from proxy.errors import BadRequest, ClientTimeout, RequestTooLarge
 
 GZIP = 31  # zlib window bits: gzip framing
 ZLIB = 15  # zlib framing (HTTP's "deflate")
@@ -34,16 +36,32 @@ def declared_length(request: Request, limit: int) -> int | None:
     return int(value)
 
 
-async def read_limited(request: Request, limit: int) -> bytes:
-    """The whole body, refused with 413 once it passes `limit`."""
-    declared_length(request, limit)
-    return b"".join([chunk async for chunk in stream_limited(request, limit)])
+async def read_limited(request: Request, limits: Limits) -> bytes:
+    """The whole body, refused with 413 once it passes the size limit, 408 once it takes too long."""
+    declared_length(request, limits.max_body_bytes)
+    return b"".join([chunk async for chunk in stream_limited(request, limits)])
 
 
-async def stream_limited(request: Request, limit: int) -> AsyncIterator[bytes]:
-    """The body chunk by chunk, for a request forwarded as it arrives; 413 once it passes `limit`."""
+async def stream_limited(request: Request, limits: Limits) -> AsyncIterator[bytes]:
+    """The body chunk by chunk, for a request forwarded as it arrives; 413 past the size, 408 past the time.
+
+    The time is one deadline for the whole body (`limits.client_body_timeout_s`), not a wait per chunk:
+    a client sending a byte at a time cannot keep the request open by staying just under a per-read limit.
+    """
+    limit = limits.max_body_bytes
+    deadline = asyncio.get_running_loop().time() + limits.client_body_timeout_s
+    chunks = request.stream()
     size = 0
-    async for chunk in request.stream():
+    while True:
+        try:
+            async with asyncio.timeout_at(deadline):
+                chunk = await anext(chunks)
+        except StopAsyncIteration:
+            return
+        except TimeoutError:
+            raise ClientTimeout(
+                f"request body not received within {limits.client_body_timeout_s:g} s (limits.client_body_timeout_s)"
+            ) from None
         size += len(chunk)
         if size > limit:
             raise too_large(limit)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from starlette.requests import Request
 
 from proxy.accounting import Accounting, Counted
+from proxy.config import Limits
 from proxy.errors import UpstreamUnreachable
 from proxy.exchange import Exchange
 from proxy.http.body import read_limited
@@ -19,6 +20,7 @@ from proxy.http.intake import read_chat
 from proxy.http.target import checked_path
 from proxy.pipeline import ChatPipeline, Options, Prepared
 from proxy.policy.calibration import UsageReader
+from proxy.policy.retry import RetryAim
 from proxy.policy.windows import FetchModels
 from proxy.upstream.client import UpstreamClient
 from proxy.upstream.headers import header_value, is_event_stream
@@ -41,15 +43,15 @@ class ChatCall:
 
 
 class ChatCompletions:
-    def __init__(self, pipeline: ChatPipeline, upstream: UpstreamClient, *, max_body_bytes: int) -> None:
+    def __init__(self, pipeline: ChatPipeline, upstream: UpstreamClient, *, limits: Limits) -> None:
         self.pipeline = pipeline
         self.upstream = upstream
-        self.max_body_bytes = max_body_bytes
+        self.limits = limits
 
     async def __call__(self, request: Request, exchange: Exchange) -> Relay:
-        raw = await read_limited(request, self.max_body_bytes)
+        raw = await read_limited(request, self.limits)
         encoding = request.headers.get("content-encoding", "")
-        intake = await read_chat(raw, encoding, self.pipeline, limit=self.max_body_bytes)
+        intake = await read_chat(raw, encoding, self.pipeline, limit=self.limits.max_body_bytes)
         model = intake.payload.get("model")
         exchange.note("model", model if isinstance(model, str) else "-")
         async with cancelled_on_disconnect(request.receive):  # the body is read: now watch for the client leaving
@@ -77,24 +79,24 @@ class ChatCompletions:
         if held.refusal is None:
             return self.relay_with_usage(call, response, prepared, held=held)
         await response.aclose()
-        limit = self.pipeline.learn(accounting, held.refusal, prepared, call.counted.payload)
-        exchange.note_all({"refused_by": held.refusal.upstream, "retry_limit": limit})
-        return await self.retry(call, limit=limit)
+        aim = self.pipeline.learn(accounting, held.refusal, prepared, call.counted.payload)
+        exchange.note_all({"refused_by": held.refusal.upstream, "retry_limit": aim.limit})
+        if aim.blind:
+            exchange.note("retry_aim", "blind")
+        return await self.retry(call, aim)
 
-    async def retry(self, call: ChatCall, *, limit: int) -> Relay:
+    async def retry(self, call: ChatCall, aim: RetryAim) -> Relay:
         """Once: the original request compacted again against what the refusal taught us."""
-        prepared = await self.prepare(call, limit=limit)
+        prepared = await self.prepare(call, retry=aim)
         call.exchange.headers["x-inflight-actions"] += ",retry"
         call.exchange.headers["x-inflight-retried"] = "1"
         response = await self.send(call.request, call.exchange, prepared.body, rewritten=prepared.rewritten)
         return self.relay_with_usage(call, response, prepared)
 
-    async def prepare(self, call: ChatCall, *, limit: int | None = None) -> Prepared:
+    async def prepare(self, call: ChatCall, *, retry: RetryAim | None = None) -> Prepared:
         """The body to send (compacted if needed); its headers and log fields go on the exchange."""
         pipeline = self.pipeline
-        prepared = await pipeline.prepare(
-            call.counted, call.accounting, call.options, limit=limit, force=limit is not None
-        )
+        prepared = await pipeline.prepare(call.counted, call.accounting, call.options, retry=retry)
         call.exchange.headers = dict(prepared.headers)
         call.exchange.note_all(prepared.fields)
         if prepared.too_long is not None:

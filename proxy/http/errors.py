@@ -18,4 +18,6 @@ def error_body(message: str, *, error_type: str, param: str | None = None, code:
 
 def render(error: ProxyError, headers: dict[str, str] | None = None) -> Response:
     body = error_body(error.message, error_type=error.error_type, param=error.param, code=error.code)
+    if error.ends_connection:
+        headers = {**(headers or {}), "connection": "close"}
     return Response(body, status_code=error.status_code, media_type="application/json", headers=headers)

@@ -15,6 +15,7 @@ import orjson
 
 from proxy.accounting import Counted
 from proxy.errors import BadRequest
+from proxy.heavy import HEAVY_BYTES, in_thread
 from proxy.http.body import decompress, is_identity
 from proxy.pipeline import ChatPipeline
 from proxy.tokens import THREAD_THRESHOLD_BYTES, is_loaded
@@ -65,7 +66,7 @@ async def read_chat(raw: bytes, content_encoding: str, pipeline: ChatPipeline, *
     """Decompress, parse and count; a large or compressed body all in one worker thread, so the loop
     keeps serving others (a small gzip body can inflate to the whole limit)."""
     if len(raw) > THREAD_THRESHOLD_BYTES or not is_identity(content_encoding):
-        return await asyncio.to_thread(parse_and_count, raw, content_encoding, pipeline, limit)
+        return await in_thread(len(raw) >= HEAVY_BYTES, parse_and_count, raw, content_encoding, pipeline, limit)
     payload, countable = parse_chat(raw)
     if not countable:
         return Intake(payload, None)

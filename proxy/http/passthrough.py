@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from starlette.requests import Request
 
+from proxy.config import Limits
 from proxy.exchange import Exchange
 from proxy.http.body import declared_length, stream_limited
 from proxy.http.disconnect import cancelled_on_disconnect
@@ -13,20 +14,20 @@ from proxy.upstream.relay import Relay, relay
 
 
 class PassThrough:
-    def __init__(self, upstream: UpstreamClient, *, max_body_bytes: int) -> None:
+    def __init__(self, upstream: UpstreamClient, *, limits: Limits) -> None:
         self.upstream = upstream
-        self.max_body_bytes = max_body_bytes
+        self.limits = limits
 
     async def __call__(self, request: Request, exchange: Exchange) -> Relay:
         headers = self.upstream.headers_for(request.scope["headers"])
         content = None
-        length = declared_length(request, self.max_body_bytes)
+        length = declared_length(request, self.limits.max_body_bytes)
         if "transfer-encoding" in request.headers and length is None:
             # Transfer-Encoding is hop-by-hop: our own hop frames the streamed body in chunks again.
             headers.append((b"transfer-encoding", b"chunked"))
-            content = stream_limited(request, self.max_body_bytes)
+            content = stream_limited(request, self.limits)
         elif length:
-            content = stream_limited(request, self.max_body_bytes)
+            content = stream_limited(request, self.limits)
         target = self.upstream.target_for(checked_path(request.scope), request.scope["query_string"])
         if content is None:  # nothing left to read from the client: watch for it leaving instead
             async with cancelled_on_disconnect(request.receive):

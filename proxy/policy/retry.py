@@ -6,13 +6,29 @@ The refusal may name the window (the budget follows from it), the upstream's own
 
 from __future__ import annotations
 
-# Without usable numbers, what was sent was too long: aim this far below the smaller of the two.
+from dataclasses import dataclass
+
+# Without usable numbers, what was sent was too long: aim this far below it.
 BLIND_SHRINK = 0.75
-# A new limit within 2% of the old one would change nothing worth a retry.
-NO_CHANGE = 0.98
 
 
-def retry_limit(*, previous: int, learned_budget: int | None, sent: int, upstream_prompt: int | None) -> int:
+@dataclass(frozen=True)
+class RetryAim:
+    """What the retry compacts against.
+
+    From numbers (a window the refusal named, the upstream's own count) by which the refused request
+    is too long, `limit` is a budget like any other and the retry is compacted against it as any
+    request is: what the first attempt would have been had the proxy known. Without such numbers
+    (`blind`), `limit` is already the goal, a quarter below what was refused, and the retry aims at
+    it as it is: taking `target` of it again would compound two shrinks (0.5 x 0.75) and throw away
+    context the upstream never asked us to drop.
+    """
+
+    limit: int
+    blind: bool
+
+
+def retry_limit(*, previous: int, learned_budget: int | None, sent: int, upstream_prompt: int | None) -> RetryAim:
     """The (calibrated) budget to compact the retry against.
 
     previous: the budget the refused request was prepared against; learned_budget: the budget the
@@ -24,7 +40,7 @@ def retry_limit(*, previous: int, learned_budget: int | None, sent: int, upstrea
         limit = min(limit, learned_budget)
     if upstream_prompt and sent and sent < upstream_prompt <= sent * 4:  # we undercounted: shrink by the same factor
         limit = int(limit * sent / upstream_prompt)
-    if limit >= previous * NO_CHANGE:
-        # 75% of a budget far above what was sent would change nothing: take the smaller of the two.
-        limit = int(min(previous, sent) * BLIND_SHRINK)
-    return max(limit, 1)
+    if sent > limit:
+        return RetryAim(max(limit, 1), blind=False)
+    # No numbers, or numbers by which what was sent fits: our count is off by we know not what. Aim below it.
+    return RetryAim(max(int(min(previous, sent) * BLIND_SHRINK), 1), blind=True)

@@ -137,3 +137,44 @@ def test_compaction_off_is_never_retried(upstream: tuple[UpstreamApp, str], star
         response = httpx.post(f"{proxy_url}/chat/completions", json=body, headers={"x-inflight-compaction": "off"})
     assert response.status_code == 400
     assert len(app.chat_requests()) == 1
+
+
+def sent_tokens(request_body: bytes) -> int:
+    from proxy.tokens import TokenCounter
+
+    return TokenCounter().count_request(orjson.loads(request_body), "o200k_base").total
+
+
+def test_a_refusal_without_numbers_is_retried_at_three_quarters_of_what_was_sent_not_less(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    app, url = upstream
+    no_numbers = next(f for f in REFUSALS if f.name == "azure-code-only")
+    app.script.append(Scripted(status=no_numbers.status, body=raw(no_numbers)))
+    with start_proxy(url, models={"local-model": {"encoding": "o200k_base"}}) as proxy_url:
+        response = chat(proxy_url)
+    assert response.status_code == 200, response.text
+    first, second = (sent_tokens(r.body) for r in app.chat_requests())
+    # One shrink (0.75 of what was refused), not the compaction target on top of it (0.5 x 0.75 on the old main).
+    assert 0.6 * first < second <= 0.75 * first
+
+
+def test_a_refusal_naming_the_window_is_retried_as_if_the_window_had_been_known(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    app, url = upstream
+    app.windows["local-model"] = 2_000  # the request is about 2,400 tokens; the proxy believes in 128k
+    overrides: dict[str, Any] = {"models": {"local-model": {"encoding": "o200k_base"}}}
+    overrides["compaction"] = {"reserve_tokens": 0}
+    with start_proxy(url, **overrides) as proxy_url:
+        response = chat(proxy_url)
+        learned = stats(proxy_url)["learned_windows"]
+    assert response.status_code == 200, response.text
+    assert learned == {"local-model": 2_000}
+    overrides["models"]["local-model"]["context_window"] = 2_000
+    with start_proxy(url, **overrides) as proxy_url:  # a proxy told the window from the start
+        assert chat(proxy_url).status_code == 200
+    refused, retried, known = app.chat_requests()
+    # No factor on top of what the window gives: the retry is what a proxy knowing the window sends.
+    assert sent_tokens(refused.body) > 2_000
+    assert orjson.loads(retried.body)["messages"] == orjson.loads(known.body)["messages"]

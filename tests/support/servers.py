@@ -35,16 +35,14 @@ def serve(app: Any, *, port: int | None = None, **options: Any) -> Iterator[str]
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", port or 0))
     bound = sock.getsockname()[1]
-    config = uvicorn.Config(
-        app,
-        log_level="warning",
-        access_log=False,
-        server_header=False,
-        date_header=False,
-        lifespan="on",
-        timeout_graceful_shutdown=1,
-        **options,
-    )
+    defaults: dict[str, Any] = {
+        "log_level": "warning",
+        "access_log": False,
+        "server_header": False,
+        "date_header": False,
+        "lifespan": "on",
+    }
+    config = uvicorn.Config(app, **{**defaults, **options, "timeout_graceful_shutdown": 1})
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()

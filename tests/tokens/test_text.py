@@ -1,4 +1,4 @@
-"""Strings that break a tokenizer: long runs are counted in blocks, close to the whole-string count."""
+"""Long strings are counted in pieces (runs that break a tokenizer too), close to the whole-string count."""
 
 from __future__ import annotations
 
@@ -11,7 +11,15 @@ from proxy.tokens.text import pieces, text_tokens
 
 @pytest.mark.parametrize(
     "text",
-    [" " * 30_000, "a" * 30_000, "\n" * 30_000, "x = 1\n" + "ab" * 15_000 + " tail", "word " * 10_000 + "\t" * 9000],
+    [
+        " " * 30_000,
+        "a" * 30_000,
+        "\n" * 30_000,
+        "x = 1\n" + "ab" * 15_000 + " tail",
+        "word " * 10_000 + "\t" * 9000,
+        "héllo wörld, 数据 and emoji 🙂 " * 5_000,
+        "def f(x):\n    return {'key': [1, 2, 3], \"s\": x}  # comment\n" * 3_000,
+    ],
 )
 def test_long_runs_count_within_one_percent_of_the_whole_string(text: str) -> None:
     enc = load_encoding("o200k_base")

@@ -1,0 +1,109 @@
+"""Serving the app with uvicorn: its options, and a connection protocol that bounds slow clients.
+
+uvicorn closes a kept-alive connection left idle for `timeout_keep_alive`, but only after a first
+response, and it puts no limit on how long a request's headers may take. A client that opens
+connections and sends nothing, or a byte now and then (a slow loris), would keep each connection
+and its file descriptor forever. `BoundedHttpProtocol` adds the two missing clocks:
+
+- a new connection gets uvicorn's own idle timer at once (`limits.client_idle_timeout_s`), not only
+  after its first response;
+- from the first byte of a request to the end of its headers, `limits.client_header_timeout_s`;
+  past it the client gets a 408 in OpenAI's shape and the connection is closed.
+
+The body's own clock (`limits.client_body_timeout_s`) runs where the body is read (`proxy.http.body`),
+so that its 408 goes through the endpoint like any other error, with its log line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from proxy.config import Limits, Settings
+from proxy.http.errors import error_body
+
+log = logging.getLogger("inflight")
+
+
+def header_timeout_response(timeout_s: float) -> bytes:
+    body = error_body(
+        f"request headers not received within {timeout_s:g} s (limits.client_header_timeout_s)",
+        error_type="invalid_request_error",
+        code="request_timeout",
+    )
+    head = (
+        b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\nconnection: close\r\n"
+        b"content-length: %d\r\n\r\n" % len(body)
+    )
+    return head + body
+
+
+class BoundedHttpProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with an idle clock from the first moment and a header clock."""
+
+    header_timeout_s: float = 30.0
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.header_deadline: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        # uvicorn arms this only when a response is done; a connection that never sends would stay.
+        self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self.timeout_keep_alive_handler)
+
+    def data_received(self, data: bytes) -> None:
+        if self.header_deadline is None and (self.cycle is None or self.cycle.response_complete):
+            # The first bytes of a new request: its headers have this long to arrive, however slowly.
+            self.header_deadline = self.loop.call_later(self.header_timeout_s, self.headers_too_slow)
+        super().data_received(data)
+
+    def on_headers_complete(self) -> None:
+        self.stop_header_clock()
+        super().on_headers_complete()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.stop_header_clock()
+        super().connection_lost(exc)
+
+    def stop_header_clock(self) -> None:
+        if self.header_deadline is not None:
+            self.header_deadline.cancel()
+            self.header_deadline = None
+
+    def headers_too_slow(self) -> None:
+        self.header_deadline = None
+        if self.transport.is_closing():
+            return
+        client = f"{self.client[0]}:{self.client[1]}" if self.client else "-"
+        log.info(
+            "client %s: request headers not complete within %g s; answered 408 and closed",
+            client,
+            self.header_timeout_s,
+        )
+        self.transport.write(header_timeout_response(self.header_timeout_s))
+        self.transport.close()
+
+
+def bounded_protocol(limits: Limits) -> type[BoundedHttpProtocol]:
+    """The protocol class for one server: uvicorn instantiates it per connection, with no arguments of ours."""
+    return type("BoundedHttpProtocol", (BoundedHttpProtocol,), {"header_timeout_s": limits.client_header_timeout_s})
+
+
+def uvicorn_options(settings: Settings) -> dict[str, Any]:
+    """How `inflight serve` runs uvicorn (besides host and port)."""
+    return {
+        "http": bounded_protocol(settings.limits),
+        "timeout_keep_alive": settings.limits.client_idle_timeout_s,
+        "log_level": settings.log_level,
+        "access_log": False,
+        # The upstream's own Date/Server headers are relayed; uvicorn must not add a second pair.
+        "server_header": False,
+        "date_header": False,
+        # X-Forwarded-* are the client's headers to forward, not ours to act on.
+        "proxy_headers": False,
+        "lifespan": "on",
+    }
