@@ -98,14 +98,16 @@ class ChatPipeline:
         """The request counted, or None when it is no chat request we can count. CPU only: may run in a thread."""
         model = payload.get("model")
         messages = payload.get("messages")
-        if (
-            not isinstance(model, str)
-            or not isinstance(messages, list)
-            or not all(isinstance(m, dict) for m in messages)
-        ):
+        if not isinstance(model, str) or not is_message_list(messages):
             return None
         choice = self.encoding_for(model)
-        return Counted(raw, payload, model, choice, self.counter.count_request(payload, choice.name))
+        try:
+            return Counted(raw, payload, model, choice, self.counter.count_request(payload, choice.name))
+        except Exception as exc:  # e.g. nested deeper than orjson writes (254) though it reads it (1024)
+            log.warning(
+                "[tokens] cannot count this %s request (%s: %s); forwarding it as sent", model, type(exc).__name__, exc
+            )
+            return None
 
     def encoding_for(self, model: str) -> EncodingChoice:
         return choose_encoding(model, self.model_settings(model).encoding)
@@ -146,13 +148,7 @@ class ChatPipeline:
         A `retry` aim replaces the accounted budget.
         """
         limit = retry.limit if retry is not None else accounting.budget
-        tokens = str(accounting.calibrated(counted.count.total))
-        headers = accounting.headers() | {
-            "x-inflight-tokens-before": tokens,
-            "x-inflight-tokens-after": tokens,
-            "x-inflight-actions": "none",
-        }
-        untouched = Prepared(counted.raw, False, counted.count.total, limit, headers)
+        untouched = as_sent(counted, accounting, limit=limit)
         if not self.compacts(counted.model, options):
             return untouched
         if accounting.budget <= 0:
@@ -160,8 +156,9 @@ class ChatPipeline:
             # answers (or clamps max_tokens) as it sees fit.
             untouched.fields["budget"] = "none"
             return untouched
-        key = key_of(counted, options)
+        key = ""
         try:
+            key = key_of(counted, options)
             outcome = await self.compact(counted, accounting, options, key=key, retry=retry)
         except Exception as exc:  # a bug of ours must not cost the user the request
             log.exception("[compaction] failed for %s; forwarding the request unchanged", accounting.model)
@@ -218,6 +215,21 @@ class ChatPipeline:
             sent=accounting.calibrated(prepared.sent_tokens),
             upstream_prompt=refusal.prompt_tokens,
         )
+
+
+def is_message_list(messages: object) -> bool:
+    return isinstance(messages, list) and all(isinstance(m, dict) for m in messages)
+
+
+def as_sent(counted: Counted, accounting: Accounting, *, limit: int) -> Prepared:
+    """The client's own bytes, with the headers that say nothing was done to them."""
+    tokens = str(accounting.calibrated(counted.count.total))
+    headers = accounting.headers() | {
+        "x-inflight-tokens-before": tokens,
+        "x-inflight-tokens-after": tokens,
+        "x-inflight-actions": "none",
+    }
+    return Prepared(counted.raw, False, counted.count.total, limit, headers)
 
 
 def rewritten(counted: Counted, accounting: Accounting, outcome: Outcome, *, limit: int, key: str) -> Prepared:

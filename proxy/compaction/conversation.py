@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 Message = dict[str, Any]
-PINNED_ROLES = frozenset({"system", "developer"})
+PINNED_ROLES = ("system", "developer")  # a tuple: `in` compares, so a list as a role is no TypeError
 MAX_VALUE_CHARS = 60
 MAX_ARGS_CHARS = 160
 

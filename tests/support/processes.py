@@ -32,8 +32,8 @@ def wait_for_port(port: int, timeout: float = 20.0) -> None:
 
 
 @contextmanager
-def process(args: Sequence[str], port: int, *, env: dict[str, str] | None = None) -> Iterator[None]:
-    """Run a server subprocess until the block ends; its output is discarded."""
+def process(args: Sequence[str], port: int, *, env: dict[str, str] | None = None) -> Iterator[int]:
+    """Run a server subprocess until the block ends; yields its pid. Its output is discarded."""
     proc = subprocess.Popen(
         list(args),
         cwd=ROOT,
@@ -43,7 +43,7 @@ def process(args: Sequence[str], port: int, *, env: dict[str, str] | None = None
     )
     try:
         wait_for_port(port)
-        yield
+        yield proc.pid
     finally:
         proc.terminate()
         proc.wait(timeout=10)
@@ -60,12 +60,19 @@ def fake_upstream(*options: str) -> Iterator[str]:
 @contextmanager
 def inflight(upstream_url: str, config: str = "") -> Iterator[str]:
     """An inflight proxy subprocess in front of `upstream_url`; yields its /v1 base URL."""
+    with inflight_process(upstream_url, config) as (url, _):
+        yield url
+
+
+@contextmanager
+def inflight_process(upstream_url: str, config: str = "") -> Iterator[tuple[str, int]]:
+    """`inflight`, also yielding the process id (to watch its memory and file descriptors)."""
     port = free_port()
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as handle:
         handle.write(config)
     cmd = [sys.executable, "-m", "proxy", "serve", "--config", handle.name, "--port", str(port)]
     try:
-        with process([*cmd, "--upstream", upstream_url], port):
-            yield f"http://127.0.0.1:{port}/v1"
+        with process([*cmd, "--upstream", upstream_url], port) as pid:
+            yield f"http://127.0.0.1:{port}/v1", pid
     finally:
         os.unlink(handle.name)

@@ -57,6 +57,11 @@ def raw_upstream(handler: Handler) -> Iterator[str]:
 
         async def stop() -> None:
             holder["server"].close()
+            # Handlers still running (one sleeping before it misbehaves) end here, not in a closed loop.
+            handlers = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+            for task in handlers:
+                task.cancel()
+            await asyncio.gather(*handlers, return_exceptions=True)
             await holder["server"].wait_closed()
 
         asyncio.run_coroutine_threadsafe(stop(), loop).result(5)

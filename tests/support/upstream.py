@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import fnmatch
 import gzip
 import json
 import threading
@@ -143,7 +144,7 @@ class UpstreamApp:
         stream_chunks: int = 8,
         stream_interval: float = 0.0,
     ) -> None:
-        """`windows`: context windows to enforce, by model (counted with o200k_base); `record`: keep every
+        """`windows`: context windows to enforce, by model or glob (counted with o200k_base); `record`: keep every
         request (a benchmark's long run would not); each stream has `stream_chunks` content events,
         `stream_interval` seconds apart."""
         self.windows = windows or {}
@@ -161,6 +162,7 @@ class UpstreamApp:
         # Summarizer calls (recognised by the proxy's summary prompt) are answered here, or fail.
         self.summaries: list[Recorded] = []
         self.summarizer_status = 200
+        self.summarizer_delay = 0.0  # seconds before a summarizer call is answered (a hang, when long)
         self.models_body: Any = {
             "object": "list",
             "data": [{"id": "gpt-4o-mini", "object": "model", "created": 1700000000, "owned_by": "test"}],
@@ -251,16 +253,16 @@ class UpstreamApp:
             await self.respond(record, send, 200, orjson.dumps(echo), "application/json")
             return
         if record.path == "/v1/chat/completions":
-            await self.chat(record, send)
+            await self.chat(record, receive, send)
             return
         await self.respond(
             record, send, 404, b'{"error": {"message": "no route", "type": "not_found"}}', "application/json"
         )
 
-    async def chat(self, record: Recorded, send: Any) -> None:
+    async def chat(self, record: Recorded, receive: Any, send: Any) -> None:
         payload = record.json()
         if is_summarizer_call(payload):
-            await self.summary(record, send, payload.get("model", "unknown"))
+            await self.summary(record, receive, send, payload.get("model", "unknown"))
             return
         if self.script:
             reply = self.script.popleft()
@@ -272,7 +274,7 @@ class UpstreamApp:
             return
         model = payload.get("model", "unknown")
         self.last_messages = payload.get("messages") or []
-        window = self.windows.get(model)
+        window = next((w for pattern, w in self.windows.items() if fnmatch.fnmatchcase(str(model), pattern)), None)
         if window is not None:
             tokens = self.counter.count_request(payload, "o200k_base").total
             if tokens > window:
@@ -290,10 +292,16 @@ class UpstreamApp:
             body = orjson.dumps(completion(model, prompt_tokens=self.usage_tokens(record)))
             await self.respond(record, send, 200, body, "application/json")
 
-    async def summary(self, record: Recorded, send: Any, model: str) -> None:
+    async def summary(self, record: Recorded, receive: Any, send: Any, model: str) -> None:
         if self.record:
             self.summaries.append(record)
         self.summary_count += 1
+        if self.summarizer_delay:
+            try:  # the body is read: the next message is the caller hanging up, if it gives up first
+                await asyncio.wait_for(receive(), self.summarizer_delay)
+                return
+            except TimeoutError:
+                pass
         if self.summarizer_status != 200:
             error = {"error": {"message": "summarizer down", "type": "server_error", "param": None, "code": None}}
             await self.respond(record, send, self.summarizer_status, orjson.dumps(error), "application/json")
@@ -319,7 +327,9 @@ class UpstreamApp:
 def main() -> None:
     parser = argparse.ArgumentParser(description="Run the fake upstream on a loopback port (for benchmarks).")
     parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--window", action="append", default=[], metavar="MODEL=TOKENS", help="refuse above this")
+    parser.add_argument(
+        "--window", action="append", default=[], metavar="MODEL=TOKENS", help="refuse above this (MODEL may be a glob)"
+    )
     parser.add_argument("--stream-chunks", type=int, default=8)
     parser.add_argument("--stream-interval", type=float, default=0.0)
     args = parser.parse_args()
