@@ -2,8 +2,10 @@
 
 Starts the fake upstream and an inflight proxy (each in its own process), then sends `--big`
 chat requests of `--mb` MB each at once (agent conversations whose tool outputs need truncating,
-masking and a summary), while two probes run over their own keep-alive connections: `GET /healthz`
-and a small chat completion, one every 10 ms each. Prints the probes' latency before the load and
+masking and a summary), while three probes run over their own keep-alive connections: `GET /healthz`
+and a small chat completion through the proxy, and the same small chat straight to the upstream
+(which shares the machine, and serves the big requests' summaries: its own share of the wait),
+one every 10 ms each. Prints the probes' latency before the load and
 while it runs, and what the big requests cost. It asserts nothing.
 
     python -m benchmarks.loop_stall [--big 10] [--mb 30]
@@ -95,7 +97,7 @@ def row(name: str, samples: list[float]) -> list[object]:
     ]
 
 
-async def measure(proxy_url: str, args: argparse.Namespace) -> None:
+async def measure(proxy_url: str, upstream_url: str, args: argparse.Namespace) -> None:
     root = proxy_url.removesuffix("/v1")
     healthz = f"GET /healthz HTTP/1.1\r\nHost: {urlsplit(root).netloc}\r\n\r\n".encode()
     chat = post(f"{proxy_url}/chat/completions", CHAT_REQUEST)
@@ -103,9 +105,11 @@ async def measure(proxy_url: str, args: argparse.Namespace) -> None:
     stop = asyncio.Event()
     health: list[tuple[float, float]] = []
     small: list[tuple[float, float]] = []
+    direct: list[tuple[float, float]] = []  # the same small chat straight to the upstream: its own share
     probes = [
         asyncio.create_task(probe(root, healthz, stop, health)),
         asyncio.create_task(probe(f"{proxy_url}/chat/completions", chat, stop, small)),
+        asyncio.create_task(probe(upstream_url, post(f"{upstream_url}/chat/completions", CHAT_REQUEST), stop, direct)),
     ]
     await asyncio.sleep(3)  # baseline
     load_start = time.perf_counter()
@@ -130,6 +134,8 @@ async def measure(proxy_url: str, args: argparse.Namespace) -> None:
         row("/healthz, under load", during(health)),
         row("small chat, idle", before(small)),
         row("small chat, under load", during(small)),
+        row("small chat direct to the upstream, idle", before(direct)),
+        row("small chat direct to the upstream, under load", during(direct)),
     ]
     print(table(rows, ["probe", "n", "p50 ms", "p99 ms", "max ms"]))
 
@@ -140,7 +146,7 @@ def main() -> None:
     parser.add_argument("--mb", type=int, default=30, help="size of each, in MB")
     args = parser.parse_args()
     with fake_upstream() as upstream_url, inflight(upstream_url) as proxy_url:
-        asyncio.run(measure(proxy_url, args))
+        asyncio.run(measure(proxy_url, upstream_url, args))
 
 
 if __name__ == "__main__":

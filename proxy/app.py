@@ -6,7 +6,6 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import httpx
 from starlette.routing import Router
 from starlette.types import ASGIApp
 
@@ -20,7 +19,7 @@ from proxy.http.routes import JsonRoute, not_found
 from proxy.pipeline import build_pipeline
 from proxy.tokens import FALLBACK_ENCODING, load_encoding
 from proxy.upstream.client import UpstreamClient
-from proxy.upstream.summarizer import Summarizers
+from proxy.upstream.summarizer import Summarizers, summarizer_client
 
 METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "HEAD"]
 
@@ -28,8 +27,8 @@ METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "HEAD"]
 def create_app(settings: Settings) -> ASGIApp:
     """Build a proxy app; everything it holds lives in objects it owns, nothing in module globals."""
     upstream = UpstreamClient(settings.upstream)
-    summarizer_client = httpx.AsyncClient(trust_env=False)
-    pipeline = build_pipeline(settings, summarizers=Summarizers(settings, summarizer_client))
+    summarizer_http = summarizer_client()
+    pipeline = build_pipeline(settings, summarizers=Summarizers(settings, summarizer_http))
 
     @asynccontextmanager
     async def lifespan(app: object) -> AsyncIterator[None]:
@@ -39,7 +38,7 @@ def create_app(settings: Settings) -> ASGIApp:
             yield
         finally:
             await upstream.aclose()
-            await summarizer_client.aclose()
+            await summarizer_http.aclose()
 
     chat = Endpoint(ChatCompletions(pipeline, upstream, limits=settings.limits))
     routes = [

@@ -23,7 +23,7 @@ from proxy.http.access import startup_problem
 from proxy.http.intake import parse_object
 from proxy.http.server import uvicorn_options
 from proxy.pipeline import ChatPipeline, Options, Prepared, build_pipeline
-from proxy.upstream.summarizer import Summarizers
+from proxy.upstream.summarizer import Summarizers, summarizer_client
 
 GIL_SWITCH_INTERVAL_S = 0.0005
 
@@ -143,7 +143,7 @@ def compact(args: argparse.Namespace) -> int:
 
 
 async def _compact(args: argparse.Namespace, settings: Settings) -> tuple[dict[str, Any], Prepared]:
-    async with httpx.AsyncClient(trust_env=False) as client:
+    async with summarizer_client() as client:
         pipeline = offline_pipeline(settings, None if args.no_llm else client)
         payload, counted = counted_request(args, pipeline)
         accounting = await pipeline.account(counted, None)

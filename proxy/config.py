@@ -136,7 +136,11 @@ class Summarize(Section):
 
 
 class Cache(Section):
+    """Compaction records kept in memory: bounded in conversations, in bytes (records hold the
+    masked and truncated messages, so a few big conversations weigh more than many small ones) and in age."""
+
     max_entries: int = Field(10000, ge=1)
+    max_bytes: int = Field(128 * 1024 * 1024, ge=1024 * 1024)
     ttl_s: float = Field(86400, gt=0)
 
 

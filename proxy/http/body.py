@@ -36,10 +36,11 @@ def declared_length(request: Request, limit: int) -> int | None:
     return int(value)
 
 
-async def read_limited(request: Request, limits: Limits) -> bytes:
-    """The whole body, refused with 413 once it passes the size limit, 408 once it takes too long."""
+async def read_limited(request: Request, limits: Limits) -> list[bytes]:
+    """The whole body, as the chunks it came in (joined by the caller: in a thread, when it is big);
+    refused with 413 once it passes the size limit, 408 once it takes too long."""
     declared_length(request, limits.max_body_bytes)
-    return b"".join([chunk async for chunk in stream_limited(request, limits)])
+    return [chunk async for chunk in stream_limited(request, limits)]
 
 
 async def stream_limited(request: Request, limits: Limits) -> AsyncIterator[bytes]:

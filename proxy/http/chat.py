@@ -49,14 +49,14 @@ class ChatCompletions:
         self.limits = limits
 
     async def __call__(self, request: Request, exchange: Exchange) -> Relay:
-        raw = await read_limited(request, self.limits)
+        chunks = await read_limited(request, self.limits)
         encoding = request.headers.get("content-encoding", "")
-        intake = await read_chat(raw, encoding, self.pipeline, limit=self.limits.max_body_bytes)
+        intake = await read_chat(chunks, encoding, self.pipeline, limit=self.limits.max_body_bytes)
         model = intake.payload.get("model")
         exchange.note("model", model if isinstance(model, str) else "-")
         async with cancelled_on_disconnect(request.receive):  # the body is read: now watch for the client leaving
             if intake.counted is None:  # not ours to judge: the upstream answers whatever this is with its own error
-                return relay(await self.send(request, exchange, raw, rewritten=False), exchange)
+                return relay(await self.send(request, exchange, intake.raw, rewritten=False), exchange)
             accounting = await self.pipeline.account(intake.counted, self.discovery(request))
             exchange.note_all(accounting.log_fields())
             return await self.respond(ChatCall(request, exchange, intake.counted, accounting, options_of(request)))

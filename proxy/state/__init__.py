@@ -8,7 +8,7 @@ from proxy.state.memory import MemoryRecordStore
 
 
 def open_record_store(settings: Cache) -> RecordStore:
-    return MemoryRecordStore(max_entries=settings.max_entries, ttl_s=settings.ttl_s)
+    return MemoryRecordStore(max_entries=settings.max_entries, max_bytes=settings.max_bytes, ttl_s=settings.ttl_s)
 
 
 __all__ = ["MemoryRecordStore", "open_record_store"]

@@ -1,21 +1,63 @@
-"""Compaction records kept in this process's memory, bounded in count and age."""
+"""Compaction records kept in this process's memory, bounded in count, in bytes and in age.
+
+A count alone does not bound memory: a record holds the truncated and masked messages it put in
+place, so one 30 MB conversation's record can weigh as much as thousands of small ones. Each
+key's records are weighed when saved (their messages' text, roughly) and the oldest keys go
+first once either bound is passed.
+"""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Sequence
+
+import orjson
 from cachetools import TTLCache
 
 from proxy.compaction.records import Record
 
+log = logging.getLogger("inflight")
+
+RECORD_OVERHEAD_BYTES = 512  # the dataclasses, dicts and digests around each message's text
+
+
+def weight(records: Sequence[Record]) -> int:
+    """About how many bytes these records hold: their messages' text, plus a fixed overhead each."""
+    total = 0
+    for record in records:
+        messages = [r.message for r in record.replaced.values()]
+        if record.summary is not None:
+            messages.append(record.summary)
+        for message in messages:
+            content = message.get("content")
+            total += RECORD_OVERHEAD_BYTES
+            total += len(content) if isinstance(content, str) else len(orjson.dumps(content, default=str))
+    return total
+
 
 class MemoryRecordStore:
-    def __init__(self, *, max_entries: int, ttl_s: float) -> None:
-        self._cache: TTLCache[str, list[Record]] = TTLCache(maxsize=max_entries, ttl=ttl_s)
+    def __init__(self, *, max_entries: int, max_bytes: int, ttl_s: float) -> None:
+        self.max_entries = max_entries
+        self._cache: TTLCache[str, list[Record]] = TTLCache(maxsize=max_bytes, ttl=ttl_s, getsizeof=weight)
 
     async def load(self, key: str) -> list[Record]:
         return list(self._cache.get(key, ()))
 
     async def save(self, key: str, records: list[Record]) -> None:
-        self._cache[key] = records  # re-saving a record on each hit also renews its time to live
+        try:
+            self._cache[key] = records  # re-saving a record on each hit also renews its time to live
+        except ValueError:  # heavier than the whole store: the next turn compacts afresh instead
+            self._cache.pop(key, None)
+            log.warning(
+                "[compaction] record for %s (%d bytes) exceeds compaction.cache.max_bytes", key, weight(records)
+            )
+            return
+        while len(self._cache) > self.max_entries:
+            self._cache.popitem()
 
     def __len__(self) -> int:
         return len(self._cache)
+
+    @property
+    def bytes(self) -> int:
+        return int(self._cache.currsize)

@@ -26,6 +26,8 @@ from proxy.upstream.response import Response
 
 IDEMPOTENT = frozenset({b"GET", b"HEAD", b"OPTIONS", b"TRACE", b"PUT", b"DELETE"})  # RFC 9110 §9.2.2
 
+INLINE_BODY_BYTES = 64 * 1024  # a body up to this goes out in one write with its head
+
 
 @dataclass(frozen=True)
 class Outgoing:
@@ -108,9 +110,11 @@ class Connection(asyncio.Protocol):
         content = outgoing.content
         head = request_head(outgoing)
         chunked = any(name == b"transfer-encoding" and b"chunked" in value.lower() for name, value in outgoing.headers)
-        if isinstance(content, bytes):
+        if isinstance(content, bytes) and len(content) <= INLINE_BODY_BYTES:
             head.append(content)
         self.transport.write(b"".join(head))
+        if isinstance(content, bytes) and len(content) > INLINE_BODY_BYTES:
+            self.transport.write(content)  # not joined to the head: no copy of a big body on the loop
         self.wrote = True
         try:
             if content is not None and not isinstance(content, bytes):

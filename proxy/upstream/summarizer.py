@@ -13,6 +13,17 @@ from proxy.config import Compaction, Settings
 log = logging.getLogger("inflight")
 
 
+def summarizer_client() -> httpx.AsyncClient:
+    """The HTTP client for summarizer calls: a fresh connection per call, none kept idle.
+
+    httpx notices a kept-alive connection the server closed only when it next uses the pool, so
+    after the last summary its connections would sit in CLOSE-WAIT, holding descriptors, for as
+    long as no summary is asked. A summary takes seconds to generate; a new connection per call
+    costs a handshake, far less.
+    """
+    return httpx.AsyncClient(trust_env=False, limits=httpx.Limits(max_keepalive_connections=0))
+
+
 class SummarizerError(RuntimeError):
     pass
 

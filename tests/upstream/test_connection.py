@@ -75,6 +75,30 @@ def test_an_idle_connection_closed_by_the_upstream_is_never_handed_out(start_pro
     assert [r.path for r in app.requests] == paths
 
 
+def sockets_in_close_wait_to(port: int) -> int:
+    """This machine's TCP sockets in CLOSE-WAIT whose peer is 127.0.0.1:`port` (from /proc/net/tcp)."""
+    lines = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    return sum(1 for line in lines if line.split()[2] == f"0100007F:{port:04X}" and line.split()[3] == "08")
+
+
+def test_no_connection_to_the_upstream_is_left_half_closed(start_proxy: ProxyFactory) -> None:
+    """Relayed requests and summarizer calls alike: once the upstream closes an idle connection, so do we."""
+    app = UpstreamApp()
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Fix it."}]
+    for turn in range(40):
+        call = {"id": f"c{turn}", "type": "function", "function": {"name": "bash", "arguments": "{}"}}
+        messages += [
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": f"c{turn}", "content": f"output {turn} " * 20},
+        ]
+    small_window = {"models": {"m": {"context_window": 600}}, "compaction": {"reserve_tokens": 0}}
+    with serve(app, timeout_keep_alive=0.2) as url, start_proxy(url + "/v1", **small_window) as proxy_url:
+        response = httpx.post(f"{proxy_url}/chat/completions", json={"model": "m", "messages": messages})
+        assert response.status_code == 200 and "summarize" in response.headers["x-inflight-actions"]
+        time.sleep(1.0)  # the upstream closes its idle keep-alive connections meanwhile
+        assert sockets_in_close_wait_to(urlsplit(url).port or 0) == 0
+
+
 def test_head_responses_have_no_body_and_the_next_request_still_works(start_proxy: ProxyFactory) -> None:
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, number: int) -> None:
         while True:
