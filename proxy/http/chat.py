@@ -49,9 +49,10 @@ class ChatCompletions:
         self.limits = limits
 
     async def __call__(self, request: Request, exchange: Exchange) -> Relay:
-        chunks = await read_limited(request, self.limits)
         encoding = request.headers.get("content-encoding", "")
-        intake = await read_chat(chunks, encoding, self.pipeline, limit=self.limits.max_body_bytes)
+        intake = await read_chat(
+            await read_limited(request, self.limits), encoding, self.pipeline, limit=self.limits.max_body_bytes
+        )
         model = intake.payload.get("model")
         exchange.note("model", model if isinstance(model, str) else "-")
         async with cancelled_on_disconnect(request.receive):  # the body is read: now watch for the client leaving
