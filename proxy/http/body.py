@@ -40,7 +40,11 @@ async def read_limited(request: Request, limits: Limits) -> list[bytes]:
     """The whole body, as the chunks it came in (joined by the caller: in a thread, when it is big);
     refused with 413 once it passes the size limit, 408 once it takes too long."""
     declared_length(request, limits.max_body_bytes)
-    return [chunk async for chunk in stream_limited(request, limits)]
+    try:
+        async with asyncio.timeout(limits.client_body_timeout_s):  # one clock for the whole read
+            return [chunk async for chunk in sized(request.stream(), limits.max_body_bytes)]
+    except TimeoutError:
+        raise body_timeout(limits) from None
 
 
 async def stream_limited(request: Request, limits: Limits) -> AsyncIterator[bytes]:
@@ -49,10 +53,8 @@ async def stream_limited(request: Request, limits: Limits) -> AsyncIterator[byte
     The time is one deadline for the whole body (`limits.client_body_timeout_s`), not a wait per chunk:
     a client sending a byte at a time cannot keep the request open by staying just under a per-read limit.
     """
-    limit = limits.max_body_bytes
     deadline = asyncio.get_running_loop().time() + limits.client_body_timeout_s
-    chunks = request.stream()
-    size = 0
+    chunks = sized(request.stream(), limits.max_body_bytes)
     while True:
         try:
             async with asyncio.timeout_at(deadline):
@@ -60,13 +62,23 @@ async def stream_limited(request: Request, limits: Limits) -> AsyncIterator[byte
         except StopAsyncIteration:
             return
         except TimeoutError:
-            raise ClientTimeout(
-                f"request body not received within {limits.client_body_timeout_s:g} s (limits.client_body_timeout_s)"
-            ) from None
+            raise body_timeout(limits) from None
+        yield chunk
+
+
+async def sized(chunks: AsyncIterator[bytes], limit: int) -> AsyncIterator[bytes]:
+    size = 0
+    async for chunk in chunks:
         size += len(chunk)
         if size > limit:
             raise too_large(limit)
         yield chunk
+
+
+def body_timeout(limits: Limits) -> ClientTimeout:
+    return ClientTimeout(
+        f"request body not received within {limits.client_body_timeout_s:g} s (limits.client_body_timeout_s)"
+    )
 
 
 def is_identity(content_encoding: str) -> bool:
