@@ -48,13 +48,23 @@ def protected(messages: Sequence[Message]) -> set[int]:
 
 
 def head_length(messages: Sequence[Message]) -> int:
-    """The system/developer messages and the first user message (the task) that lead the conversation."""
+    """The head: the system message(s) and every message before the first assistant turn.
+
+    That is where agents put the task, and often more than one user message: SWE-agent sends a
+    long demonstration, then the issue being solved. All of it is kept; none of it is summarized.
+    """
     for index, message in enumerate(messages):
-        if message.get("role") == "user":
-            return index + 1
-        if message.get("role") not in PINNED_ROLES:
+        if message.get("role") == "assistant":
             return index
     return len(messages)
+
+
+def turn_starts(messages: Sequence[Message]) -> list[bool]:
+    """`start[i]` is True where a whole turn may begin a verbatim tail: at an assistant message whose
+    earlier tool calls are all answered. Never at an observation (a tool result, or the user message
+    a text-action agent gets back), which would leave it without the command it answers."""
+    cuts = cut_points(messages)
+    return [cuts[i] and i < len(messages) and messages[i].get("role") == "assistant" for i in range(len(cuts))]
 
 
 def call_ids(message: Message) -> list[str]:
@@ -87,15 +97,26 @@ def last_user_index(messages: Sequence[Message]) -> int | None:
     return None
 
 
-def tool_calls_by_id(messages: Sequence[Message]) -> dict[str, dict[str, Any]]:
-    """Each tool call's `function` object (name, arguments), by call id."""
-    found: dict[str, dict[str, Any]] = {}
-    for message in messages:
-        if message.get("role") != "assistant" or not isinstance(message.get("tool_calls"), list):
-            continue
-        for call in message["tool_calls"]:
-            if isinstance(call, dict) and isinstance(call.get("id"), str) and isinstance(call.get("function"), dict):
-                found[call["id"]] = call["function"]
+def calls_of_results(messages: Sequence[Message]) -> dict[int, dict[str, Any]]:
+    """For each tool result (by index), the `function` (name, arguments) of the call it answers: the
+    nearest assistant call before it with its id. Agents reuse ids (`call_1` every turn): pairing by id
+    alone would name another turn's call."""
+    open_calls: dict[str, dict[str, Any]] = {}
+    found: dict[int, dict[str, Any]] = {}
+    for index, message in enumerate(messages):
+        role = message.get("role")
+        if role == "assistant" and isinstance(message.get("tool_calls"), list):
+            for call in message["tool_calls"]:
+                if (
+                    isinstance(call, dict)
+                    and isinstance(call.get("id"), str)
+                    and isinstance(call.get("function"), dict)
+                ):
+                    open_calls[call["id"]] = call["function"]
+        elif role == "tool":
+            function = open_calls.get(str(message.get("tool_call_id")))
+            if function is not None:
+                found[index] = function
     return found
 
 

@@ -6,7 +6,7 @@ summary message. Both the LLM summary and its local fallback replace the same sp
 
 from __future__ import annotations
 
-from proxy.compaction.conversation import Message, cut_points, last_user_index, pinned
+from proxy.compaction.conversation import Message, last_user_index, pinned, turn_starts
 from proxy.compaction.draft import Budget
 from proxy.compaction.summary import clip, summary_message
 from proxy.compaction.work import Work
@@ -21,8 +21,8 @@ def choose_cut(work: Work, settings: SummarizeSettings) -> int | None:
     """Where the verbatim tail starts: as many recent tokens as allowed, at least the last turn."""
     conversation, draft, budget = work.conversation, work.draft, work.budget
     messages = conversation.messages
-    cuts = cut_points(messages)
-    valid = [i for i in range(draft.prefix_len + 1, len(messages)) if cuts[i]]
+    starts = turn_starts(messages)
+    valid = [i for i in range(draft.prefix_len + 1, len(messages)) if starts[i]]
     last_user = last_user_index(messages)
     if last_user is not None and last_user >= draft.head_len:
         valid = [i for i in valid if i <= last_user]  # the last user message is never summarized

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from proxy.compaction.conversation import Message, describe_call, text_of, tool_calls_by_id
+from proxy.compaction.conversation import Message, calls_of_results, describe_call, text_of
 
 SUMMARY_PREFIX = "[Previous conversation summary]"
 
@@ -78,13 +78,13 @@ def clip(text: str, limit: int) -> str:
 
 def render_transcript(messages: Sequence[Message], *, clip_tool_output: int) -> list[str]:
     """One block of text per message, tool output clipped: the summarizer's input."""
-    calls = tool_calls_by_id(messages)
+    calls = calls_of_results(messages)
     blocks: list[str] = []
-    for message in messages:
+    for index, message in enumerate(messages):
         role = str(message.get("role", "unknown"))
         text = text_of(message.get("content"))
         if role == "tool":
-            call = describe_call(calls.get(str(message.get("tool_call_id"))))
+            call = describe_call(calls.get(index))
             blocks.append(f"[tool result of {call}]\n{clip(text, clip_tool_output)}")
             continue
         if role == "user" and text.startswith(SUMMARY_PREFIX):

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from proxy.compaction import Budget, Compactor, Conversation, Outcome, Record, SummaryJob, build_compactor
-from proxy.compaction.conversation import problems
+from proxy.compaction.conversation import head_length, problems
 from proxy.compaction.draft import Draft
 from proxy.compaction.stages.mask import placeholder
 from proxy.compaction.stages.truncate import Limits, truncate_text
@@ -194,10 +194,44 @@ async def test_the_last_user_message_and_its_parts_survive() -> None:
 
 
 async def test_a_request_that_cannot_fit_says_so() -> None:
-    messages = [{"role": "system", "content": "word " * 5000}, {"role": "user", "content": "hi"}]
+    # The latest user request is never cut: alone over the limit, the request cannot fit.
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "word " * 5000}]
     outcome = await run(messages, 1000)
     assert not outcome.fits
-    assert outcome.messages[0] == messages[0]
+    assert outcome.messages == messages
+
+
+async def test_a_head_too_big_loses_its_largest_message_first_never_the_request() -> None:
+    demonstration = "\n".join(f"demo line {i} " + "x" * 40 for i in range(400))
+    messages = [
+        {"role": "system", "content": "You are an agent. " * 50},
+        {"role": "user", "content": demonstration},
+        {"role": "user", "content": "ISSUE: TimeDelta serialization precision is wrong."},
+    ]
+    outcome = await run(messages, 1500)
+    assert outcome.fits
+    system, demo, issue = outcome.messages
+    assert system == messages[0] and issue == messages[2]
+    assert "[... omitted" in demo["content"] and demo["content"].startswith("demo line 0 ")
+
+
+async def test_a_huge_last_observation_is_cut_before_the_head() -> None:
+    head = [
+        {"role": "system", "content": "You are an agent."},
+        {"role": "user", "content": "demonstration " * 300},
+        {"role": "user", "content": "ISSUE: fix the parser."},
+    ]
+    call = {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": '{"cmd": "cat big.log"}'}}
+    huge = "\n".join(f"log line {i}" for i in range(5000))
+    messages = [
+        *head,
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": huge},
+    ]
+    outcome = await run(messages, 1500)
+    assert outcome.fits
+    assert outcome.messages[:3] == head  # the task and its demonstration untouched
+    assert "[... omitted" in outcome.messages[-1]["content"]
 
 
 # --- invariants over generated conversations ------------------------------------------------------
@@ -235,9 +269,9 @@ def check_invariants(
 ) -> None:
     out = outcome.messages
     assert problems(out) == [], problems(out)
-    assert [m for m in out if m["role"] in ("system", "developer")] == [
-        m for m in original if m["role"] in ("system", "developer")
-    ]
+    head = original[: head_length(original)]
+    for kept, message in zip(out, head, strict=False):  # the head leads, whole or cut with a marker
+        assert kept == message or (kept["role"] == message["role"] and "[... omitted" in str(kept["content"]))
     last_user = [m for m in original if m["role"] == "user"][-1]
     assert last_user in out
     if outcome.fits:
@@ -277,3 +311,46 @@ async def test_traces_stay_valid_when_compacted(trace: Path, limit: int) -> None
     outcome = await compactor().run(conversation, budget=Budget.of(limit, Compaction()), record=None, force=True)
     assert outcome is not None
     check_invariants(body["messages"], outcome, limit, body.get("tools"))
+
+
+async def test_a_reused_call_id_is_paired_with_the_nearest_call_before_its_result() -> None:
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are an agent."},
+        {"role": "user", "content": "Fix it."},
+    ]
+    for turn in range(10):  # the same id every turn, as some agents send
+        call = {
+            "id": "call_1",
+            "type": "function",
+            "function": {"name": "bash", "arguments": f'{{"cmd": "step{turn}"}}'},
+        }
+        messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        messages.append({"role": "tool", "tool_call_id": "call_1", "content": f"output of step {turn}\n" * 80})
+    outcome = await run(messages, int(conversation_of(messages).tokens / 0.75))
+    masked = [m["content"] for m in outcome.messages if str(m.get("content")).startswith("[tool output pruned")]
+    assert masked
+    for text in masked:
+        turn = int(text.split("step")[1].split('"')[0])
+        original = messages[3 + 2 * turn]["content"]
+        assert original.startswith(f"output of step {turn}")  # the placeholder names this result's own command
+
+
+def text_action_conversation(turns: int) -> list[dict[str, Any]]:
+    """An agent acting through text: commands in the assistant's words, observations as user messages."""
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You act by writing one command in a fenced block."},
+        {"role": "user", "content": "Here is a demonstration of solving an issue. " * 40},
+        {"role": "user", "content": "ISSUE: TimeDelta serialization loses precision."},
+    ]
+    for turn in range(turns):
+        messages.append({"role": "assistant", "content": f"Let me look.\n```\ngrep -n step{turn} src/fields.py\n```"})
+        messages.append({"role": "user", "content": f"{turn}: match line\n" * 30 + "(Open file: n/a)\nbash-$"})
+    return messages
+
+
+async def test_the_verbatim_tail_starts_with_a_whole_turn_and_the_head_stays() -> None:
+    messages = text_action_conversation(30)
+    outcome = await run(messages, conversation_of(messages).tokens // 3)
+    assert outcome.messages[:3] == messages[:3]  # both user messages of the head: the task is not summarized
+    summary_at = next(i for i, m in enumerate(outcome.messages) if str(m.get("content")).startswith("[Previous"))
+    assert outcome.messages[summary_at + 1]["role"] == "assistant"  # not an observation without its command

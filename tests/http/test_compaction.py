@@ -121,7 +121,7 @@ def test_a_request_that_cannot_fit_is_sent_as_compacted_and_the_upstream_answers
     # Fail open: only the upstream knows its limit for sure. The client gets the upstream's own
     # refusal, byte for byte, and no retry is spent on what cannot shrink further.
     app = UpstreamApp(windows={"gpt-4o": 4000})
-    messages = [{"role": "system", "content": "rule " * 5000}, {"role": "user", "content": "hi"}]
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "rule " * 5000}]
     with serve(app) as url, start_proxy(url + "/v1", **WINDOW) as proxy_url:
         response = httpx.post(f"{proxy_url}/chat/completions", json={"model": "gpt-4o", "messages": messages})
     [sent] = app.chat_requests()

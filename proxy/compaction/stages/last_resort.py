@@ -1,12 +1,14 @@
 """Stage 5: still over the limit, halve the biggest messages we may touch, one at a time.
 
-Never system/developer messages, never the last user message: if those alone do not fit, the
-request cannot be made to fit and the outcome says so.
+In this order: the messages after the head (a huge observation goes first), then the head's own
+messages other than the system prompt (a long demonstration), then the system prompt. The latest
+user request is never touched: if it alone does not fit, the request cannot be made to fit and
+the outcome says so.
 """
 
 from __future__ import annotations
 
-from proxy.compaction.conversation import protected, text_of
+from proxy.compaction.conversation import last_user_index, pinned, text_of
 from proxy.compaction.records import Replacement
 from proxy.compaction.stages.truncate import Limits, truncate_message
 from proxy.compaction.work import Work
@@ -20,20 +22,30 @@ class LastResortStage:
         total = work.tokens
         if total <= work.budget.limit:
             return
-        kept = protected(work.conversation.messages)
-        while total > work.budget.limit:
-            shrunk = self.halve_biggest(work, kept)
-            if shrunk is None:
-                break
-            total -= shrunk
+        for phase in self.phases(work):
+            while total > work.budget.limit:
+                shrunk = self.halve_biggest(work, phase)
+                if shrunk is None:
+                    break
+                total -= shrunk
         work.outcome.actions.append("truncate")
 
-    def halve_biggest(self, work: Work, kept: set[int]) -> int | None:
-        """Cut the biggest message that can be cut; the tokens saved, or None when none can be."""
+    @staticmethod
+    def phases(work: Work) -> list[set[int]]:
+        """The indices each phase may cut: the body, then the head less its system messages, then those."""
+        messages, head_len = work.conversation.messages, work.draft.head_len
+        latest_request = last_user_index(messages)
+        touchable = set(range(len(messages))) - {latest_request}
+        head = {i for i in touchable if i < head_len}
+        system = {i for i in head if pinned(messages[i])}
+        return [touchable - head, head - system, system]
+
+    def halve_biggest(self, work: Work, allowed: set[int]) -> int | None:
+        """Cut the biggest message of `allowed` that can be cut; the tokens saved, or None when none can be."""
         candidates = [
             (tokens, origin, message)
             for message, tokens, origin in work.draft.view(work.conversation)
-            if origin is not None and origin not in kept and tokens > MIN_TOKENS
+            if origin is not None and origin in allowed and tokens > MIN_TOKENS
         ]
         candidates.sort(key=lambda c: c[0], reverse=True)
         for tokens, origin, message in candidates:

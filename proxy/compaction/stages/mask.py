@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.compaction.conversation import Message, describe_call, tool_calls_by_id
+from proxy.compaction.conversation import Message, calls_of_results, describe_call
 from proxy.compaction.records import Replacement
 from proxy.compaction.work import Work
 from proxy.config import Mask as MaskSettings
@@ -37,14 +37,14 @@ class MaskStage:
         messages = conversation.messages
         total = work.tokens
         results = [i for i in range(draft.prefix_len, len(messages)) if messages[i].get("role") == "tool"]
-        calls = tool_calls_by_id(messages)
+        calls = calls_of_results(messages)
         for keep in self.keep:
             for index in results[: max(len(results) - keep, 0)]:
                 current = draft.replaced.get(index)
                 if current is not None and current.kind == "mask":
                     continue
                 original = messages[index]
-                masked = placeholder(original, calls.get(str(original.get("tool_call_id"))), conversation.counts[index])
+                masked = placeholder(original, calls.get(index), conversation.counts[index])
                 tokens = work.count_message(masked)
                 previous_tokens = current.tokens if current else conversation.counts[index]
                 draft.replaced[index] = Replacement(conversation.digests[index], masked, tokens, "mask")
