@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from proxy.compaction.conversation import Conversation, Message, pinned
+from proxy.compaction.ledger import Ledger
 from proxy.compaction.records import Record, Replacement, prefix_hash
 from proxy.config import Compaction
 
@@ -51,6 +52,7 @@ class Draft:
     summary_tokens: int = 0
     fallback: bool = False
     replaced: dict[int, Replacement] = field(default_factory=dict)
+    ledger: Ledger | None = None
 
     @classmethod
     def from_record(cls, record: Record, conversation: Conversation) -> Draft:
@@ -59,7 +61,15 @@ class Draft:
             for index, r in record.replaced.items()
             if index < len(conversation.digests) and conversation.digests[index] == r.digest
         }
-        return cls(record.head_len, record.prefix_len, record.summary, record.summary_tokens, record.fallback, replaced)
+        return cls(
+            record.head_len,
+            record.prefix_len,
+            record.summary,
+            record.summary_tokens,
+            record.fallback,
+            replaced,
+            record.ledger,
+        )
 
     def view(self, conversation: Conversation) -> list[ViewItem]:
         """What is sent, in order: the head, the summary, pinned messages of the middle, then the rest."""
@@ -89,4 +99,5 @@ class Draft:
             summary_tokens=self.summary_tokens,
             fallback=self.fallback,
             replaced=dict(self.replaced),
+            ledger=self.ledger,
         )

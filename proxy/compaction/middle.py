@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from proxy.compaction.conversation import Message, last_user_index, pinned, turn_starts
 from proxy.compaction.draft import Budget
+from proxy.compaction.facts import facts_of
+from proxy.compaction.ledger import Ledger
 from proxy.compaction.summary import clip, summary_message
 from proxy.compaction.work import Work
 from proxy.config import Summarize as SummarizeSettings
@@ -58,10 +60,22 @@ def span(work: Work, cut: int) -> list[Message]:
     return [messages[i] for i in range(work.draft.prefix_len, cut) if not pinned(messages[i])]
 
 
-def replace_middle(work: Work, cut: int, text: str, *, settings: SummarizeSettings, fallback: bool) -> None:
-    """Put one summary message in place of the middle up to `cut`; drop replacements it swallowed."""
+def grown_ledger(work: Work, cut: int) -> Ledger:
+    """The draft's ledger with the facts of the span up to `cut` added."""
+    return (work.draft.ledger or Ledger()).add(facts_of(span(work, cut)), messages=cut - work.draft.prefix_len)
+
+
+def replace_middle(
+    work: Work, cut: int, text: str, *, settings: SummarizeSettings, fallback: bool, ledger: Ledger
+) -> None:
+    """Put one summary message (`text`, then the ledger) in place of the middle up to `cut`; drop
+    replacements it swallowed. The text gets at most 60% of the room, the ledger the rest."""
     draft = work.draft
-    message = summary_message(clip(text, max(max_summary_tokens(settings, work.budget) * 4, 400)))
+    room = max(max_summary_tokens(settings, work.budget) * 4, 800)
+    text = clip(text, int(room * 0.6)) if text else ""
+    body = "\n\n".join(part for part in (text, ledger.render(max(room - len(text), 400))) if part)
+    message = summary_message(body)
+    draft.ledger = ledger
     work.outcome.messages_replaced += cut - draft.prefix_len
     draft.summary, draft.summary_tokens, draft.fallback = message, work.count_message(message), fallback
     draft.prefix_len = cut

@@ -15,6 +15,7 @@ from typing import Literal, Protocol
 import xxhash
 
 from proxy.compaction.conversation import Message
+from proxy.compaction.ledger import Ledger
 
 MAX_RECORDS_PER_KEY = 8  # conversations that share a head (same system prompt and task) get one each
 
@@ -38,6 +39,7 @@ class Record:
     summary_tokens: int = 0
     fallback: bool = False  # the summary is a local digest, not an LLM summary
     replaced: dict[int, Replacement] = field(default_factory=dict)
+    ledger: Ledger | None = None  # the facts of everything the summary replaced, grown at each compaction
 
     def matches(self, digests: Sequence[bytes]) -> bool:
         return self.prefix_len <= len(digests) and prefix_hash(digests[: self.prefix_len]) == self.prefix_hash

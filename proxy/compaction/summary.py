@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from proxy.compaction.conversation import Message, calls_of_results, describe_call, text_of
+from proxy.compaction.ledger import LEDGER_HEADING
 
 SUMMARY_PREFIX = "[Previous conversation summary]"
 
@@ -66,6 +67,11 @@ def summary_message(text: str) -> Message:
 def summary_text(message: Message) -> str:
     content = message.get("content")
     return content[len(SUMMARY_PREFIX) :].strip() if isinstance(content, str) else ""
+
+
+def written_part(message: Message) -> str:
+    """A summary message's text without its ledger: the LLM's summary (or the fallback note)."""
+    return summary_text(message).split(LEDGER_HEADING)[0].strip()
 
 
 def clip(text: str, limit: int) -> str:

@@ -177,12 +177,14 @@ async def test_with_a_record_masking_waits_for_summarize_at_so_last_turns_bytes_
 
 
 async def test_a_failing_summarizer_falls_back_to_a_local_digest() -> None:
-    messages = agent_conversation(40, output_lines=5)
-    outcome = await run(messages, conversation_of(messages).tokens // 3, engine=compactor(summary=None))
+    messages = agent_conversation(12, output_lines=40)
+    outcome = await run(messages, conversation_of(messages).tokens // 4, engine=compactor(summary=None))
     assert "fallback" in outcome.actions
     digest = outcome.messages[2]["content"]
-    assert "earlier messages were dropped" in digest and "bash(n=" in digest
-    assert len(digest) <= 800 + len("[Previous conversation summary]\n")
+    assert "no summary could be made" in digest and "## Ledger" in digest
+    dropped = messages[2 : next(i for i, m in enumerate(messages) if m is outcome.messages[3])]
+    for turn in {int(m["tool_calls"][0]["function"]["arguments"][6:-1]) for m in dropped if m.get("tool_calls")}:
+        assert f"`bash {turn}`" in digest  # every dropped command, verbatim
     assert outcome.notes == {"summarizer_error": "ConnectionError"}
 
 

@@ -1,50 +1,20 @@
-"""Stage 4: when no LLM summary could be made, drop the middle with a marker and a local digest.
+"""Stage 4: when no LLM summary could be made, drop the middle and keep its ledger instead.
 
-The digest says what the dropped messages did (tool calls, file paths, error lines) so the agent
-is not left without a trace of them; an earlier summary's text is kept above it.
+The ledger (`proxy.compaction.ledger`) says what the dropped messages did: commands and their
+outcomes, files, errors and names, verbatim. An earlier LLM summary's text is kept above it.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Sequence
-
-from proxy.compaction.conversation import Message, describe_call, text_of
-from proxy.compaction.middle import due_cut, replace_middle, span
-from proxy.compaction.summary import clip, summary_text
+from proxy.compaction.middle import due_cut, grown_ledger, replace_middle
+from proxy.compaction.summary import written_part
 from proxy.compaction.work import Work
 from proxy.config import Summarize as SummarizeSettings
 
-DIGEST_LIMIT = 800
-
-PATH_PATTERN = re.compile(
-    r"(?:[\w.-]+/)+[\w.-]+\.\w+|\b[\w-]+\.(?:py|js|ts|go|rs|java|c|h|cpp|rb|md|json|ya?ml|toml)\b"
+NO_SUMMARY_NOTE = (
+    "[inflight: earlier messages were dropped to fit the context window and no summary could be made; "
+    "the ledger below is what they did.]"
 )
-ERROR_PATTERN = re.compile(r"^.*\b(?:Error|Exception|Traceback|FAILED|error:|failed)\b.*$", re.MULTILINE)
-
-
-def local_digest(messages: Sequence[Message], *, limit: int = DIGEST_LIMIT) -> str:
-    """What the dropped messages did, without an LLM: tool calls, file paths, error lines."""
-    calls = [
-        describe_call(call["function"])
-        for message in messages
-        for call in message.get("tool_calls") or []
-        if isinstance(call, dict) and isinstance(call.get("function"), dict)
-    ]
-    texts = [text_of(m.get("content")) for m in messages]
-    paths = list(dict.fromkeys(path for text in texts for path in PATH_PATTERN.findall(text)))
-    errors = list(dict.fromkeys(line.strip()[:160] for text in texts for line in ERROR_PATTERN.findall(text)))
-    lines = [
-        f"[inflight: {len(messages)} earlier messages were dropped to fit the context window; "
-        "no summary could be made. Local digest:]"
-    ]
-    if calls:
-        lines.append("Tool calls: " + "; ".join(calls[-12:]))
-    if paths:
-        lines.append("Files: " + ", ".join(paths[:20]))
-    if errors:
-        lines.append("Errors: " + " | ".join(errors[-5:]))
-    return clip("\n".join(lines), limit)
 
 
 class DigestStage:
@@ -55,7 +25,7 @@ class DigestStage:
         cut = due_cut(work, self.settings)
         if cut is None:
             return
-        text = local_digest(span(work, cut))
-        if work.draft.summary is not None:
-            text = f"{summary_text(work.draft.summary)}\n\n{text}"  # keep what the earlier summary knew
-        replace_middle(work, cut, text, settings=self.settings, fallback=True)
+        draft = work.draft
+        earlier = written_part(draft.summary) if draft.summary is not None else ""
+        text = f"{earlier}\n\n{NO_SUMMARY_NOTE}" if earlier else NO_SUMMARY_NOTE
+        replace_middle(work, cut, text, settings=self.settings, fallback=True, ledger=grown_ledger(work, cut))

@@ -11,8 +11,8 @@ import time
 from collections.abc import Callable
 
 from proxy.compaction.conversation import Message
-from proxy.compaction.middle import due_cut, max_summary_tokens, replace_middle, span
-from proxy.compaction.summary import Summarize, SummaryJob, clip, render_transcript, summary_text
+from proxy.compaction.middle import due_cut, grown_ledger, max_summary_tokens, replace_middle, span
+from proxy.compaction.summary import Summarize, SummaryJob, clip, render_transcript, written_part
 from proxy.compaction.work import Work
 from proxy.config import Summarize as SummarizeSettings
 
@@ -41,7 +41,7 @@ class SummarizeStage:
         if cut is None:
             return
         draft = work.draft
-        previous = summary_text(draft.summary) if draft.summary is not None and not draft.fallback else None
+        previous = written_part(draft.summary) if draft.summary is not None and not draft.fallback else None
         started = time.perf_counter()
         try:
             text = await self.rolling_summary(span(work, cut), previous, work)
@@ -51,7 +51,7 @@ class SummarizeStage:
             return
         finally:
             work.outcome.summarizer_ms = (time.perf_counter() - started) * 1000
-        replace_middle(work, cut, text, settings=self.settings, fallback=False)
+        replace_middle(work, cut, text, settings=self.settings, fallback=False, ledger=grown_ledger(work, cut))
 
     async def rolling_summary(self, messages: list[Message], previous: str | None, work: Work) -> str:
         summary = previous

@@ -1,0 +1,146 @@
+"""The facts an agent needs from the messages a compaction drops: commands, files, errors, identifiers.
+
+Deterministic and shared: the ledger is built from them, and `inflight eval` checks them for in the
+compacted request. They are read from tool calls and their results, and from agents that act
+through text (a command in a fenced block of the assistant's message, its output in the next user
+message).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from proxy.compaction.conversation import Message, calls_of_results, text_of
+
+COMMAND_KEYS = ("command", "cmd", "code", "script", "query", "input")
+FENCED = re.compile(r"```[\w-]*\n(.*?)```", re.DOTALL)
+URL = re.compile(r"\b[a-z][a-z0-9+.-]*://\S+", re.IGNORECASE)
+PATH = re.compile(
+    r"(?<![\w/.-])(?:\.{0,2}/)?(?:[\w.-]+/)+[\w.-]*\w\.\w{1,8}\b"  # a path with a directory and an extension
+    r"|(?<![\w/.-])[\w-]+\.(?:py|pyi|js|jsx|ts|tsx|go|rs|java|kt|c|h|cc|cpp|hpp|rb|php|cs|swift|scala|sh|md|rst"
+    r"|txt|json|ya?ml|toml|ini|cfg|lock|html|css|sql|xml|proto)\b"
+)
+ERROR = re.compile(
+    r"\b\w*(?:Error|Exception)\b|\bTraceback\b|\bFAILED\b|\bFAIL:|\bTIMED OUT\b|\btimed out\b"
+    r"|\bfatal\b|\bpanic(?:ked)?\b|Segmentation fault|\bcommand not found\b|\bNo such file\b|\bnot found\b"
+    r"|\bPermission denied\b|\bexit (?:code|status)[: ]+[1-9]|\b(?:Wrong|Invalid|invalid|wrong)\b"
+    r"|\b(?:cannot|can't|unable to)\b|\berror\b|\bfailed\b",
+)
+IDENTIFIER = re.compile(
+    r"\b[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+\b"  # dotted: fields.TimeDelta, obj.attr
+    r"|\b[a-z][a-z0-9]*_[a-z0-9_]+\b"  # snake_case
+    r"|\b[a-z]+[A-Z]\w*\b|\b[A-Z][a-z0-9]+[A-Z]\w*\b"  # camelCase, PascalCase
+)
+MAX_LINE = 200
+
+
+@dataclass(frozen=True)
+class Step:
+    """One action of the agent and what came back."""
+
+    command: str
+    output: str
+
+
+@dataclass(frozen=True)
+class Facts:
+    commands: tuple[str, ...]
+    outcomes: dict[str, str]  # command -> first line of its output (or its error line)
+    files: dict[str, str]  # path -> the first command that named it
+    errors: tuple[str, ...]
+    identifiers: tuple[str, ...]
+
+
+def command_of(function: dict[str, Any]) -> str:
+    """A tool call as the command it ran: the `command`-like argument when there is one, else name and arguments."""
+    name = str(function.get("name") or "tool")
+    arguments = function.get("arguments")
+    try:
+        parsed = orjson.loads(arguments) if isinstance(arguments, str) and arguments else {}
+    except orjson.JSONDecodeError:
+        return f"{name} {arguments}".strip()
+    if isinstance(parsed, dict):
+        for key in COMMAND_KEYS:
+            if isinstance(parsed.get(key), str) and parsed[key].strip():
+                return (
+                    str(parsed[key]).strip()
+                    if name in ("bash", "shell", "run", "execute", "terminal")
+                    else (f"{name} {parsed[key].strip()}")
+                )
+        values = " ".join(str(v) for v in parsed.values() if isinstance(v, str | int | float))
+        return f"{name} {values}".strip()
+    return f"{name} {arguments}".strip()
+
+
+def text_commands(text: str) -> list[str]:
+    """Commands an agent wrote in fenced blocks (text-action agents put the one to run last)."""
+    return [block.strip() for block in FENCED.findall(text) if block.strip()]
+
+
+def steps(messages: Sequence[Message]) -> Iterator[Step]:
+    """Each command of the span with its output: tool calls and their results, or a fenced command
+    in an assistant message answered by the next user message."""
+    calls = calls_of_results(messages)
+    pending_text: str | None = None
+    for index, message in enumerate(messages):
+        role = message.get("role")
+        text = text_of(message.get("content"))
+        if role == "tool":
+            function = calls.get(index)
+            yield Step(command_of(function) if function else "tool call", text)
+        elif role == "assistant":
+            pending_text = None
+            if not message.get("tool_calls"):
+                found = text_commands(text)
+                pending_text = found[-1] if found else None
+        elif role == "user" and pending_text is not None:
+            yield Step(pending_text, text)
+            pending_text = None
+    if pending_text is not None:
+        yield Step(pending_text, "")
+
+
+def error_lines(text: str) -> list[str]:
+    return [line.strip()[:MAX_LINE] for line in text.splitlines() if line.strip() and ERROR.search(line)]
+
+
+def paths_in(text: str) -> list[str]:
+    return PATH.findall(URL.sub(" ", text))
+
+
+def first_line(text: str) -> str:
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip()[:MAX_LINE]
+    return "(no output)"
+
+
+def facts_of(messages: Sequence[Message]) -> Facts:
+    """The facts of a span of messages, in the order they happened."""
+    commands: dict[str, None] = {}
+    outcomes: dict[str, str] = {}
+    files: dict[str, str] = {}
+    errors: dict[str, None] = {}
+    seen_in_output: set[str] = set()
+    reused: dict[str, None] = {}
+    for step in steps(messages):
+        command = step.command.strip()[:MAX_LINE]
+        commands[command] = None
+        found_errors = error_lines(step.output)
+        outcomes[command] = found_errors[-1] if found_errors else first_line(step.output)
+        for path in [*paths_in(step.command), *paths_in(step.output)]:
+            files.setdefault(path, command)
+        errors.update(dict.fromkeys(found_errors))
+        reused.update(dict.fromkeys(name for name in IDENTIFIER.findall(step.command) if name in seen_in_output))
+        seen_in_output.update(IDENTIFIER.findall(step.output))
+    for message in messages:  # what the agent reasoned about, by name, from what it had read
+        if message.get("role") == "assistant":
+            text = text_of(message.get("content"))
+            reused.update(dict.fromkeys(name for name in IDENTIFIER.findall(text) if name in seen_in_output))
+    reused_names = tuple(name for name in reused if name not in files)
+    return Facts(tuple(commands), outcomes, files, tuple(errors), reused_names)

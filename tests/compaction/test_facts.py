@@ -1,0 +1,74 @@
+"""The facts of dropped messages, and the ledger that keeps them across compactions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from proxy.compaction.facts import facts_of
+from proxy.compaction.ledger import Ledger
+
+
+def tool_turn(call_id: str, command: str, output: str) -> list[dict[str, Any]]:
+    call = {"id": call_id, "type": "function", "function": {"name": "bash", "arguments": f'{{"command": "{command}"}}'}}
+    return [
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": call_id, "content": output},
+    ]
+
+
+def test_errors_of_every_kind_are_found() -> None:
+    outputs = {
+        "python a.py": "Traceback (most recent call last):\n  File 'a.py'\nAttributeError: 'X' has no attribute 'y'",
+        "python b.py": "ModuleNotFoundError: No module named 'foo'",
+        "./check": "Wrong flag!",
+        "pytest -x": "===== 1 FAILED, 3 passed =====",
+        "sleep 100": "TIMED OUT after 30 s",
+        "make": "make: *** [all] Error 2",
+    }
+    messages = [m for i, (cmd, out) in enumerate(outputs.items()) for m in tool_turn(f"c{i}", cmd, out)]
+    facts = facts_of(messages)
+    assert set(facts.commands) == set(outputs)
+    for line in [
+        "AttributeError: 'X' has no attribute 'y'",
+        "ModuleNotFoundError: No module named 'foo'",
+        "Wrong flag!",
+        "===== 1 FAILED, 3 passed =====",
+        "TIMED OUT after 30 s",
+    ]:
+        assert line in facts.errors
+    assert facts.outcomes["python a.py"] == "AttributeError: 'X' has no attribute 'y'"  # the last error line
+
+
+def test_text_action_agents_commands_come_from_fenced_blocks() -> None:
+    messages = [
+        {"role": "assistant", "content": "Let's look at the file.\n```\nopen src/marshmallow/fields.py 1474\n```"},
+        {"role": "user", "content": "[File: /repo/src/marshmallow/fields.py (1997 lines total)]\n1474: return int(x)"},
+        {"role": "assistant", "content": "Now run it.\n```\npython reproduce.py\n```"},
+        {"role": "user", "content": "344\n(Open file: n/a)\nbash-$"},
+    ]
+    facts = facts_of(messages)
+    assert facts.commands == ("open src/marshmallow/fields.py 1474", "python reproduce.py")
+    assert facts.outcomes["python reproduce.py"] == "344"
+    assert "src/marshmallow/fields.py" in facts.files and "reproduce.py" in facts.files
+
+
+def test_urls_are_not_file_paths() -> None:
+    output = (
+        "See https://pip.pypa.io/warnings/venv.html and https://example.com/a/b/c.json for details; edit src/app.py"
+    )
+    facts = facts_of(tool_turn("c1", "pip install -e .", output))
+    assert list(facts.files) == ["src/app.py"]
+
+
+def test_the_ledger_grows_across_compactions_and_keeps_the_newest_when_short_of_room() -> None:
+    first = facts_of(tool_turn("c1", "python a.py", "NameError: name 'x' is not defined"))
+    second = facts_of(tool_turn("c2", "cat setup.py", "import re"))
+    ledger = Ledger().add(first, messages=2).add(second, messages=2)
+    text = ledger.render(4000)
+    assert "`python a.py`" in text and "`cat setup.py`" in text and "NameError: name 'x' is not defined" in text
+    assert "(4 messages dropped in all)" in text
+    many = Ledger()
+    for turn in range(300):
+        many = many.add(facts_of(tool_turn(f"c{turn}", f"echo step{turn}", f"step{turn}")), messages=2)
+    short = many.render(2000)
+    assert len(short) <= 2000 and "`echo step299`" in short and "`echo step0`" not in short
