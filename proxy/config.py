@@ -133,6 +133,7 @@ class Summarize(Section):
     keep_recent_tokens: int = Field(20000, ge=0)
     fallback_models: tuple[str, ...] = ()
     clip_tool_output_chars: int = Field(1800, ge=100)
+    prompt_file: str | None = None  # the summarizer's instructions; None: proxy/compaction/prompts/summary.md
 
 
 class Cache(Section):

@@ -8,52 +8,54 @@ the exact names (paths, commands, errors, identifiers) the next steps will need.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
 
 from proxy.compaction.conversation import Message, calls_of_results, describe_call, text_of
 from proxy.compaction.ledger import LEDGER_HEADING
 
 SUMMARY_PREFIX = "[Previous conversation summary]"
 
-SYSTEM_PROMPT = """You compact the history of an AI agent's conversation that no longer fits its context window.
-Your summary REPLACES the messages you are given: the agent will continue the task from your summary
-alone, with no other memory of them. Write a structured checkpoint with exactly these sections:
+PROMPT_FILE = Path(__file__).parent / "prompts" / "summary.md"
+HEAD_CHARS = 6000  # the task as the summarizer sees it (head and tail of a longer one)
+LEDGER_CHARS = 4000
 
-## Original task
-What the user asked for, with its constraints.
-## Progress and decisions
-What has been done, what was found, and what was decided and why.
-## Working memory
-File paths, commands, error messages, identifiers, values and code snippets the agent will need,
-copied verbatim.
-## Open problems
-What is failing or unresolved.
-## Next steps
-What the agent was about to do next.
 
-Be concise and factual. Do not continue the conversation, do not address the user, do not invent."""
-
-UPDATE_INSTRUCTION = (
-    "Below is the existing checkpoint, followed by the messages that came after it. "
-    "Update the checkpoint so that it covers both; keep what still matters from the old one."
-)
-NEW_INSTRUCTION = "Summarize the following conversation into the checkpoint."
+@lru_cache(maxsize=16)
+def load_prompt(path: str | None = None) -> str:
+    """The summarizer's instructions: `compaction.summarize.prompt_file`, or the one shipped here."""
+    return (Path(path) if path else PROMPT_FILE).read_text(encoding="utf-8")
 
 
 @dataclass(frozen=True)
 class SummaryJob:
-    """What the summarizer is asked: fold `transcript` into `previous` (or start from nothing)."""
+    """What the summarizer is asked: fold `transcript` into `previous` (or start from nothing),
+    knowing the task (`head`) and the ledger kept beside the summary."""
 
     previous: str | None
     transcript: str
     max_tokens: int
+    head: str = ""
+    ledger: str = ""
+    prompt: str = field(default_factory=load_prompt)
 
     def messages(self) -> list[Message]:
-        parts = [UPDATE_INSTRUCTION if self.previous else NEW_INSTRUCTION]
+        parts = [f"<task>\n{self.head}\n</task>"] if self.head else []
+        if self.ledger:
+            parts.append(f"<ledger>\n{self.ledger}\n</ledger>")
         if self.previous:
-            parts.append(f"<checkpoint>\n{self.previous}\n</checkpoint>")
-        parts.append(f"<conversation>\n{self.transcript}\n</conversation>")
-        return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "\n\n".join(parts)}]
+            parts.append(f"<previous_note>\n{self.previous}\n</previous_note>")
+        parts.append(f"<messages>\n{self.transcript}\n</messages>")
+        ask = "Update the previous note so that it also covers these messages." if self.previous else "Write the note."
+        parts.append(f"{ask} Use the sections and headings you were given.")
+        return [{"role": "system", "content": self.prompt}, {"role": "user", "content": "\n\n".join(parts)}]
+
+
+def head_for_summarizer(messages: Sequence[Message]) -> str:
+    """The head's user messages (the task, a demonstration), as the summarizer reads them; the newest first."""
+    texts = [text_of(m.get("content")) for m in messages if m.get("role") == "user"]
+    return clip("\n\n".join(reversed(texts)), HEAD_CHARS)
 
 
 # Returns the summary text; raises on any failure (the digest stage then falls back to a local digest).

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import httpx
 
 from proxy.compaction import Summarize, SummaryJob
+from proxy.compaction.validation import headings, rejection
 from proxy.config import Compaction, Settings
 
 log = logging.getLogger("inflight")
@@ -25,7 +26,9 @@ def summarizer_client() -> httpx.AsyncClient:
 
 
 class SummarizerError(RuntimeError):
-    pass
+    def __init__(self, message: str, *, rejected: str | None = None) -> None:
+        super().__init__(message)
+        self.rejected = rejected  # why the last reply was refused (`proxy.compaction.validation`), if it was
 
 
 class Summarizer:
@@ -38,15 +41,29 @@ class Summarizer:
 
     async def __call__(self, job: SummaryJob, *, models: Sequence[str], authorization: str | None) -> str:
         errors: list[str] = []
+        rejected = None
         for model in models:
             try:
-                return await self.complete(job, model=model, authorization=authorization)
+                text, finish_reason = await self.complete(job, model=model, authorization=authorization)
             except (httpx.HTTPError, SummarizerError, ValueError) as exc:
                 errors.append(f"{model}: {type(exc).__name__}: {exc}")
                 log.info("[compaction] summarizer %s failed: %s", model, exc)
-        raise SummarizerError("; ".join(errors) or "no summarizer model")
+                continue
+            sections = headings(job.prompt)
+            rejected = rejection(
+                text,
+                finish_reason=finish_reason,
+                transcript=job.transcript,
+                sections=sections,
+            )
+            if rejected is None:
+                return text
+            errors.append(f"{model}: reply rejected ({rejected})")
+            log.warning("[compaction] summary from %s rejected (%s); not installed", model, rejected)
+        raise SummarizerError("; ".join(errors) or "no summarizer model", rejected=rejected)
 
-    async def complete(self, job: SummaryJob, *, model: str, authorization: str | None) -> str:
+    async def complete(self, job: SummaryJob, *, model: str, authorization: str | None) -> tuple[str, object]:
+        """The reply's text and its `finish_reason`."""
         headers = {"authorization": authorization} if authorization else {}
         body = {
             "model": model,
@@ -64,7 +81,7 @@ class Summarizer:
         content = choices[0].get("message", {}).get("content") if choices else None
         if not isinstance(content, str) or not content.strip():
             raise SummarizerError("no summary text in the response")
-        return content
+        return content, choices[0].get("finish_reason")
 
 
 class Summarizers:

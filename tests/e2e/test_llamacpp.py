@@ -72,7 +72,7 @@ class Recorder:
 
 def is_summary(body: dict[str, Any]) -> bool:
     first = body["messages"][0].get("content")
-    return isinstance(first, str) and first.startswith("You compact the history")
+    return isinstance(first, str) and first.startswith("You write the handoff note")
 
 
 @pytest.fixture(scope="module")

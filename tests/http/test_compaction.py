@@ -44,7 +44,7 @@ def test_a_long_conversation_is_compacted_to_fit_and_stays_valid(
     assert int(raw.headers["x-inflight-tokens-after"]) <= 3000 < int(raw.headers["x-inflight-tokens-before"])
     sent = sent_messages(app)
     assert problems(sent) == []
-    assert sent[:2] == messages[:2] and sent[2]["content"].startswith("[Previous conversation summary]\n## Original")
+    assert sent[:2] == messages[:2] and sent[2]["content"].startswith("[Previous conversation summary]\n## Task")
     # A 4,000-token summarizer cannot read 9,000 tokens at once: it rolls a summary over chunks.
     assert 1 < len(app.summaries) <= 6
     assert app.summaries[0].headers["authorization"] == "Bearer sk-test"  # the client's own key by default

@@ -60,8 +60,8 @@ def test_a_summarizer_that_hangs_times_out_and_the_local_digest_stands_in(
     app.summarizer_delay = 60.0
     messages = agent_conversation(40, output_lines=5)
     overrides = {
-        "models": {"gpt-4o-mini": {"context_window": 1_500}},
-        "compaction": {"reserve_tokens": 0, "summarize": {"timeout_s": 1}},
+        "models": {"gpt-4o-mini": {"context_window": 1_500}, "summarizer": {"context_window": 32_000}},
+        "compaction": {"reserve_tokens": 0, "summarize": {"timeout_s": 1, "model": "summarizer"}},
     }
     with start_proxy(url, **overrides) as proxy_url:
         started = time.monotonic()

@@ -116,7 +116,7 @@ def stream_events(model: str, *, include_usage: bool, prompt_tokens: int, chunks
 def is_summarizer_call(payload: dict[str, Any]) -> bool:
     messages = payload.get("messages") or [{}]
     first = messages[0].get("content") if isinstance(messages[0], dict) else None
-    return isinstance(first, str) and first.startswith("You compact the history")
+    return isinstance(first, str) and first.startswith("You write the handoff note")
 
 
 def context_refusal(window: int, tokens: int) -> dict[str, Any]:
@@ -163,6 +163,7 @@ class UpstreamApp:
         self.summaries: list[Recorded] = []
         self.summarizer_status = 200
         self.summarizer_delay = 0.0  # seconds before a summarizer call is answered (a hang, when long)
+        self.summarizer_reply: tuple[str, str] | None = None  # (text, finish_reason) instead of a good summary
         self.models_body: Any = {
             "object": "list",
             "data": [{"id": "gpt-4o-mini", "object": "model", "created": 1700000000, "owned_by": "test"}],
@@ -306,7 +307,18 @@ class UpstreamApp:
             error = {"error": {"message": "summarizer down", "type": "server_error", "param": None, "code": None}}
             await self.respond(record, send, self.summarizer_status, orjson.dumps(error), "application/json")
             return
-        text = f"## Original task\nFix the bug.\n## Progress and decisions\nSummary number {self.summary_count}."
+        if self.summarizer_reply is not None:
+            text, finish_reason = self.summarizer_reply
+            reply = completion(model, text)
+            reply["choices"][0]["finish_reason"] = finish_reason
+            await self.respond(record, send, 200, orjson.dumps(reply), "application/json")
+            return
+        text = (
+            f'## Task\n"Fix the bug." Summary number {self.summary_count}.\n## State of the work\nThe cause is found.\n'
+            "## Files and changes\n- src/app.py: fixed the parser.\n"
+            "## Commands, tests and results\n- `pytest -q`: 3 passed.\n"
+            "## Errors and approaches ruled out\n- none.\n## Next step\nRun the full suite."
+        )
         await self.respond(record, send, 200, orjson.dumps(completion(model, text)), "application/json")
 
     async def stream_until_disconnect(self, record: Recorded, receive: Any, send: Any) -> None:

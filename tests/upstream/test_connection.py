@@ -91,7 +91,10 @@ def test_no_connection_to_the_upstream_is_left_half_closed(start_proxy: ProxyFac
             {"role": "assistant", "content": None, "tool_calls": [call]},
             {"role": "tool", "tool_call_id": f"c{turn}", "content": f"output {turn} " * 20},
         ]
-    small_window = {"models": {"m": {"context_window": 600}}, "compaction": {"reserve_tokens": 0}}
+    small_window = {
+        "models": {"m": {"context_window": 600}, "summarizer": {"context_window": 32_000}},
+        "compaction": {"reserve_tokens": 0, "summarize": {"model": "summarizer"}},
+    }
     with serve(app, timeout_keep_alive=0.2) as url, start_proxy(url + "/v1", **small_window) as proxy_url:
         response = httpx.post(f"{proxy_url}/chat/completions", json={"model": "m", "messages": messages})
         assert response.status_code == 200 and "summarize" in response.headers["x-inflight-actions"]

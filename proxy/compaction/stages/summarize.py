@@ -12,14 +12,28 @@ from collections.abc import Callable
 
 from proxy.compaction.conversation import Message
 from proxy.compaction.middle import due_cut, grown_ledger, max_summary_tokens, replace_middle, span
-from proxy.compaction.summary import Summarize, SummaryJob, clip, render_transcript, written_part
+from proxy.compaction.summary import (
+    LEDGER_CHARS,
+    Summarize,
+    SummaryJob,
+    clip,
+    head_for_summarizer,
+    load_prompt,
+    render_transcript,
+    written_part,
+)
 from proxy.compaction.work import Work
 from proxy.config import Summarize as SummarizeSettings
 
 log = logging.getLogger("inflight")
 
 MAX_SUMMARY_CHUNKS = 6
-SUMMARY_PROMPT_TOKENS = 400  # the summarizer's own instructions, roughly
+MESSAGE_OVERHEAD_TOKENS = 64  # the chat format around the two messages, and the tags
+MIN_ROOM_TOKENS = 256
+
+
+class SummarizerTooSmall(ValueError):
+    """The summarizer's window cannot take a useful piece of transcript beside what goes with it."""
 
 
 class SummarizeStage:
@@ -47,6 +61,9 @@ class SummarizeStage:
             text = await self.rolling_summary(span(work, cut), previous, work)
         except Exception as exc:  # whatever went wrong, the request must still be served
             work.outcome.notes["summarizer_error"] = type(exc).__name__
+            rejected = getattr(exc, "rejected", None)
+            if rejected:  # said in x-inflight-actions: the reply came, and was not good enough to keep
+                work.outcome.actions.append(f"summary-rejected-{rejected}")
             log.warning("[compaction] summarizer failed (%s: %s); using a local digest", type(exc).__name__, exc)
             return
         finally:
@@ -56,19 +73,33 @@ class SummarizeStage:
     async def rolling_summary(self, messages: list[Message], previous: str | None, work: Work) -> str:
         summary = previous
         max_tokens = max_summary_tokens(self.settings, work.budget)
-        for chunk in self.chunks(messages, previous, max_tokens):
-            job = SummaryJob(previous=summary, transcript=chunk, max_tokens=max_tokens)
+        draft = work.draft
+        head = head_for_summarizer(work.conversation.messages[: draft.head_len])
+        ledger = draft.ledger.render(LEDGER_CHARS) if draft.ledger else ""
+        prompt = load_prompt(self.settings.prompt_file)
+        context = self.count_text(prompt) + self.count_text(head) + self.count_text(ledger)
+        for chunk in self.chunks(messages, previous, max_tokens, context_tokens=context):
+            job = SummaryJob(
+                previous=summary, transcript=chunk, max_tokens=max_tokens, head=head, ledger=ledger, prompt=prompt
+            )
             work.outcome.summarizer_calls += 1
             summary = (await self.summarize(job)).strip()
             if not summary:
                 raise ValueError("the summarizer returned an empty summary")
         return summary or ""
 
-    def chunks(self, messages: list[Message], previous: str | None, max_tokens: int) -> list[str]:
-        """The transcript in pieces that each fit the summarizer's input; the oldest go first if too many."""
-        room = self.input_tokens - max_tokens - SUMMARY_PROMPT_TOKENS
-        room -= self.count_text(previous) if previous else 0
-        room = max(room, 256)
+    def chunks(
+        self, messages: list[Message], previous: str | None, max_tokens: int, *, context_tokens: int
+    ) -> list[str]:
+        """The transcript in pieces that each fit the summarizer's window with everything sent beside
+        them (prompt, task, ledger, the note so far, the reply); the oldest go first if too many.
+        A window too small for even that is not sent a request it would refuse."""
+        note = max(self.count_text(previous) if previous else 0, max_tokens)  # the note so far, at most
+        room = self.input_tokens - max_tokens - context_tokens - note - MESSAGE_OVERHEAD_TOKENS
+        if room < MIN_ROOM_TOKENS:
+            raise SummarizerTooSmall(
+                f"the summarizer's window ({self.input_tokens:,} tokens) leaves {room:,} for the messages"
+            )
         clip_chars = self.settings.clip_tool_output_chars
         while True:
             pieces = self.pack(render_transcript(messages, clip_tool_output=clip_chars), room)

@@ -1,0 +1,35 @@
+"""Whether a summarizer's reply may become the conversation's memory.
+
+A reply is installed (and cached for every later turn) only if it is complete (`finish_reason`
+`stop`), of a sensible length, has the prompt's sections, and is not a copy of its input. A
+canned reply, an "OK", a summary cut off at `max_tokens` or a paste of the tool output would
+otherwise be what the agent remembers from then on.
+"""
+
+from __future__ import annotations
+
+import re
+
+MIN_CHARS = 120  # below this, no reply carries the sections (an "OK", a canned line)
+COPY_SHARE = 0.6  # this share of the reply's lines found verbatim in its input: a copy
+
+
+def headings(prompt: str) -> list[str]:
+    """The section headings a prompt asks for: its `## ` lines before the example."""
+    body = prompt.split("An example of a good note")[0]
+    return [line[3:].strip() for line in body.splitlines() if line.startswith("## ")]
+
+
+def rejection(text: str, *, finish_reason: object, transcript: str, sections: list[str]) -> str | None:
+    """Why this reply must not be installed (a short word for the header and the log), or None."""
+    if finish_reason != "stop":
+        return "truncated" if finish_reason == "length" else "unfinished"
+    if len(text.strip()) < MIN_CHARS:  # a long one is clipped when installed; a short one says nothing
+        return "length"
+    missing = [s for s in sections if not re.search(rf"^#+\s*{re.escape(s)}", text, re.MULTILINE | re.IGNORECASE)]
+    if missing:
+        return "sections"
+    lines = [line.strip() for line in text.splitlines() if len(line.strip()) >= 20 and not line.startswith("#")]
+    if lines and sum(line in transcript for line in lines) >= COPY_SHARE * len(lines):
+        return "copy"
+    return None

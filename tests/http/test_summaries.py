@@ -1,0 +1,103 @@
+"""What the summarizer is asked (the task, the ledger, a handoff prompt) and which replies are kept."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from tests.compaction.test_compactor import agent_conversation
+from tests.conftest import ProxyFactory
+from tests.support.upstream import UpstreamApp
+
+WINDOW = {"models": {"gpt-4o": {"context_window": 4000}}}
+GOOD = (
+    '## Task\n"Fix the failing test in src/app.py."\n## State of the work\nFound the cause.\n## Files and changes\n'
+    "- src/app.py: parser fixed.\n## Commands, tests and results\n- `pytest -q`: 3 passed.\n"
+    "## Errors and approaches ruled out\n- none.\n## Next step\nRun the full suite."
+)
+
+
+def task_conversation() -> list[dict[str, Any]]:
+    messages = agent_conversation(120, output_lines=5)
+    # A demonstration first, then the issue: both are the head, and the issue is what the agent solves.
+    return [messages[0], {"role": "user", "content": "Demonstration: how to solve an issue. " * 20}, *messages[1:]]
+
+
+def post(proxy_url: str, messages: list[dict[str, Any]]) -> httpx.Response:
+    return httpx.post(f"{proxy_url}/chat/completions", json={"model": "gpt-4o", "messages": messages}, timeout=30)
+
+
+@pytest.mark.parametrize(
+    ("reply", "reason"),
+    [
+        (("OK", "stop"), "length"),
+        ((GOOD[:200], "length"), "truncated"),
+        (("I have summarized the conversation above carefully and it covers everything. " * 3, "stop"), "sections"),
+        (
+            ("\n".join(f"## {h}\n" for h in ["Task"]) + "0:0 output line with some words in it\n" * 5, "stop"),
+            "sections",
+        ),
+    ],
+    ids=["ok", "cut-off", "no-sections", "copy-of-input-without-sections"],
+)
+def test_a_bad_summary_is_refused_said_and_never_cached(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory, reply: tuple[str, str], reason: str
+) -> None:
+    app, url = upstream
+    app.summarizer_reply = reply
+    messages = task_conversation()
+    with start_proxy(url, **WINDOW) as proxy_url:
+        first = post(proxy_url, messages)
+        app.summarizer_reply = None  # the summarizer recovers: the next turn must not reuse the bad reply
+        assert post(proxy_url, [*messages, {"role": "user", "content": "Go on."}]).status_code == 200
+    actions = first.headers["x-inflight-actions"].split(",")
+    assert f"summary-rejected-{reason}" in actions and "fallback" in actions
+    forwarded = [orjson.loads(r.body)["messages"] for r in app.chat_requests()]
+    assert reply[0] not in str(forwarded[0]) and "no summary could be made" in str(forwarded[0])
+    assert reply[0] not in str(forwarded[1])
+
+
+def test_a_copy_of_the_input_is_refused() -> None:
+    from proxy.compaction.summary import load_prompt
+    from proxy.compaction.validation import headings, rejection
+
+    transcript = "\n".join(f"line {i}: some tool output that is long enough" for i in range(40))
+    copy = "\n".join(
+        f"## {h}\n" + f"line {i}: some tool output that is long enough" for i, h in enumerate(headings(load_prompt()))
+    )
+    assert rejection(copy, finish_reason="stop", transcript=transcript, sections=headings(load_prompt())) == "copy"
+    assert rejection(GOOD, finish_reason="stop", transcript=transcript, sections=headings(load_prompt())) is None
+
+
+def test_the_summarizer_sees_the_task_and_a_handoff_prompt(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    app, url = upstream
+    messages = task_conversation()
+    with start_proxy(url, **WINDOW) as proxy_url:
+        response = post(proxy_url, messages)
+    assert response.status_code == 200 and "summarize" in response.headers["x-inflight-actions"]
+    system, user = orjson.loads(app.summaries[0].body)["messages"]
+    assert "Another instance of the agent continues" in system["content"]
+    assert "An example of a good note" in system["content"] and "Never invent tool" in system["content"]
+    assert "<task>" in user["content"] and "Fix the failing test in src/app.py." in user["content"]
+    sent = orjson.loads(app.chat_requests()[-1].body)["messages"]
+    assert sent[:3] == messages[:3]  # the system prompt, the demonstration and the task, all kept
+
+
+def test_the_prompt_can_be_replaced_from_the_config(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory, tmp_path: Path
+) -> None:
+    app, url = upstream
+    from proxy.compaction.summary import load_prompt
+
+    prompt = tmp_path / "prompt.md"
+    prompt.write_text(load_prompt().replace("You write the handoff note", "You write the handoff note (ours)"))
+    overrides = {**WINDOW, "compaction": {"summarize": {"prompt_file": str(prompt)}}}
+    with start_proxy(url, **overrides) as proxy_url:
+        assert post(proxy_url, task_conversation()).status_code == 200
+    assert "(ours)" in orjson.loads(app.summaries[0].body)["messages"][0]["content"]
