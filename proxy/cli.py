@@ -7,6 +7,7 @@ import asyncio
 import logging
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -19,6 +20,7 @@ from proxy.app import create_app
 from proxy.config import ConfigError, Settings
 from proxy.config_file import load_settings
 from proxy.errors import BadRequest
+from proxy.evaluation import Compacted, SizedSummarizers, replay, report, totals
 from proxy.http.access import startup_problem
 from proxy.http.intake import parse_object
 from proxy.http.server import uvicorn_options
@@ -152,6 +154,40 @@ async def _compact(args: argparse.Namespace, settings: Settings) -> tuple[dict[s
         return payload, await pipeline.prepare(counted, accounting, options)
 
 
+def evaluate(args: argparse.Namespace) -> int:
+    """Replay traces offline at a window; print what each compaction kept."""
+    overrides: dict[str, Any] = {"discover_context_window": False}
+    if args.summarizer:
+        overrides["compaction"] = {"summarize": {"base_url": args.summarizer, "model": args.summarizer_model}}
+    traces = {path: read_request(path) for path in args.traces}
+    models = {str(body.get("model")) for body in traces.values()}
+    settings = _load(args, {**overrides, "models": {m: {"context_window": args.window} for m in models}})
+    results, calls, oversize = asyncio.run(_evaluate(settings, traces, use_llm=bool(args.summarizer)))
+    if args.json:
+        print(
+            orjson.dumps(
+                {"window": args.window, **totals(results), "summarizer_calls": calls, "summarizer_oversize": oversize}
+            ).decode()
+        )
+    else:
+        print(report(results, window=args.window, summarizer_calls=calls, oversize=oversize))
+    return 0
+
+
+async def _evaluate(
+    settings: Settings, traces: dict[str, dict[str, Any]], *, use_llm: bool
+) -> tuple[list[Compacted], int, int]:
+    async with summarizer_client() as client:
+        holder: list[ChatPipeline] = []
+        sized = SizedSummarizers(Summarizers(settings, client), holder) if use_llm else None
+        pipeline = build_pipeline(settings, summarizers=sized)
+        holder.append(pipeline)
+        results: list[Compacted] = []
+        for path, body in traces.items():
+            results += await replay(pipeline, Path(path).stem, body)
+        return results, (sized.calls if sized else 0), (sized.oversize if sized else 0)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="inflight", description=__doc__)
     parser.add_argument("--version", action="version", version=f"inflight {__version__}")
@@ -180,6 +216,19 @@ def build_parser() -> argparse.ArgumentParser:
     compact_cmd.add_argument("--model", help="compact as this model (default: the body's model)")
     compact_cmd.add_argument("--no-llm", action="store_true", help="use the local digest instead of a summarizer call")
     compact_cmd.set_defaults(run=compact)
+
+    eval_cmd = commands.add_parser("eval", help="replay conversations offline and report what compaction keeps")
+    eval_cmd.add_argument("traces", nargs="+", metavar="TRACE", help="chat-completion request body JSON files")
+    eval_cmd.add_argument("--window", type=int, required=True, help="the context window to replay them at")
+    eval_cmd.add_argument("--config", help="YAML config file (compaction settings to try)")
+    eval_cmd.add_argument(
+        "--summarizer",
+        metavar="URL",
+        help="an OpenAI-compatible /v1 URL for summaries (default: none, the ledger alone)",
+    )
+    eval_cmd.add_argument("--summarizer-model", help="the summarizer's model (default: each trace's own)")
+    eval_cmd.add_argument("--json", action="store_true", help="print the totals as one JSON object")
+    eval_cmd.set_defaults(run=evaluate)
     return parser
 
 

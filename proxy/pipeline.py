@@ -165,7 +165,7 @@ class ChatPipeline:
             untouched.fields["compaction_error"] = type(exc).__name__
             untouched.headers["x-inflight-actions"] = "error"
             return untouched
-        if outcome is None:
+        if outcome is None or (outcome.actions == ["none"] and outcome.fits):  # nothing changed: the client's bytes
             return untouched
         return rewritten(counted, accounting, outcome, limit=limit, key=key)
 

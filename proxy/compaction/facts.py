@@ -26,11 +26,14 @@ PATH = re.compile(
     r"|txt|json|ya?ml|toml|ini|cfg|lock|html|css|sql|xml|proto)\b"
 )
 ERROR = re.compile(
-    r"\b\w*(?:Error|Exception)\b|\bTraceback\b|\bFAILED\b|\bFAIL:|\bTIMED OUT\b|\btimed out\b"
-    r"|\bfatal\b|\bpanic(?:ked)?\b|Segmentation fault|\bcommand not found\b|\bNo such file\b|\bnot found\b"
-    r"|\bPermission denied\b|\bexit (?:code|status)[: ]+[1-9]|\b(?:Wrong|Invalid|invalid|wrong)\b"
-    r"|\b(?:cannot|can't|unable to)\b|\berror\b|\bfailed\b",
+    r"\b[A-Z]\w*(?:Error|Exception)\b|\bTraceback\b|\bFAILED\b|\bFAIL:|\bTIMED OUT\b|\btimed out\b"
+    r"|\bfatal:|\bpanic(?:ked)?\b|Segmentation fault|\bcommand not found\b|No such file or directory"
+    r"|\bPermission denied\b|\bexit (?:code|status)[: ]+[1-9]|\b[Ee]rror:|^\s*(?:ERROR|[Ee]rror|Wrong|Invalid|Cannot)\b"
+    r"|\b(?:cannot|can't|unable to)\b",
+    re.MULTILINE,
 )
+# A numbered line of a file being shown (`1481:    raise ...`, `  12| x = 1`): source code, not an error.
+LISTING = re.compile(r"^\s*\d+\s*[:|]")
 IDENTIFIER = re.compile(
     r"\b[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+\b"  # dotted: fields.TimeDelta, obj.attr
     r"|\b[a-z][a-z0-9]*_[a-z0-9_]+\b"  # snake_case
@@ -106,7 +109,11 @@ def steps(messages: Sequence[Message]) -> Iterator[Step]:
 
 
 def error_lines(text: str) -> list[str]:
-    return [line.strip()[:MAX_LINE] for line in text.splitlines() if line.strip() and ERROR.search(line)]
+    return [
+        line.strip()[:MAX_LINE]
+        for line in text.splitlines()
+        if line.strip() and ERROR.search(line) and not LISTING.match(line)
+    ]
 
 
 def paths_in(text: str) -> list[str]:
@@ -144,3 +151,12 @@ def facts_of(messages: Sequence[Message]) -> Facts:
             reused.update(dict.fromkeys(name for name in IDENTIFIER.findall(text) if name in seen_in_output))
     reused_names = tuple(name for name in reused if name not in files)
     return Facts(tuple(commands), outcomes, files, tuple(errors), reused_names)
+
+
+def facts_note(text: str, *, max_errors: int = 3, max_files: int = 12, max_chars: int = 480) -> str:
+    """The error lines and file paths of a text about to be cut or masked, in one line to keep in its place."""
+    errors = list(dict.fromkeys(error_lines(text)))[-max_errors:]
+    files = list(dict.fromkeys(paths_in(text)))[:max_files]
+    parts = ([f"errors: {' | '.join(errors)}"] if errors else []) + ([f"files: {', '.join(files)}"] if files else [])
+    note = "; ".join(parts)
+    return note if len(note) <= max_chars else note[: max_chars - 3] + "..."

@@ -72,3 +72,16 @@ def test_the_ledger_grows_across_compactions_and_keeps_the_newest_when_short_of_
         many = many.add(facts_of(tool_turn(f"c{turn}", f"echo step{turn}", f"step{turn}")), messages=2)
     short = many.render(2000)
     assert len(short) <= 2000 and "`echo step299`" in short and "`echo step0`" not in short
+
+
+def test_a_masked_or_cut_output_keeps_its_errors_and_files_in_place() -> None:
+    from proxy.compaction.stages.mask import placeholder
+    from proxy.compaction.stages.truncate import Limits, truncate_text
+
+    output = (
+        "collected 3 items\n" + "tests/test_a.py::test_x PASSED\n" * 200 + "E   KeyError: 'precision'\n" + "ok\n" * 200
+    )
+    masked = placeholder({"role": "tool", "tool_call_id": "c1", "content": output}, {"name": "bash"}, 900)
+    assert "KeyError: 'precision'" in masked["content"] and "tests/test_a.py" in masked["content"]
+    cut = truncate_text(output, Limits(max_lines=20, max_bytes=100_000))
+    assert cut is not None and "KeyError: 'precision'" in cut  # the error was in the omitted middle

@@ -1,9 +1,9 @@
 """Stage 5: still over the limit, halve the biggest messages we may touch, one at a time.
 
 In this order: the messages after the head (a huge observation goes first), then the head's own
-messages other than the system prompt (a long demonstration), then the system prompt. The latest
-user request is never touched: if it alone does not fit, the request cannot be made to fit and
-the outcome says so.
+messages other than the system prompt (a long demonstration), then the system prompt. The task
+(the head's last user message) and the latest user request are never touched: if they alone do
+not fit, the request cannot be made to fit and the outcome says so.
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ class LastResortStage:
         """The indices each phase may cut: the body, then the head less its system messages, then those."""
         messages, head_len = work.conversation.messages, work.draft.head_len
         latest_request = last_user_index(messages)
-        touchable = set(range(len(messages))) - {latest_request}
+        task = last_user_index(messages[:head_len])  # the head's last user message: what the agent is solving
+        touchable = set(range(len(messages))) - {latest_request, task}
         head = {i for i in touchable if i < head_len}
         system = {i for i in head if pinned(messages[i])}
         return [touchable - head, head - system, system]
@@ -59,6 +60,8 @@ class LastResortStage:
             if cut is None:
                 continue
             new_tokens = work.count_message(cut)
+            if new_tokens >= tokens:  # the cut (and what its marker says) saves nothing: try the next one
+                continue
             work.draft.replaced[origin] = Replacement(work.conversation.digests[origin], cut, new_tokens, "truncate")
             return tokens - new_tokens
         return None

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.compaction.conversation import Message, calls_of_results, describe_call
+from proxy.compaction.conversation import Message, calls_of_results, describe_call, text_of
+from proxy.compaction.facts import facts_note
 from proxy.compaction.records import Replacement
 from proxy.compaction.work import Work
 from proxy.config import Mask as MaskSettings
@@ -20,7 +21,8 @@ from proxy.config import Mask as MaskSettings
 
 def placeholder(message: Message, function: dict[str, Any] | None, tokens: int) -> Message:
     """The masked form of a tool result: same role and id, a one-line content."""
-    text = f"[tool output pruned: {describe_call(function)} returned {tokens:,} tokens]"
+    note = facts_note(text_of(message.get("content")))
+    text = f"[tool output pruned: {describe_call(function)} returned {tokens:,} tokens{'; ' + note if note else ''}]"
     masked = {key: (text if key == "content" else value) for key, value in message.items()}
     masked.setdefault("content", text)
     return masked

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.compaction.conversation import Message, protected
+from proxy.compaction.facts import facts_note
 from proxy.compaction.records import Replacement
 from proxy.compaction.work import Work
 from proxy.config import Truncate as TruncateSettings
@@ -42,6 +43,8 @@ def truncate_text(text: str, limits: Limits) -> str | None:
     kept = "\n".join(head + tail)
     omitted_lines = len(lines) - head_n - tail_n
     note = marker(omitted_lines, len(lines), size - len(kept.encode()))
+    facts = facts_note("\n".join(lines[head_n : len(lines) - tail_n]))
+    note = f"{note[:-5]}; in them: {facts} ...]" if facts else note
     return "\n".join([*head, note, *tail])
 
 

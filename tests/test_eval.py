@@ -1,0 +1,33 @@
+"""`inflight eval`: the traces replayed offline, with the figures the compaction goals are stated in."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACES = sorted(str(p) for p in (ROOT / "tests" / "fixtures" / "traces").glob("*.json"))
+
+
+def run_eval(*args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "proxy", "eval", *TRACES, *args]
+    return subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=300, check=False)
+
+
+def test_eval_reports_what_each_compaction_kept() -> None:
+    result = run_eval("--window", "4000", "--json")
+    assert result.returncode == 0, result.stderr
+    totals = orjson.loads(result.stdout)
+    assert totals["compacted_requests"] > 10
+    assert totals["task_kept"] == 1.0 and totals["latest_request_kept"] == 1.0
+    assert totals["paths_kept"] >= 0.95 and totals["commands_kept"] >= 0.9
+    assert totals["wrong_placeholders"] == 0 and totals["summarizer_oversize"] == 0
+
+
+def test_eval_prints_a_table_per_compaction() -> None:
+    result = run_eval("--window", "6000")
+    assert result.returncode == 0, result.stderr
+    assert "| trace | turn | tokens | actions |" in result.stdout and "compacted requests: task kept" in result.stdout
