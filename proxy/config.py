@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import fnmatch
+import re
 from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -113,9 +114,30 @@ class Truncate(Section):
     max_bytes: int = Field(51200, ge=256)
 
 
+# Agents that act through text get their command's output back as a user message; these markers say
+# which user messages are such observations (SWE-agent's prompt lines, OpenHands, ReAct, <output>).
+OBSERVATION_PATTERN = (
+    r"\(Open file: |\(Current directory: |^bash-\$\s*$|^(?:Observation|OBSERVATION|EXECUTION RESULT)\b"
+    r"|^(?:Command output|Tool output|Output):|^<output>|^Exit code: \d+"
+)
+
+
 class Mask(Section):
     keep_tool_results: int = Field(5, ge=0)
     keep_tool_results_min: int = Field(2, ge=0)
+    # A user message matching this (re.MULTILINE) is an observation: truncated and masked like a tool
+    # result. Never the head, never the latest user message. null: only `role: tool` results.
+    observation_pattern: str | None = OBSERVATION_PATTERN
+
+    @field_validator("observation_pattern")
+    @classmethod
+    def _compiles(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value, re.MULTILINE)
+            except re.error as exc:
+                raise ValueError(f"observation_pattern is not a regular expression: {exc}") from exc
+        return value
 
     @model_validator(mode="after")
     def _ordered(self) -> Mask:

@@ -356,3 +356,21 @@ async def test_the_verbatim_tail_starts_with_a_whole_turn_and_the_head_stays() -
     assert outcome.messages[:3] == messages[:3]  # both user messages of the head: the task is not summarized
     summary_at = next(i for i, m in enumerate(outcome.messages) if str(m.get("content")).startswith("[Previous"))
     assert outcome.messages[summary_at + 1]["role"] == "assistant"  # not an observation without its command
+
+
+async def test_a_text_action_agents_observations_are_masked_with_their_command() -> None:
+    messages = text_action_conversation(12)
+    for message in messages[4::2]:  # SWE-agent's prompt lines close each observation
+        message["content"] += "\n(Open file: n/a)\n(Current directory: /repo)\nbash-$"
+    messages.append({"role": "user", "content": "Now also handle negative values."})
+    outcome = await run(messages, int(conversation_of(messages).tokens / 0.75))
+    masked = [m["content"] for m in outcome.messages if str(m.get("content")).startswith("[observation pruned")]
+    assert masked and "`grep -n step0 src/fields.py`" in masked[0]
+    assert outcome.messages[:3] == messages[:3] and outcome.messages[-1] == messages[-1]
+
+
+async def test_observations_are_left_alone_when_the_pattern_is_off() -> None:
+    messages = text_action_conversation(12)
+    settings = Compaction(mask={"observation_pattern": None})  # type: ignore[arg-type]
+    outcome = await run(messages, int(conversation_of(messages).tokens / 0.75), engine=compactor(settings))
+    assert not any(str(m.get("content")).startswith("[observation pruned") for m in outcome.messages)

@@ -10,10 +10,11 @@ the same bytes on every turn (the upstream's prompt cache depends on it).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from proxy.compaction.conversation import Message, calls_of_results, describe_call, text_of
-from proxy.compaction.facts import facts_note
+from proxy.compaction.conversation import Message, calls_of_results, describe_call, last_user_index, text_of
+from proxy.compaction.facts import facts_note, text_commands
 from proxy.compaction.records import Replacement
 from proxy.compaction.work import Work
 from proxy.config import Mask as MaskSettings
@@ -28,9 +29,37 @@ def placeholder(message: Message, function: dict[str, Any] | None, tokens: int) 
     return masked
 
 
+def observation_placeholder(message: Message, command: str | None, tokens: int) -> Message:
+    """The masked form of a text-action agent's observation (a user message): what ran, how big it was."""
+    note = facts_note(text_of(message.get("content")))
+    ran = f"`{command.splitlines()[0][:160]}`" if command else "a command"
+    text = f"[observation pruned: {ran} returned {tokens:,} tokens{'; ' + note if note else ''}]"
+    return {**message, "content": text}
+
+
 class MaskStage:
     def __init__(self, settings: MaskSettings) -> None:
         self.keep = (settings.keep_tool_results, settings.keep_tool_results_min)
+        pattern = settings.observation_pattern
+        self.observation = re.compile(pattern, re.MULTILINE) if pattern else None
+
+    def observations(self, work: Work) -> dict[int, str | None]:
+        """User messages after the head that are observations (by the pattern), with the command each answers."""
+        messages, head_len = work.conversation.messages, work.draft.head_len
+        if self.observation is None:
+            return {}
+        latest = last_user_index(messages)
+        found: dict[int, str | None] = {}
+        command: str | None = None
+        for index in range(head_len, len(messages)):
+            message = messages[index]
+            if message.get("role") == "assistant":
+                commands = text_commands(text_of(message.get("content")))
+                command = commands[-1] if commands else None
+            elif message.get("role") == "user" and index != latest:
+                if self.observation.search(text_of(message.get("content"))):
+                    found[index] = command
+        return found
 
     async def run(self, work: Work) -> None:
         if not work.prune:
@@ -38,7 +67,10 @@ class MaskStage:
         conversation, draft = work.conversation, work.draft
         messages = conversation.messages
         total = work.tokens
-        results = [i for i in range(draft.prefix_len, len(messages)) if messages[i].get("role") == "tool"]
+        observed = self.observations(work)
+        results = [
+            i for i in range(draft.prefix_len, len(messages)) if messages[i].get("role") == "tool" or i in observed
+        ]
         calls = calls_of_results(messages)
         for keep in self.keep:
             for index in results[: max(len(results) - keep, 0)]:
@@ -46,7 +78,10 @@ class MaskStage:
                 if current is not None and current.kind == "mask":
                     continue
                 original = messages[index]
-                masked = placeholder(original, calls.get(index), conversation.counts[index])
+                if index in observed:
+                    masked = observation_placeholder(original, observed[index], conversation.counts[index])
+                else:
+                    masked = placeholder(original, calls.get(index), conversation.counts[index])
                 tokens = work.count_message(masked)
                 previous_tokens = current.tokens if current else conversation.counts[index]
                 draft.replaced[index] = Replacement(conversation.digests[index], masked, tokens, "mask")
