@@ -24,7 +24,7 @@ from proxy.compaction import Summarize, SummaryJob, head_length
 from proxy.compaction.conversation import Message, calls_of_results, describe_call, text_of
 from proxy.compaction.facts import command_of, facts_of
 from proxy.config import Compaction
-from proxy.pipeline import ChatPipeline, Options, SummarizerFactory
+from proxy.pipeline import ChatPipeline, Options, SummarizerFactory, summarizer_window
 
 KINDS = ("paths", "errors", "commands", "names")
 
@@ -70,16 +70,19 @@ class SizedSummarizers:
         summarize = self.inner(options, model=model, client_authorization=client_authorization)
         pipeline = self.pipeline_of[0]
         summary_model = options.summarize.model or model
-        window = pipeline.registry.resolve(summary_model).context_window
         encoding = pipeline.counter.encoding(pipeline.encoding_for(summary_model).name)
 
         async def sized(job: SummaryJob) -> str:
+            window = await summarizer_window(pipeline, options, summary_model)
             self.calls += 1
             sent = sum(len(encoding.encode_ordinary(m["content"])) + 4 for m in job.messages()) + job.max_tokens
             self.oversize += sent > window
             return await summarize(job)
 
         return sized
+
+    async def window(self, options: Compaction, model: str) -> int | None:
+        return await self.inner.window(options, model)
 
 
 def turns(messages: Sequence[Message]) -> list[int]:

@@ -44,6 +44,10 @@ class SummarizerFactory(Protocol):
 
     def __call__(self, options: Compaction, *, model: str, client_authorization: str | None) -> Summarize: ...
 
+    async def window(self, options: Compaction, model: str) -> int | None:
+        """The summarizer model's window as its own endpoint says (None: not a separate endpoint, or silent)."""
+        ...
+
 
 @dataclass(frozen=True)
 class Options:
@@ -178,6 +182,7 @@ class ChatPipeline:
         own_units = int((retry.limit if retry else accounting.budget) / accounting.ratio)  # compaction's units
         budget = Budget.exactly(own_units) if retry and retry.blind else Budget.of(own_units, settings)
         force = options.mode == "force"  # a retry needs no push: what it retries is over its limit
+        summary_window = await summarizer_window(self, settings, settings.summarize.model or accounting.model)
 
         def compactor() -> Compactor:
             summarize = None
@@ -187,7 +192,6 @@ class ChatPipeline:
                     self.summarizers(settings, model=accounting.model, client_authorization=authorization)
                 )
             # The summarizer's reply is bounded by max_summary_tokens, which the stages keep room for.
-            summary_window = self.registry.resolve(settings.summarize.model or accounting.model).context_window
             encoding = self.counter.encoding(accounting.encoding)
             return build_compactor(
                 settings,
@@ -215,6 +219,16 @@ class ChatPipeline:
             sent=accounting.calibrated(prepared.sent_tokens),
             upstream_prompt=refusal.prompt_tokens,
         )
+
+
+async def summarizer_window(pipeline: ChatPipeline, settings: Compaction, model: str) -> int:
+    """The summarizer's window: configured, else from its own endpoint when summaries go elsewhere, else as
+    any model's. A summarizer is never sent more than this (`SummarizeStage.chunks`)."""
+    if pipeline.summarizers is not None and settings.summarize.base_url:
+        found = await pipeline.summarizers.window(settings, model)
+        if found is not None:
+            return found
+    return pipeline.registry.resolve(model).context_window
 
 
 def is_message_list(messages: object) -> bool:

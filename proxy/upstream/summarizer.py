@@ -10,6 +10,7 @@ import httpx
 from proxy.compaction import Summarize, SummaryJob
 from proxy.compaction.validation import headings, rejection
 from proxy.config import Compaction, Settings
+from proxy.policy.windows import ContextRegistry
 
 log = logging.getLogger("inflight")
 
@@ -95,6 +96,24 @@ class Summarizers:
     def __init__(self, settings: Settings, client: httpx.AsyncClient) -> None:
         self.settings = settings
         self.client = client
+        self._registries: dict[str, ContextRegistry] = {}  # one per summarizer endpoint, discovered once
+
+    async def window(self, options: Compaction, model: str) -> int | None:
+        """The model's window at `summarize.base_url`: the config's entry, else its `GET /models`, else None."""
+        base_url = options.summarize.base_url
+        if base_url is None:
+            return None
+        registry = self._registries.setdefault(base_url, ContextRegistry(self.settings))
+        headers = {"authorization": f"Bearer {options.summarize.api_key}"} if options.summarize.api_key else {}
+
+        async def fetch_models() -> bytes:
+            response = await self.client.get(f"{base_url.rstrip('/')}/models", headers=headers, timeout=10)
+            if response.status_code != 200:
+                raise SummarizerError(f"GET /models answered {response.status_code}")
+            return response.content
+
+        limits = await registry.resolve_async(model, fetch_models)
+        return limits.context_window if limits.source in ("config", "discovered", "learned") else None
 
     def __call__(self, options: Compaction, *, model: str, client_authorization: str | None) -> Summarize:
         summarize = options.summarize

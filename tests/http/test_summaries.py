@@ -101,3 +101,30 @@ def test_the_prompt_can_be_replaced_from_the_config(
     with start_proxy(url, **overrides) as proxy_url:
         assert post(proxy_url, task_conversation()).status_code == 200
     assert "(ours)" in orjson.loads(app.summaries[0].body)["messages"][0]["content"]
+
+
+def test_a_summarizer_elsewhere_is_sized_by_its_own_window(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    from tests.support.servers import serve
+
+    app, url = upstream
+    summarizer = UpstreamApp()
+    summarizer.models_body = {"object": "list", "data": [{"id": "small-sum", "object": "model", "max_model_len": 3000}]}
+    with serve(summarizer) as summarizer_url:
+        overrides = {
+            **WINDOW,
+            "models": {"gpt-4o": {"context_window": 16_000}},
+            "compaction": {"summarize": {"base_url": summarizer_url + "/v1", "model": "small-sum"}},
+        }
+        with start_proxy(url, **overrides) as proxy_url:
+            messages = agent_conversation(400, output_lines=5)
+            response = post(proxy_url, messages)
+    assert response.status_code == 200 and "summarize" in response.headers["x-inflight-actions"]
+    from proxy.tokens import TokenCounter
+
+    counter = TokenCounter()
+    assert len(summarizer.summaries) > 1  # 3,000 tokens cannot take the whole middle at once: it was chunked
+    for request in summarizer.summaries:
+        body = orjson.loads(request.body)
+        assert counter.count_request(body, "o200k_base").total + body["max_tokens"] <= 3000

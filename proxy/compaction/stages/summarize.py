@@ -72,7 +72,8 @@ class SummarizeStage:
 
     async def rolling_summary(self, messages: list[Message], previous: str | None, work: Work) -> str:
         summary = previous
-        max_tokens = max_summary_tokens(self.settings, work.budget)
+        # The note must fit the request's budget, and leave the summarizer's own window room to read.
+        max_tokens = min(max_summary_tokens(self.settings, work.budget), self.input_tokens // 4)
         draft = work.draft
         head = head_for_summarizer(work.conversation.messages[: draft.head_len])
         ledger = draft.ledger.render(LEDGER_CHARS) if draft.ledger else ""
