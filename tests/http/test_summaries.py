@@ -128,3 +128,17 @@ def test_a_summarizer_elsewhere_is_sized_by_its_own_window(
     for request in summarizer.summaries:
         body = orjson.loads(request.body)
         assert counter.count_request(body, "o200k_base").total + body["max_tokens"] <= 3000
+
+
+def test_a_summarizer_too_small_for_the_job_is_not_asked(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    app, url = upstream
+    overrides = {
+        "models": {"gpt-4o": {"context_window": 16_000}, "tiny-sum": {"context_window": 1_000}},
+        "compaction": {"summarize": {"model": "tiny-sum"}},
+    }
+    with start_proxy(url, **overrides) as proxy_url:
+        response = post(proxy_url, agent_conversation(400, output_lines=5))
+    assert response.status_code == 200 and "fallback" in response.headers["x-inflight-actions"]
+    assert app.summaries == []  # a request it would refuse is never sent: the ledger stands in at once
