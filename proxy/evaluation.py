@@ -14,6 +14,7 @@ was compacted it reports tokens before and after, the actions, and what survived
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,7 +22,7 @@ from typing import Any
 import orjson
 
 from proxy.compaction import Summarize, SummaryJob, head_length
-from proxy.compaction.conversation import Message, calls_of_results, describe_call, text_of
+from proxy.compaction.conversation import Message, calls_of_results, describe_call, latest_request_index, text_of
 from proxy.compaction.facts import command_of, facts_of
 from proxy.config import Compaction
 from proxy.pipeline import ChatPipeline, Options, SummarizerFactory, summarizer_window
@@ -157,7 +158,9 @@ async def replay(pipeline: ChatPipeline, name: str, body: dict[str, Any]) -> lis
         sent = outcome.messages
         text = plain_text(sent)
         dropped = [m for m in request["messages"] if m not in sent]
-        latest = next((m for m in reversed(request["messages"]) if m.get("role") == "user"), None)
+        pattern = pipeline.model_settings(counted.model).compaction.mask.observation_pattern
+        index = latest_request_index(request["messages"], re.compile(pattern, re.MULTILINE) if pattern else None)
+        latest = None if index is None else request["messages"][index]  # a request, not an observation
         out.append(
             Compacted(
                 trace=name,

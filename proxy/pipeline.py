@@ -182,7 +182,8 @@ class ChatPipeline:
         own_units = int((retry.limit if retry else accounting.budget) / accounting.ratio)  # compaction's units
         budget = Budget.exactly(own_units) if retry and retry.blind else Budget.of(own_units, settings)
         force = options.mode == "force"  # a retry needs no push: what it retries is over its limit
-        summary_window = await summarizer_window(self, settings, settings.summarize.model or accounting.model)
+        due = force or conversation.tokens > budget.prune_at  # else no summary can be due: no need to ask
+        summary_window = await summarizer_window(self, settings, accounting.model, ask=due)
 
         def compactor() -> Compactor:
             summarize = None
@@ -221,10 +222,11 @@ class ChatPipeline:
         )
 
 
-async def summarizer_window(pipeline: ChatPipeline, settings: Compaction, model: str) -> int:
-    """The summarizer's window: configured, else from its own endpoint when summaries go elsewhere, else as
-    any model's. A summarizer is never sent more than this (`SummarizeStage.chunks`)."""
-    if pipeline.summarizers is not None and settings.summarize.base_url:
+async def summarizer_window(pipeline: ChatPipeline, settings: Compaction, model: str, *, ask: bool = True) -> int:
+    """The summarizer's window: configured, else from its own endpoint when summaries go elsewhere (if
+    `ask`), else as any model's. A summarizer is never sent more than this (`SummarizeStage.chunks`)."""
+    model = settings.summarize.model or model
+    if ask and pipeline.summarizers is not None and settings.summarize.base_url:
         found = await pipeline.summarizers.window(settings, model)
         if found is not None:
             return found

@@ -6,9 +6,10 @@ here knows of HTTP. Token figures are in our own (uncalibrated) units; the calle
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 
-from proxy.compaction.conversation import Conversation, Message, head_length
+from proxy.compaction.conversation import Conversation, Message, head_length, latest_request_index
 from proxy.compaction.draft import Budget, Draft
 from proxy.compaction.records import Record
 from proxy.compaction.stages import build_stages
@@ -20,9 +21,16 @@ from proxy.config import Compaction
 class Compactor:
     """Runs an ordered list of stages over a conversation, starting from its record if it has one."""
 
-    def __init__(self, stages: Sequence[Stage], *, count_message: Callable[[Message], int]) -> None:
+    def __init__(
+        self,
+        stages: Sequence[Stage],
+        *,
+        count_message: Callable[[Message], int],
+        observation: re.Pattern[str] | None = None,
+    ) -> None:
         self.stages = list(stages)
         self.count_message = count_message
+        self.observation = observation  # user messages that are observations, not requests
 
     async def run(
         self, conversation: Conversation, *, budget: Budget, record: Record | None, force: bool = False
@@ -38,7 +46,8 @@ class Compactor:
             actions += ["summary-cached"] if record.summary is not None else []
             actions += sorted({r.kind for r in draft.replaced.values()})
         outcome = Outcome([], before, before, actions, record or draft.freeze(conversation), fits=True)
-        work = Work(conversation, draft, budget, outcome, self.count_message, force=force)
+        latest = latest_request_index(conversation.messages, self.observation)
+        work = Work(conversation, draft, budget, outcome, self.count_message, force=force, latest_request=latest)
         work.prune = force or work.tokens > recompact_at(budget, record)
         for stage in self.stages:
             await stage.run(work)
@@ -71,4 +80,6 @@ def build_compactor(
     stages = build_stages(
         settings, summarize=summarize, count_text=count_text, summarizer_input_tokens=summarizer_input_tokens
     )
-    return Compactor(stages, count_message=count_message)
+    pattern = settings.mask.observation_pattern
+    observation = re.compile(pattern, re.MULTILINE) if pattern else None
+    return Compactor(stages, count_message=count_message, observation=observation)

@@ -7,6 +7,7 @@ where every tool call made before it has been answered before it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -38,13 +39,29 @@ def pinned(message: Message) -> bool:
     return message.get("role") in PINNED_ROLES
 
 
-def protected(messages: Sequence[Message]) -> set[int]:
-    """Messages no stage may change: system/developer messages and the last user message."""
+def protected(messages: Sequence[Message], latest_request: int | None) -> set[int]:
+    """Messages no stage but the last resort may change: system/developer messages and the latest request."""
     indices = {i for i, m in enumerate(messages) if pinned(m)}
-    last_user = last_user_index(messages)
-    if last_user is not None:
-        indices.add(last_user)
+    if latest_request is not None:
+        indices.add(latest_request)
     return indices
+
+
+def is_observation(messages: Sequence[Message], index: int, pattern: re.Pattern[str] | None) -> bool:
+    """A user message that is a text-action agent's observation: it answers an assistant message and
+    matches `compaction.mask.observation_pattern`."""
+    message = messages[index]
+    if pattern is None or message.get("role") != "user" or index == 0 or messages[index - 1].get("role") != "assistant":
+        return False
+    return pattern.search(text_of(message.get("content"))) is not None
+
+
+def latest_request_index(messages: Sequence[Message], pattern: re.Pattern[str] | None) -> int | None:
+    """The latest user message that is a request, not an observation: what is never cut or summarized."""
+    for index in range(len(messages) - 1, -1, -1):
+        if messages[index].get("role") == "user" and not is_observation(messages, index, pattern):
+            return index
+    return None
 
 
 def head_length(messages: Sequence[Message]) -> int:

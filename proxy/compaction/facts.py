@@ -18,6 +18,8 @@ import orjson
 from proxy.compaction.conversation import Message, calls_of_results, text_of
 
 COMMAND_KEYS = ("command", "cmd", "code", "script", "query", "input")
+PATH_KEYS = ("path", "file_path", "filepath", "file", "filename", "target_file", "target", "directory", "dir")
+SHELL_TOOLS = ("bash", "shell", "sh", "run", "execute", "execute_bash", "terminal", "run_terminal_cmd", "exec")
 FENCED = re.compile(r"```[\w-]*\n(.*?)```", re.DOTALL)
 URL = re.compile(r"\b[a-z][a-z0-9+.-]*://\S+", re.IGNORECASE)
 PATH = re.compile(
@@ -60,24 +62,26 @@ class Facts:
 
 
 def command_of(function: dict[str, Any]) -> str:
-    """A tool call as the command it ran: the `command`-like argument when there is one, else name and arguments."""
+    """A tool call as the command it ran: a shell's `command` argument as it is; any other tool as its
+    name, its command-like argument and its path-like arguments (`str_replace_editor view src/a.py`)."""
     name = str(function.get("name") or "tool")
     arguments = function.get("arguments")
-    try:
-        parsed = orjson.loads(arguments) if isinstance(arguments, str) and arguments else {}
-    except orjson.JSONDecodeError:
+    if isinstance(arguments, dict):  # some clients send the object itself
+        parsed: Any = arguments
+    else:
+        try:
+            parsed = orjson.loads(arguments) if isinstance(arguments, str) and arguments else {}
+        except orjson.JSONDecodeError:
+            return f"{name} {arguments}".strip()
+    if not isinstance(parsed, dict):
         return f"{name} {arguments}".strip()
-    if isinstance(parsed, dict):
-        for key in COMMAND_KEYS:
-            if isinstance(parsed.get(key), str) and parsed[key].strip():
-                return (
-                    str(parsed[key]).strip()
-                    if name in ("bash", "shell", "run", "execute", "terminal")
-                    else (f"{name} {parsed[key].strip()}")
-                )
-        values = " ".join(str(v) for v in parsed.values() if isinstance(v, str | int | float))
-        return f"{name} {values}".strip()
-    return f"{name} {arguments}".strip()
+    command = next((str(parsed[k]).strip() for k in COMMAND_KEYS if isinstance(parsed.get(k), str)), "")
+    if command and name.lower() in SHELL_TOOLS:
+        return command
+    paths = [str(parsed[k]).strip() for k in PATH_KEYS if isinstance(parsed.get(k), str)]
+    if not command and not paths:  # no telling which argument matters: all the short ones
+        paths = [str(v) for v in parsed.values() if isinstance(v, str | int | float) and len(str(v)) <= 200]
+    return " ".join([name, *([command] if command else []), *paths]).strip()
 
 
 def text_commands(text: str) -> list[str]:

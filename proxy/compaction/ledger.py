@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from proxy.compaction.facts import Facts
 
 LEDGER_HEADING = "## Ledger (kept verbatim by inflight from the dropped messages)"
+MAX_ENTRIES = 400  # of each kind: more than any rendering shows, so the record stays bounded
 
 
 @dataclass(frozen=True)
@@ -29,10 +30,14 @@ class Ledger:
 
     def add(self, facts: Facts, *, messages: int) -> Ledger:
         """This ledger with a newer span's facts after it (a fact seen again moves to the newest place)."""
+        commands = _newest_last(self.commands, facts.commands)
+        outcomes = {**self.outcomes, **facts.outcomes}
+        # Older files first, new ones after (render keeps the newest); a file's first command stays its mention.
+        files = {**self.files, **{path: cmd for path, cmd in facts.files.items() if path not in self.files}}
         return Ledger(
-            commands=_newest_last(self.commands, facts.commands),
-            outcomes={**self.outcomes, **facts.outcomes},
-            files={**facts.files, **self.files},  # the first command that touched a file stays its mention
+            commands=commands,
+            outcomes={command: outcomes[command] for command in commands if command in outcomes},
+            files=dict(list(files.items())[-MAX_ENTRIES:]),
             errors=_newest_last(self.errors, facts.errors),
             identifiers=_newest_last(self.identifiers, facts.identifiers),
             dropped_messages=self.dropped_messages + messages,
@@ -69,7 +74,7 @@ class Ledger:
 
 def _newest_last(old: tuple[str, ...], new: tuple[str, ...]) -> tuple[str, ...]:
     renewed = set(new)
-    return tuple(item for item in old if item not in renewed) + new
+    return (tuple(item for item in old if item not in renewed) + new)[-MAX_ENTRIES:]
 
 
 def _short(command: str, limit: int = 60) -> str:

@@ -6,7 +6,7 @@ summary message. Both the LLM summary and its local fallback replace the same sp
 
 from __future__ import annotations
 
-from proxy.compaction.conversation import Message, last_user_index, pinned, turn_starts
+from proxy.compaction.conversation import Message, pinned, turn_starts
 from proxy.compaction.draft import Budget
 from proxy.compaction.facts import facts_of
 from proxy.compaction.ledger import Ledger
@@ -25,7 +25,7 @@ def choose_cut(work: Work, settings: SummarizeSettings) -> int | None:
     messages = conversation.messages
     starts = turn_starts(messages)
     valid = [i for i in range(draft.prefix_len + 1, len(messages)) if starts[i]]
-    last_user = last_user_index(messages)
+    last_user = work.latest_request
     if last_user is not None and last_user >= draft.head_len:
         valid = [i for i in valid if i <= last_user]  # the last user message is never summarized
     if not valid:

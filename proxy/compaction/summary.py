@@ -48,7 +48,8 @@ class SummaryJob:
             parts.append(f"<previous_note>\n{self.previous}\n</previous_note>")
         parts.append(f"<messages>\n{self.transcript}\n</messages>")
         ask = "Update the previous note so that it also covers these messages." if self.previous else "Write the note."
-        parts.append(f"{ask} Use the sections and headings you were given.")
+        words = max(self.max_tokens * 2 // 5, 60)  # about 60% of the room, in words: the rest is the ledger's
+        parts.append(f"{ask} Use the sections and headings you were given, in at most {words} words.")
         return [{"role": "system", "content": self.prompt}, {"role": "user", "content": "\n\n".join(parts)}]
 
 

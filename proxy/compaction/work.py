@@ -42,6 +42,7 @@ class Work:
     outcome: Outcome
     count_message: Callable[[Message], int]
     force: bool = False
+    latest_request: int | None = None  # the user message no stage but the last resort touches
     prune: bool = False  # truncate and mask are due (decided once, before either runs)
     middle_replaced: bool = False  # a summary (or the digest fallback) replaced the middle this time
 

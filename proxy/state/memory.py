@@ -32,6 +32,10 @@ def weight(records: Sequence[Record]) -> int:
             content = message.get("content")
             total += RECORD_OVERHEAD_BYTES
             total += len(content) if isinstance(content, str) else len(orjson.dumps(content, default=str))
+        if record.ledger is not None:
+            ledger = record.ledger
+            entries = [*ledger.commands, *ledger.outcomes.values(), *ledger.files, *ledger.errors, *ledger.identifiers]
+            total += sum(len(entry) + 64 for entry in entries)
     return total
 
 

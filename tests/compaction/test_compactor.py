@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -12,11 +13,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from proxy.compaction import Budget, Compactor, Conversation, Outcome, Record, SummaryJob, build_compactor
-from proxy.compaction.conversation import head_length, problems
+from proxy.compaction.conversation import head_length, latest_request_index, problems
 from proxy.compaction.draft import Draft
 from proxy.compaction.stages.mask import placeholder
 from proxy.compaction.stages.truncate import Limits, truncate_text
-from proxy.config import Compaction
+from proxy.config import OBSERVATION_PATTERN, Compaction
 from proxy.tokens import TokenCounter
 
 TRACES = sorted((Path(__file__).resolve().parents[1] / "fixtures" / "traces").glob("*.json"))
@@ -275,8 +276,8 @@ def check_invariants(
     head = original[: head_length(original)]
     for kept, message in zip(out, head, strict=False):  # the head leads, whole or cut with a marker
         assert kept == message or (kept["role"] == message["role"] and "[... omitted" in str(kept["content"]))
-    last_user = [m for m in original if m["role"] == "user"][-1]
-    assert last_user in out
+    latest = latest_request_index(original, re.compile(OBSERVATION_PATTERN, re.MULTILINE))
+    assert latest is None or original[latest] in out  # the latest request (an observation may be cut)
     if outcome.fits:
         assert outcome.tokens_after <= limit
         assert conversation_of(out, tools).tokens == outcome.tokens_after
@@ -375,3 +376,21 @@ async def test_observations_are_left_alone_when_the_pattern_is_off() -> None:
     settings = Compaction(mask={"observation_pattern": None})  # type: ignore[arg-type]
     outcome = await run(messages, int(conversation_of(messages).tokens / 0.75), engine=compactor(settings))
     assert not any(str(m.get("content")).startswith("[observation pruned") for m in outcome.messages)
+
+
+async def test_a_text_action_agents_huge_latest_observation_can_be_cut() -> None:
+    messages = text_action_conversation(3)
+    messages.append({"role": "assistant", "content": "Run it.\n```\npython big.py\n```"})
+    messages.append(
+        {"role": "user", "content": "\n".join(f"line {i}" for i in range(6000)) + "\n(Open file: n/a)\nbash-$"}
+    )
+    outcome = await run(messages, 2500)
+    assert outcome.fits and "[... omitted" in outcome.messages[-1]["content"]
+    assert outcome.messages[2] == messages[2]  # the task, the latest request, is whole
+
+
+async def test_a_short_result_is_not_masked_into_something_longer() -> None:
+    messages = agent_conversation(12, output_lines=40)
+    messages[3]["content"] = "FAILED"
+    outcome = await run(messages, int(conversation_of(messages).tokens / 0.75))
+    assert outcome.messages[3]["content"] == "FAILED"

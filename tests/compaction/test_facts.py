@@ -85,3 +85,21 @@ def test_a_masked_or_cut_output_keeps_its_errors_and_files_in_place() -> None:
     assert "KeyError: 'precision'" in masked["content"] and "tests/test_a.py" in masked["content"]
     cut = truncate_text(output, Limits(max_lines=20, max_bytes=100_000))
     assert cut is not None and "KeyError: 'precision'" in cut  # the error was in the omitted middle
+
+
+def test_editor_tools_name_their_files_and_the_ledger_keeps_the_newest() -> None:
+    view = {"name": "str_replace_editor", "arguments": '{"command": "view", "path": "/repo/src/a.py"}'}
+    read = {"name": "read_file", "arguments": {"target_file": "src/b.py"}}  # an object, as some clients send
+    messages: list[dict[str, Any]] = []
+    for index, function in enumerate([view, read]):
+        messages.append(
+            {"role": "assistant", "content": None, "tool_calls": [{"id": f"c{index}", "function": function}]}
+        )
+        messages.append({"role": "tool", "tool_call_id": f"c{index}", "content": "ok"})
+    facts = facts_of(messages)
+    assert facts.commands == ("str_replace_editor view /repo/src/a.py", "read_file src/b.py")
+    assert {"/repo/src/a.py", "src/b.py"} <= set(facts.files)
+    ledger = Ledger()
+    for span in range(40):
+        ledger = ledger.add(facts_of(tool_turn(f"c{span}", f"cat new{span}.py", "x")), messages=2)
+    assert "new39.py" in ledger.render(600) and "new0.py" not in ledger.render(600)

@@ -34,7 +34,7 @@ class LastResortStage:
     def phases(work: Work) -> list[set[int]]:
         """The indices each phase may cut: the body, then the head less its system messages, then those."""
         messages, head_len = work.conversation.messages, work.draft.head_len
-        latest_request = last_user_index(messages)
+        latest_request = work.latest_request
         task = last_user_index(messages[:head_len])  # the head's last user message: what the agent is solving
         touchable = set(range(len(messages))) - {latest_request, task}
         head = {i for i in touchable if i < head_len}

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from proxy.compaction.conversation import Message, calls_of_results, describe_call, last_user_index, text_of
+from proxy.compaction.conversation import Message, calls_of_results, describe_call, is_observation, text_of
 from proxy.compaction.facts import facts_note, text_commands
 from proxy.compaction.records import Replacement
 from proxy.compaction.work import Work
@@ -48,7 +48,7 @@ class MaskStage:
         messages, head_len = work.conversation.messages, work.draft.head_len
         if self.observation is None:
             return {}
-        latest = last_user_index(messages)
+        latest = work.latest_request
         found: dict[int, str | None] = {}
         command: str | None = None
         for index in range(head_len, len(messages)):
@@ -56,9 +56,8 @@ class MaskStage:
             if message.get("role") == "assistant":
                 commands = text_commands(text_of(message.get("content")))
                 command = commands[-1] if commands else None
-            elif message.get("role") == "user" and index != latest:
-                if self.observation.search(text_of(message.get("content"))):
-                    found[index] = command
+            elif index != latest and is_observation(messages, index, self.observation):
+                found[index] = command
         return found
 
     async def run(self, work: Work) -> None:
@@ -83,6 +82,8 @@ class MaskStage:
                 else:
                     masked = placeholder(original, calls.get(index), conversation.counts[index])
                 tokens = work.count_message(masked)
+                if tokens >= conversation.counts[index]:  # a short result is its own best summary
+                    continue
                 previous_tokens = current.tokens if current else conversation.counts[index]
                 draft.replaced[index] = Replacement(conversation.digests[index], masked, tokens, "mask")
                 total += tokens - previous_tokens

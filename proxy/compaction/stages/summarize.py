@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from proxy.compaction.conversation import Message
 from proxy.compaction.middle import due_cut, grown_ledger, max_summary_tokens, replace_middle, span
+from proxy.compaction.stages.digest import NO_SUMMARY_NOTE
 from proxy.compaction.summary import (
     LEDGER_CHARS,
     Summarize,
@@ -55,7 +56,8 @@ class SummarizeStage:
         if cut is None:
             return
         draft = work.draft
-        previous = written_part(draft.summary) if draft.summary is not None and not draft.fallback else None
+        previous = written_part(draft.summary).replace(NO_SUMMARY_NOTE, "").strip() if draft.summary else None
+        previous = previous or None  # after a fallback: the earlier LLM note, if there was one
         started = time.perf_counter()
         try:
             text = await self.rolling_summary(span(work, cut), previous, work)
@@ -119,8 +121,8 @@ class SummarizeStage:
         used = 0
         for block in blocks:
             tokens = self.count_text(block)
-            if tokens > room:
-                block = clip(block, room * 3)
+            while tokens > room:  # a block bigger than a whole chunk: clipped (and counted again) until it fits
+                block = clip(block, min(room * 3, len(block) // 2))
                 tokens = self.count_text(block)
             if used + tokens > room and pieces[-1]:
                 pieces.append([])
