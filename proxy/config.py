@@ -10,6 +10,7 @@ import base64
 import fnmatch
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -114,8 +115,7 @@ class Truncate(Section):
     max_bytes: int = Field(51200, ge=256)
 
 
-# Agents that act through text get their command's output back as a user message; these markers say
-# which user messages are such observations (SWE-agent's prompt lines, OpenHands, ReAct, <output>).
+# Markers of a text-action agent's observation (SWE-agent's prompt lines, OpenHands, ReAct, <output>).
 OBSERVATION_PATTERN = (
     r"\(Open file: |\(Current directory: |^bash-\$\s*$|^(?:Observation|OBSERVATION|EXECUTION RESULT)\b"
     r"|^(?:Command output|Tool output|Output):|^<output>|^Exit code: \d+"
@@ -156,6 +156,17 @@ class Summarize(Section):
     fallback_models: tuple[str, ...] = ()
     clip_tool_output_chars: int = Field(1800, ge=100)
     prompt_file: str | None = None  # the summarizer's instructions; None: proxy/compaction/prompts/summary.md
+
+    @field_validator("prompt_file")
+    @classmethod
+    def _readable_prompt(cls, value: str | None) -> str | None:
+        try:
+            text = Path(value).read_text(encoding="utf-8") if value else "## none"
+        except OSError as exc:
+            raise ValueError(f"cannot read the summarizer prompt {value!r}: {exc.strerror}") from exc
+        if "\n## " not in f"\n{text}":
+            raise ValueError(f"{value!r} names no sections: a reply is checked for the prompt's `## ` headings")
+        return value
 
 
 class Cache(Section):

@@ -87,3 +87,12 @@ def test_a_variable_on_a_comment_line_is_not_required(tmp_path: Path, monkeypatc
     monkeypatch.delenv("INFLIGHT_SURELY_UNSET", raising=False)
     text = "upstream:\n  # api_key: ${INFLIGHT_SURELY_UNSET}\n  api_key: ''\n"
     assert load_settings(write(tmp_path, text)).upstream.api_key == ""
+
+
+def test_a_summarizer_prompt_file_must_be_there_and_have_sections(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read the summarizer prompt"):
+        load_settings(None, overrides={"compaction": {"summarize": {"prompt_file": str(tmp_path / "missing.md")}}})
+    flat = tmp_path / "flat.md"
+    flat.write_text("Summarize the conversation.")
+    with pytest.raises(ConfigError, match="names no sections"):
+        load_settings(None, overrides={"compaction": {"summarize": {"prompt_file": str(flat)}}})

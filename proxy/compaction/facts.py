@@ -30,12 +30,13 @@ PATH = re.compile(
 ERROR = re.compile(
     r"\b[A-Z]\w*(?:Error|Exception)\b|\bTraceback\b|\bFAILED\b|\bFAIL:|\bTIMED OUT\b|\btimed out\b"
     r"|\bfatal:|\bpanic(?:ked)?\b|Segmentation fault|\bcommand not found\b|No such file or directory"
-    r"|\bPermission denied\b|\bexit (?:code|status)[: ]+[1-9]|\b[Ee]rror:|^\s*(?:ERROR|[Ee]rror|Wrong|Invalid|Cannot)\b"
-    r"|\b(?:cannot|can't|unable to)\b",
+    r"|\bPermission denied\b|\b(?i:exit (?:code|status))[: ]+[1-9]|<returncode>[1-9]|\bnpm ERR!|\berror [A-Z]+\d+"
+    r"|\b[Ee]rror:|^\s*(?:ERROR|[Ee]rror|Wrong|Invalid|Cannot)\b|\b(?:cannot|can't|unable to)\b",
     re.MULTILINE,
 )
-# A numbered line of a file being shown (`1481:    raise ...`, `  12| x = 1`): source code, not an error.
-LISTING = re.compile(r"^\s*\d+\s*[:|]")
+# A numbered line of a file being shown (`1481:    raise ...`, `  12| x = 1`), or a line of code
+# (`class ParseError(Exception):`, `# cannot be None`): source being read, not an error met.
+LISTING = re.compile(r"^\s*\d+\s*[:|]|^\s*(?:class|def|raise|except|import|from|#|//)\b|^\s*(?:#|//)")
 IDENTIFIER = re.compile(
     r"\b[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+\b"  # dotted: fields.TimeDelta, obj.attr
     r"|\b[a-z][a-z0-9]*_[a-z0-9_]+\b"  # snake_case

@@ -103,3 +103,23 @@ def test_editor_tools_name_their_files_and_the_ledger_keeps_the_newest() -> None
     for span in range(40):
         ledger = ledger.add(facts_of(tool_turn(f"c{span}", f"cat new{span}.py", "x")), messages=2)
     assert "new39.py" in ledger.render(600) and "new0.py" not in ledger.render(600)
+
+
+def test_exit_codes_tool_errors_and_code_being_read() -> None:
+    output = "\n".join(
+        [
+            "Exit code 2",
+            "<returncode>1</returncode>",
+            "npm ERR! missing script: test",
+            "src/a.ts(3,7): error TS2322: Type 'string' is not assignable to type 'number'.",
+            "class ParseError(Exception):",  # a file being read: code, not an error met
+            "    # cannot be None",
+        ]
+    )
+    errors = facts_of(tool_turn("c1", "make test", output)).errors
+    assert errors == (
+        "Exit code 2",
+        "<returncode>1</returncode>",
+        "npm ERR! missing script: test",
+        "src/a.ts(3,7): error TS2322: Type 'string' is not assignable to type 'number'.",
+    )
