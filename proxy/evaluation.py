@@ -14,7 +14,6 @@ was compacted it reports tokens before and after, the actions, and what survived
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,8 +21,16 @@ from typing import Any
 import orjson
 
 from proxy.compaction import Summarize, SummaryJob, head_length
-from proxy.compaction.conversation import Message, calls_of_results, describe_call, latest_request_index, text_of
+from proxy.compaction.conversation import (
+    Message,
+    calls_of_results,
+    describe_call,
+    latest_request_index,
+    observation_regex,
+    text_of,
+)
 from proxy.compaction.facts import command_of, facts_of
+from proxy.compaction.stages.mask import TOOL_PRUNED
 from proxy.config import Compaction
 from proxy.pipeline import ChatPipeline, Options, SummarizerFactory, summarizer_window
 
@@ -135,7 +142,7 @@ def wrong_placeholders(original: Sequence[Message], sent: Sequence[Message]) -> 
     wrong = 0
     for index, message in zip(reversed(original_results), reversed(sent_results), strict=False):
         content = message.get("content")
-        if isinstance(content, str) and content.startswith("[tool output pruned:"):
+        if isinstance(content, str) and content.startswith(TOOL_PRUNED):
             wrong += describe_call(expected.get(index)) not in content
     return wrong
 
@@ -158,8 +165,8 @@ async def replay(pipeline: ChatPipeline, name: str, body: dict[str, Any]) -> lis
         sent = outcome.messages
         text = plain_text(sent)
         dropped = [m for m in request["messages"] if m not in sent]
-        pattern = pipeline.model_settings(counted.model).compaction.mask.observation_pattern
-        index = latest_request_index(request["messages"], re.compile(pattern, re.MULTILINE) if pattern else None)
+        pattern = observation_regex(pipeline.model_settings(counted.model).compaction.mask.observation_pattern)
+        index = latest_request_index(request["messages"], pattern)
         latest = None if index is None else request["messages"][index]  # a request, not an observation
         out.append(
             Compacted(

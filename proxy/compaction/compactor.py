@@ -9,7 +9,13 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
-from proxy.compaction.conversation import Conversation, Message, head_length, latest_request_index
+from proxy.compaction.conversation import (
+    Conversation,
+    Message,
+    head_length,
+    latest_request_index,
+    observation_regex,
+)
 from proxy.compaction.draft import Budget, Draft
 from proxy.compaction.records import Record
 from proxy.compaction.stages import build_stages
@@ -80,6 +86,5 @@ def build_compactor(
     stages = build_stages(
         settings, summarize=summarize, count_text=count_text, summarizer_input_tokens=summarizer_input_tokens
     )
-    pattern = settings.mask.observation_pattern
-    observation = re.compile(pattern, re.MULTILINE) if pattern else None
+    observation = observation_regex(settings.mask.observation_pattern)
     return Compactor(stages, count_message=count_message, observation=observation)

@@ -47,6 +47,11 @@ def protected(messages: Sequence[Message], latest_request: int | None) -> set[in
     return indices
 
 
+def observation_regex(pattern: str | None) -> re.Pattern[str] | None:
+    """`compaction.mask.observation_pattern`, compiled as every reader of it needs it (None: off)."""
+    return re.compile(pattern, re.MULTILINE) if pattern else None
+
+
 def is_observation(messages: Sequence[Message], index: int, pattern: re.Pattern[str] | None) -> bool:
     """A user message that is a text-action agent's observation: it answers an assistant message and
     matches `compaction.mask.observation_pattern`."""

@@ -36,7 +36,7 @@ ERROR = re.compile(
 )
 # A numbered line of a file being shown (`1481:    raise ...`, `  12| x = 1`), or a line of code
 # (`class ParseError(Exception):`, `# cannot be None`): source being read, not an error met.
-LISTING = re.compile(r"^\s*\d+\s*[:|]|^\s*(?:class|def|raise|except|import|from|#|//)\b|^\s*(?:#|//)")
+LISTING = re.compile(r"^\s*\d+\s*[:|]|^\s*(?:class|def|raise|except|import|from)\b|^\s*(?:#|//)")
 IDENTIFIER = re.compile(
     r"\b[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+\b"  # dotted: fields.TimeDelta, obj.attr
     r"|\b[a-z][a-z0-9]*_[a-z0-9_]+\b"  # snake_case

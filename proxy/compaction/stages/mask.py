@@ -10,20 +10,35 @@ the same bytes on every turn (the upstream's prompt cache depends on it).
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-from proxy.compaction.conversation import Message, calls_of_results, describe_call, is_observation, text_of
+from proxy.compaction.conversation import (
+    Message,
+    calls_of_results,
+    describe_call,
+    is_observation,
+    observation_regex,
+    text_of,
+)
 from proxy.compaction.facts import facts_note, text_commands
 from proxy.compaction.records import Replacement
 from proxy.compaction.work import Work
 from proxy.config import Mask as MaskSettings
 
+TOOL_PRUNED = "[tool output pruned:"
+OBSERVATION_PRUNED = "[observation pruned:"
+
+
+def pruned(prefix: str, what: str, message: Message, tokens: int) -> str:
+    """One line in a result's place: what ran, how big its output was, and that output's errors and paths.
+    A pure function of the message, so the same result is masked to the same bytes every turn."""
+    note = facts_note(text_of(message.get("content")))
+    return f"{prefix} {what} returned {tokens:,} tokens{'; ' + note if note else ''}]"
+
 
 def placeholder(message: Message, function: dict[str, Any] | None, tokens: int) -> Message:
     """The masked form of a tool result: same role and id, a one-line content."""
-    note = facts_note(text_of(message.get("content")))
-    text = f"[tool output pruned: {describe_call(function)} returned {tokens:,} tokens{'; ' + note if note else ''}]"
+    text = pruned(TOOL_PRUNED, describe_call(function), message, tokens)
     masked = {key: (text if key == "content" else value) for key, value in message.items()}
     masked.setdefault("content", text)
     return masked
@@ -31,17 +46,14 @@ def placeholder(message: Message, function: dict[str, Any] | None, tokens: int) 
 
 def observation_placeholder(message: Message, command: str | None, tokens: int) -> Message:
     """The masked form of a text-action agent's observation (a user message): what ran, how big it was."""
-    note = facts_note(text_of(message.get("content")))
     ran = f"`{command.splitlines()[0][:160]}`" if command else "a command"
-    text = f"[observation pruned: {ran} returned {tokens:,} tokens{'; ' + note if note else ''}]"
-    return {**message, "content": text}
+    return {**message, "content": pruned(OBSERVATION_PRUNED, ran, message, tokens)}
 
 
 class MaskStage:
     def __init__(self, settings: MaskSettings) -> None:
         self.keep = (settings.keep_tool_results, settings.keep_tool_results_min)
-        pattern = settings.observation_pattern
-        self.observation = re.compile(pattern, re.MULTILINE) if pattern else None
+        self.observation = observation_regex(settings.observation_pattern)
 
     def observations(self, work: Work) -> dict[int, str | None]:
         """User messages after the head that are observations (by the pattern), with the command each answers."""

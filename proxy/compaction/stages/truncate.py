@@ -22,8 +22,10 @@ class Limits:
     max_bytes: int
 
 
-def marker(omitted_lines: int, total_lines: int, omitted_bytes: int) -> str:
-    return f"[... omitted {omitted_lines:,} of {total_lines:,} lines ({omitted_bytes:,} bytes) ...]"
+def marker(omitted_lines: int, total_lines: int, omitted_bytes: int, facts: str = "") -> str:
+    """What a cut removed; `facts` (`facts_note` of the removed part) keeps its error lines and paths."""
+    said = f"; in them: {facts}" if facts else ""
+    return f"[... omitted {omitted_lines:,} of {total_lines:,} lines ({omitted_bytes:,} bytes){said} ...]"
 
 
 def truncate_text(text: str, limits: Limits) -> str | None:
@@ -42,9 +44,8 @@ def truncate_text(text: str, limits: Limits) -> str | None:
         return _cut_bytes(text, budget, total_lines=len(lines))
     kept = "\n".join(head + tail)
     omitted_lines = len(lines) - head_n - tail_n
-    note = marker(omitted_lines, len(lines), size - len(kept.encode()))
     facts = facts_note("\n".join(lines[head_n : len(lines) - tail_n]))
-    note = f"{note[:-5]}; in them: {facts} ...]" if facts else note
+    note = marker(omitted_lines, len(lines), size - len(kept.encode()), facts)
     return "\n".join([*head, note, *tail])
 
 
