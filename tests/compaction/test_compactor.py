@@ -394,3 +394,20 @@ async def test_a_short_result_is_not_masked_into_something_longer() -> None:
     messages[3]["content"] = "FAILED"
     outcome = await run(messages, int(conversation_of(messages).tokens / 0.75))
     assert outcome.messages[3]["content"] == "FAILED"
+
+
+async def test_a_developer_message_after_the_head_is_cut_only_after_every_observation() -> None:
+    call = {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": '{"cmd": "cat big.log"}'}}
+    rules = {"role": "developer", "content": "Rule: never edit generated files. " * 60}
+    messages = [
+        {"role": "system", "content": "You are an agent."},
+        {"role": "user", "content": "Fix the parser."},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "\n".join(f"log line {i}" for i in range(5000))},
+        rules,
+        {"role": "user", "content": "Go on."},
+    ]
+    limit = conversation_of([*messages[:3], *messages[4:]]).tokens + 150
+    outcome = await run(messages, limit)
+    assert outcome.messages[4] == rules  # the observation is cut down first, the developer's rules kept
+    assert "[... omitted" in outcome.messages[3]["content"]

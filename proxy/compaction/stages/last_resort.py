@@ -32,14 +32,15 @@ class LastResortStage:
 
     @staticmethod
     def phases(work: Work) -> list[set[int]]:
-        """The indices each phase may cut: the body, then the head less its system messages, then those."""
+        """The indices each phase may cut: the body, then the head, each less system/developer messages
+        (wherever they stand), then those."""
         messages, head_len = work.conversation.messages, work.draft.head_len
         latest_request = work.latest_request
         task = last_user_index(messages[:head_len])  # the head's last user message: what the agent is solving
         touchable = set(range(len(messages))) - {latest_request, task}
-        head = {i for i in touchable if i < head_len}
-        system = {i for i in head if pinned(messages[i])}
-        return [touchable - head, head - system, system]
+        system = {i for i in touchable if pinned(messages[i])}  # in the head or later: cut last
+        head = {i for i in touchable if i < head_len} - system
+        return [touchable - head - system, head, system]
 
     def halve_biggest(self, work: Work, allowed: set[int]) -> int | None:
         """Cut the biggest message of `allowed` that can be cut; the tokens saved, or None when none can be."""
