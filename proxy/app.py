@@ -28,7 +28,7 @@ def create_app(settings: Settings) -> ASGIApp:
     """Build a proxy app; everything it holds lives in objects it owns, nothing in module globals."""
     upstream = UpstreamClient(settings.upstream)
     summarizer_http = summarizer_client()
-    pipeline = build_pipeline(settings, summarizers=Summarizers(settings, summarizer_http))
+    pipeline = build_pipeline(settings, summarizers=Summarizers(settings, summarizer_http), background=True)
 
     @asynccontextmanager
     async def lifespan(app: object) -> AsyncIterator[None]:
@@ -37,13 +37,15 @@ def create_app(settings: Settings) -> ASGIApp:
         try:
             yield
         finally:
+            if pipeline.compactions.jobs is not None:
+                await pipeline.compactions.jobs.close()
             await upstream.aclose()
             await summarizer_http.aclose()
 
     chat = Endpoint(ChatCompletions(pipeline, upstream, limits=settings.limits))
     routes = [
         JsonRoute("/healthz", healthz, methods=["GET"]),
-        JsonRoute("/inflight/stats", stats_route(pipeline.registry, pipeline.calibration), methods=["GET"]),
+        JsonRoute("/inflight/stats", stats_route(pipeline), methods=["GET"]),
         JsonRoute("/v1/chat/completions", chat, methods=["POST"]),
         JsonRoute("/v1/{path:path}", Endpoint(PassThrough(upstream, limits=settings.limits)), methods=METHODS),
     ]

@@ -24,7 +24,8 @@ from proxy.evaluation import Compacted, SizedSummarizers, replay, report, totals
 from proxy.http.access import startup_problem
 from proxy.http.intake import parse_object
 from proxy.http.server import uvicorn_options
-from proxy.pipeline import ChatPipeline, Options, Prepared, build_pipeline
+from proxy.pipeline import ChatPipeline, Options, build_pipeline
+from proxy.prepared import Prepared
 from proxy.upstream.summarizer import Summarizers, summarizer_client
 
 GIL_SWITCH_INTERVAL_S = 0.0005

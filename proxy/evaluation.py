@@ -31,8 +31,9 @@ from proxy.compaction.conversation import (
 )
 from proxy.compaction.facts import command_of, facts_of
 from proxy.compaction.stages.mask import TOOL_PRUNED
+from proxy.compaction_parts import summarizer_window
 from proxy.config import Compaction
-from proxy.pipeline import ChatPipeline, Options, SummarizerFactory, summarizer_window
+from proxy.pipeline import ChatPipeline, Options, SummarizerFactory
 
 KINDS = ("paths", "errors", "commands", "names")
 

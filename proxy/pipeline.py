@@ -7,34 +7,33 @@ in as callables.
 
 from __future__ import annotations
 
+import functools
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
-import orjson
 from cachetools import LRUCache
 
 from proxy.accounting import Accounting, Counted
 from proxy.compaction import (
     Budget,
-    Compactor,
     Conversation,
     ConversationCompactions,
     Outcome,
     Summarize,
-    build_compactor,
     conversation_key,
     head_length,
-    on_home_loop,
 )
+from proxy.compaction.background import BackgroundSummaries
+from proxy.compaction_parts import CompactionParts, summarizer_window
 from proxy.config import Compaction, ModelSettings, Settings
 from proxy.policy.calibration import Calibration
 from proxy.policy.refusals import Refusal
 from proxy.policy.retry import RetryAim, retry_limit
 from proxy.policy.windows import ContextRegistry, FetchModels, budget_for
+from proxy.prepared import Prepared, as_sent, rewritten
 from proxy.state import open_record_store
 from proxy.tokens import EncodingChoice, TokenCounter, choose_encoding
-from proxy.tokens.text import counted_or_estimated
 
 log = logging.getLogger("inflight")
 
@@ -56,20 +55,6 @@ class Options:
     mode: str = ""  # "off": forward untouched, never retry; "force": compact even if it fits
     session: str | None = None
     authorization: str | None = None  # the client's, for the summarizer when no key is configured
-
-
-@dataclass
-class Prepared:
-    """The body to send upstream and what the proxy says about it."""
-
-    body: bytes
-    rewritten: bool
-    sent_tokens: int  # our uncalibrated count of what is sent, for calibration
-    limit: int  # the budget it was prepared against
-    headers: dict[str, str]
-    fields: dict[str, object] = field(default_factory=dict)  # for the request's log line
-    outcome: Outcome | None = None
-    too_long: str | None = None  # why it cannot fit even compacted: the body is our best effort, sent anyway
 
 
 class ChatPipeline:
@@ -182,27 +167,17 @@ class ChatPipeline:
         own_units = int((retry.limit if retry else accounting.budget) / accounting.ratio)  # compaction's units
         budget = Budget.exactly(own_units) if retry and retry.blind else Budget.of(own_units, settings)
         force = options.mode == "force"  # a retry needs no push: what it retries is over its limit
-        due = force or conversation.tokens > budget.prune_at  # else no summary can be due: no need to ask
+        background = self.compactions.jobs is not None and self.summarizers is not None
+        background = background and settings.summarize.background_at is not None
+        start_at = int(budget.limit * (settings.summarize.background_at or 1)) if background else budget.prune_at
+        due = force or conversation.tokens > min(budget.prune_at, start_at)  # else no summary is near: no need to ask
         summary_window = await summarizer_window(self, settings, accounting.model, ask=due)
-
-        def compactor() -> Compactor:
-            summarize = None
-            if self.summarizers is not None:
-                authorization = options.authorization
-                summarize = on_home_loop(
-                    self.summarizers(settings, model=accounting.model, client_authorization=authorization)
-                )
-            # The summarizer's reply is bounded by max_summary_tokens, which the stages keep room for.
-            encoding = self.counter.encoding(accounting.encoding)
-            return build_compactor(
-                settings,
-                count_message=lambda message: self.counter.count_message(message, encoding),
-                count_text=lambda text: counted_or_estimated(encoding, text),
-                summarize=summarize,
-                summarizer_input_tokens=int(summary_window / accounting.ratio),
-            )
-
-        return await self.compactions.compact(key, conversation, compactor=compactor, budget=budget, force=force)
+        parts = CompactionParts(self, settings, accounting, options, int(summary_window / accounting.ratio))
+        ahead = parts.ahead(budget, start_at, counted.payload.get("tools")) if background else None
+        compactor = functools.partial(parts.compactor, background=background)
+        return await self.compactions.compact(
+            key, conversation, compactor=compactor, budget=budget, force=force, ahead=ahead
+        )
 
     def learn(self, accounting: Accounting, refusal: Refusal, prepared: Prepared, payload: dict[str, Any]) -> RetryAim:
         """Record what the refusal says; the (calibrated) budget to compact the retry against."""
@@ -222,69 +197,26 @@ class ChatPipeline:
         )
 
 
-async def summarizer_window(pipeline: ChatPipeline, settings: Compaction, model: str, *, ask: bool = True) -> int:
-    """The summarizer's window: configured, else from its own endpoint when summaries go elsewhere (if
-    `ask`), else as any model's. A summarizer is never sent more than this (`SummarizeStage.chunks`)."""
-    model = settings.summarize.model or model
-    if ask and pipeline.summarizers is not None and settings.summarize.base_url:
-        found = await pipeline.summarizers.window(settings, model)
-        if found is not None:
-            return found
-    return pipeline.registry.resolve(model).context_window
-
-
 def is_message_list(messages: object) -> bool:
     return isinstance(messages, list) and all(isinstance(m, dict) for m in messages)
 
 
-def as_sent(counted: Counted, accounting: Accounting, *, limit: int) -> Prepared:
-    """The client's own bytes, with the headers that say nothing was done to them."""
-    tokens = str(accounting.calibrated(counted.count.total))
-    headers = accounting.headers() | {
-        "x-inflight-tokens-before": tokens,
-        "x-inflight-tokens-after": tokens,
-        "x-inflight-actions": "none",
-    }
-    return Prepared(counted.raw, False, counted.count.total, limit, headers)
+def build_pipeline(
+    settings: Settings, *, summarizers: SummarizerFactory | None, background: bool = False
+) -> ChatPipeline:
+    """A pipeline with fresh state (counts, windows, calibration, records): the server's, or a command's.
 
-
-def rewritten(counted: Counted, accounting: Accounting, outcome: Outcome, *, limit: int, key: str) -> Prepared:
-    """The compacted body, with the headers and log fields that say what was done to it."""
-    before, after = accounting.calibrated(outcome.tokens_before), accounting.calibrated(outcome.tokens_after)
-    actions = ",".join(outcome.actions)
-    headers = accounting.headers() | {
-        "x-inflight-tokens-before": str(before),
-        "x-inflight-tokens-after": str(after),
-        "x-inflight-actions": actions,
-    }
-    fields: dict[str, object] = {
-        "actions": actions,
-        "compacted": f"{before}->{after}/{limit}",
-        "key": key[:48],
-        "replaced": outcome.messages_replaced,
-        "summarizer_calls": outcome.summarizer_calls,
-        "summarizer_ms": f"{outcome.summarizer_ms:.0f}" if outcome.summarizer_ms is not None else "-",
-    }
-    fields |= outcome.notes
-    too_long = None
-    if not outcome.fits:
-        too_long = (
-            f"This request needs at least {after:,} prompt tokens after compaction (it had {before:,}), but "
-            f"{accounting.model} allows {limit:,} ({accounting.limits.context_window:,}-token context window "
-            "minus the tokens reserved for the reply). Shorten the system prompt, the tools or the last message."
-        )
-    body = orjson.dumps({**counted.payload, "messages": outcome.messages})
-    return Prepared(body, True, outcome.tokens_after, limit, headers, fields, outcome, too_long)
-
-
-def build_pipeline(settings: Settings, *, summarizers: SummarizerFactory | None) -> ChatPipeline:
-    """A pipeline with fresh state (counts, windows, calibration, records): the server's, or a command's."""
+    `background`: summaries are made by background jobs (the server); a command makes them in line."""
+    jobs = None
+    if background:
+        summarize = settings.compaction.summarize
+        jobs = BackgroundSummaries(max_running=summarize.max_concurrent_jobs, idle_s=settings.compaction.cache.ttl_s)
     return ChatPipeline(
         settings,
         counter=TokenCounter(),
         registry=ContextRegistry(settings),
         calibration=Calibration(),
-        compactions=ConversationCompactions(open_record_store(settings.compaction.cache)),
+        compactions=ConversationCompactions(open_record_store(settings.compaction.cache), jobs),
         summarizers=summarizers,
     )
 

@@ -1,5 +1,6 @@
 """Compaction: pure functions over message lists (no HTTP here; counting and the summarizer are passed in)."""
 
+from proxy.compaction.ahead import SummaryAhead
 from proxy.compaction.compactor import Compactor, build_compactor
 from proxy.compaction.conversation import Conversation, head_length
 from proxy.compaction.draft import Budget
@@ -18,6 +19,7 @@ __all__ = [
     "Record",
     "RecordStore",
     "Summarize",
+    "SummaryAhead",
     "SummaryJob",
     "build_compactor",
     "conversation_key",

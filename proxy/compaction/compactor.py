@@ -71,7 +71,7 @@ def recompact_at(budget: Budget, record: Record | None) -> int:
     rewritten request crosses summarize_at: masking one more result a turn between the two would
     change a message inside last turn's request every turn and defeat the upstream's prompt
     cache, for a few hundred tokens the request can afford (it is still under summarize_at)."""
-    return budget.prune_at if record is None else budget.summarize_at
+    return budget.prune_at if record is None or record.bare else budget.summarize_at
 
 
 def build_compactor(
@@ -81,10 +81,15 @@ def build_compactor(
     count_text: Callable[[str], int],
     summarize: Summarize | None,
     summarizer_input_tokens: int,
+    background: bool = False,
 ) -> Compactor:
     """A compactor with the stages one model's `compaction:` settings call for."""
     stages = build_stages(
-        settings, summarize=summarize, count_text=count_text, summarizer_input_tokens=summarizer_input_tokens
+        settings,
+        summarize=summarize,
+        count_text=count_text,
+        summarizer_input_tokens=summarizer_input_tokens,
+        background=background,
     )
     observation = observation_regex(settings.mask.observation_pattern)
     return Compactor(stages, count_message=count_message, observation=observation)

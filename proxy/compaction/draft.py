@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from proxy.compaction.conversation import Conversation, Message, pinned
 from proxy.compaction.ledger import Ledger
-from proxy.compaction.records import Record, Replacement, prefix_hash
+from proxy.compaction.records import Precomputed, Record, Replacement, prefix_hash
 from proxy.config import Compaction
 
 
@@ -53,6 +53,7 @@ class Draft:
     fallback: bool = False
     replaced: dict[int, Replacement] = field(default_factory=dict)
     ledger: Ledger | None = None
+    ahead: Precomputed | None = None
 
     @classmethod
     def from_record(cls, record: Record, conversation: Conversation) -> Draft:
@@ -69,6 +70,7 @@ class Draft:
             record.fallback,
             replaced,
             record.ledger,
+            record.ahead,
         )
 
     def view(self, conversation: Conversation) -> list[ViewItem]:
@@ -100,4 +102,5 @@ class Draft:
             fallback=self.fallback,
             replaced=dict(self.replaced),
             ledger=self.ledger,
+            ahead=self.ahead,
         )

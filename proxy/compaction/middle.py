@@ -19,8 +19,11 @@ def max_summary_tokens(settings: SummarizeSettings, budget: Budget) -> int:
     return max(min(settings.max_summary_tokens, budget.limit // 4), 32)
 
 
-def choose_cut(work: Work, settings: SummarizeSettings) -> int | None:
-    """Where the verbatim tail starts: as many recent tokens as allowed, at least the last turn."""
+def choose_cut(work: Work, settings: SummarizeSettings, *, growth: int = 0) -> int | None:
+    """Where the verbatim tail starts: as many recent tokens as allowed, at least the last turn.
+
+    `growth`: tokens the conversation will gain before the summary is put in place (a summary made
+    ahead): the tail kept now is that much shorter, so that with them it is the usual length."""
     conversation, draft, budget = work.conversation, work.draft, work.budget
     messages = conversation.messages
     starts = turn_starts(messages)
@@ -40,7 +43,7 @@ def choose_cut(work: Work, settings: SummarizeSettings) -> int | None:
     fixed = conversation.fixed_tokens + sum(t for _, t, o in view if o is None or o < draft.prefix_len)
     fixed -= draft.summary_tokens
     room = budget.target - fixed - max_summary_tokens(settings, budget)
-    tail_budget = min(settings.keep_recent_tokens, budget.limit // 2, max(room, 0))
+    tail_budget = min(settings.keep_recent_tokens, budget.limit // 2, max(room, 0)) - growth
     cut = valid[-1]
     for candidate in reversed(valid[:-1]):
         if tokens_from.get(candidate, 0) > tail_budget:
@@ -66,7 +69,14 @@ def grown_ledger(work: Work, cut: int) -> Ledger:
 
 
 def replace_middle(
-    work: Work, cut: int, text: str, *, settings: SummarizeSettings, fallback: bool, ledger: Ledger
+    work: Work,
+    cut: int,
+    text: str,
+    *,
+    settings: SummarizeSettings,
+    fallback: bool,
+    ledger: Ledger,
+    action: str | None = None,
 ) -> None:
     """Put one summary message (`text`, then the ledger) in place of the middle up to `cut`; drop
     replacements it swallowed. The text gets at most 60% of the room, the ledger the rest."""
@@ -81,4 +91,4 @@ def replace_middle(
     draft.prefix_len = cut
     draft.replaced = {i: r for i, r in draft.replaced.items() if i >= cut or i < draft.head_len}
     work.middle_replaced = True
-    work.outcome.actions.append("fallback" if fallback else "summarize")
+    work.outcome.actions.append(action or ("fallback" if fallback else "summarize"))

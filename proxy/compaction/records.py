@@ -31,6 +31,28 @@ class Replacement:
 
 
 @dataclass(frozen=True)
+class Precomputed:
+    """A summary made ahead by a background job (`proxy.compaction.background`), waiting for the turn that needs it.
+
+    It covers the conversation up to message `cut` (whose first `cut` digests hash to `cut_hash`),
+    earlier summaries included, so any record of the same conversation that summarizes less, or
+    holds only a local digest, can take it in place of its own.
+    """
+
+    cut: int
+    cut_hash: bytes
+    text: str
+    calls: int = field(default=0, compare=False)  # what it cost to make, for the log
+    made_ms: float = field(default=0.0, compare=False)
+
+    def usable(self, *, head_len: int, prefix_len: int, fallback: bool, digests: Sequence[bytes]) -> bool:
+        """Whether it summarizes this conversation further than the record does (or replaces its digest)."""
+        if not head_len < self.cut <= len(digests) or prefix_hash(digests[: self.cut]) != self.cut_hash:
+            return False
+        return self.cut > prefix_len or fallback
+
+
+@dataclass(frozen=True)
 class Record:
     head_len: int
     prefix_len: int  # original messages [head_len, prefix_len) are replaced by `summary`
@@ -40,9 +62,22 @@ class Record:
     fallback: bool = False  # the summary is a local digest, not an LLM summary
     replaced: dict[int, Replacement] = field(default_factory=dict)
     ledger: Ledger | None = None  # the facts of everything the summary replaced, grown at each compaction
+    ahead: Precomputed | None = None  # the summary the next compaction will use, made in the background
 
     def matches(self, digests: Sequence[bytes]) -> bool:
         return self.prefix_len <= len(digests) and prefix_hash(digests[: self.prefix_len]) == self.prefix_hash
+
+    @property
+    def bare(self) -> bool:
+        """Nothing is rewritten: the record only holds a summary made ahead of the first compaction."""
+        return self.summary is None and not self.replaced
+
+    def ahead_usable(self, digests: Sequence[bytes]) -> bool:
+        if self.ahead is None:
+            return False
+        return self.ahead.usable(
+            head_len=self.head_len, prefix_len=self.prefix_len, fallback=self.fallback, digests=digests
+        )
 
 
 def prefix_hash(digests: Sequence[bytes]) -> bytes:

@@ -4,26 +4,39 @@ A big conversation is compacted in a worker thread (`offload`), so the event loo
 Two turns of one conversation may arrive together (an agent retrying, parallel sub-agents sharing a
 head): a lock per conversation key makes the second reuse the first's record instead of paying
 for a second summary.
+
+With summaries made in the background (`SummaryAhead`), a turn past `background_at` starts the
+job for its conversation, and the job's summary lands in the record (`Record.ahead`). A turn that
+needs a summary and finds none waits up to `wait_s` for the running job (starting one if there is
+none), then goes on without: the ledger stands in, and the summary is put in place when it lands.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import logging
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
+from proxy.compaction.ahead import SummaryAhead
+from proxy.compaction.background import BackgroundSummaries, Job
 from proxy.compaction.compactor import Compactor
-from proxy.compaction.conversation import Conversation
-from proxy.compaction.draft import Budget
+from proxy.compaction.conversation import Conversation, Message, head_length
+from proxy.compaction.draft import Budget, Draft
 from proxy.compaction.offload import OFFLOAD_AT_TOKENS, in_worker_thread
-from proxy.compaction.records import RecordStore, best_record, with_record
+from proxy.compaction.records import Precomputed, Record, RecordStore, best_record, with_record
+from proxy.compaction.stages.precomputed import PRECOMPUTED
 from proxy.compaction.work import Outcome
 from proxy.heavy import HEAVY_TOKENS
 
+log = logging.getLogger("inflight")
+
 
 class ConversationCompactions:
-    def __init__(self, records: RecordStore) -> None:
+    def __init__(self, records: RecordStore, jobs: BackgroundSummaries | None = None) -> None:
         self.records = records
+        self.jobs = jobs
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
     async def compact(
@@ -34,14 +47,21 @@ class ConversationCompactions:
         compactor: Callable[[], Compactor],
         budget: Budget,
         force: bool,
+        ahead: SummaryAhead | None = None,
     ) -> Outcome | None:
         """The outcome (None: send the conversation untouched); the record is saved under `key`.
 
         Most requests fit and have no record: they are told so without a lock or a compactor.
         """
+        ahead = ahead if self.jobs is not None else None
+        if ahead is not None and self.jobs is not None:
+            self.jobs.touch(key)
         if not force and conversation.tokens <= budget.prune_at:
-            if best_record(await self.records.load(key), conversation.digests) is None:
+            record = best_record(await self.records.load(key), conversation.digests)
+            if record is None or record.bare:
+                self.start_ahead(key, conversation, record, ahead, conversation.messages, conversation.tokens)
                 return None
+        waited = await self.wait_for_summary(key, conversation, budget, force, ahead)
         lock = self._locks.setdefault(key, asyncio.Lock())
         async with lock:
             records = await self.records.load(key)
@@ -56,4 +76,99 @@ class ConversationCompactions:
             outcome = await (in_worker_thread(run, heavy=tokens >= HEAVY_TOKENS) if offload else run())
             if outcome is not None:
                 await self.records.save(key, with_record(records, record, outcome.record))
-            return outcome
+        if outcome is None:
+            self.start_ahead(key, conversation, record, ahead, conversation.messages, tokens)
+            return None
+        if waited is not None:
+            say_how_it_waited(outcome, waited, conversation)
+        self.start_ahead(key, conversation, outcome.record, ahead, outcome.messages, outcome.tokens_after)
+        return outcome
+
+    async def wait_for_summary(
+        self, key: str, conversation: Conversation, budget: Budget, force: bool, ahead: SummaryAhead | None
+    ) -> Job | None:
+        """When this turn needs a summary and its record has none made ahead: the job it waited for."""
+        if ahead is None or self.jobs is None:
+            return None
+        record = best_record(await self.records.load(key), conversation.digests)
+        if record is not None and record.ahead_usable(conversation.digests):
+            return None
+        draft = Draft.from_record(record, conversation) if record is not None else None
+        tokens = draft.tokens(conversation) if draft is not None else conversation.tokens
+        if not force and tokens <= budget.summarize_at:
+            return None
+        job = self.jobs.running(key) or self.start_ahead(
+            key, conversation, record, ahead, conversation.messages, tokens, crossing=True
+        )
+        if job is not None:
+            await self.jobs.wait(job, ahead.wait_s)
+        return job
+
+    def start_ahead(
+        self,
+        key: str,
+        conversation: Conversation,
+        record: Record | None,
+        ahead: SummaryAhead | None,
+        sent: Sequence[Message],
+        sent_tokens: int,
+        *,
+        crossing: bool = False,
+    ) -> Job | None:
+        """Start the background summary this conversation will need, if it is past `background_at` and has none."""
+        if ahead is None or self.jobs is None or (not crossing and sent_tokens <= ahead.start_at):
+            return None
+        if record is not None and record.ahead_usable(conversation.digests):
+            return None
+        base = record.prefix_hash if record is not None else b"head"
+
+        async def make() -> object:
+            return await ahead.make(conversation, record, sent, sent_tokens)
+
+        async def land(result: object) -> None:
+            assert isinstance(result, Precomputed)
+            await self.land(key, conversation, result)
+            log.info(
+                "[compaction] summary made ahead for %s: messages up to %d, %d summarizer call(s), %.0f ms",
+                key[:48],
+                result.cut,
+                result.calls,
+                result.made_ms,
+            )
+
+        return self.jobs.start(key, base, make, land, started_by=conversation if crossing else None)
+
+    async def land(self, key: str, conversation: Conversation, ahead: Precomputed) -> None:
+        """Keep a job's summary in the records it may serve (a bare one if none); each use checks it again.
+
+        A record of the job's conversation qualifies, and so does one made since that reaches past
+        the job's messages (a turn compacted while the job ran): no hash can tell the two apart,
+        and `Precomputed.usable` checks the summary against each request's messages anyway."""
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            records = await self.records.load(key)
+            digests = conversation.digests
+            serves = [r.matches(digests) or r.prefix_len > len(digests) for r in records]
+            updated = [dataclasses.replace(r, ahead=ahead) if ok else r for r, ok in zip(records, serves, strict=True)]
+            if not any(serves):  # no record yet (the first compaction is ahead): a bare one holds it
+                head_len = head_length(conversation.messages)
+                bare = dataclasses.replace(Draft(head_len, head_len).freeze(conversation), ahead=ahead)
+                updated = with_record(records, None, bare)
+            await self.records.save(key, updated)
+
+
+def say_how_it_waited(outcome: Outcome, job: Job, conversation: Conversation) -> None:
+    """The actions and notes of a turn that waited for a summary job."""
+    if job.started_by is conversation and PRECOMPUTED in outcome.actions:  # made for this very turn, while it waited
+        outcome.actions = ["summarize" if action == PRECOMPUTED else action for action in outcome.actions]
+        made = job.result
+        if isinstance(made, Precomputed):
+            outcome.summarizer_calls, outcome.summarizer_ms = made.calls, made.made_ms
+    if not job.done.is_set():
+        outcome.actions.append("summary-pending")
+        outcome.notes["summary"] = "pending"
+    elif job.error is not None and not isinstance(job.error, asyncio.CancelledError):
+        outcome.notes["summarizer_error"] = type(job.error).__name__
+        rejected = getattr(job.error, "rejected", None)
+        if rejected:
+            outcome.actions.append(f"summary-rejected-{rejected}")

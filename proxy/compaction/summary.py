@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from proxy.compaction.conversation import Message, calls_of_results, describe_call, text_of
 from proxy.compaction.ledger import LEDGER_HEADING
@@ -29,9 +30,25 @@ def load_prompt(path: str | None = None) -> str:
 
 
 @dataclass(frozen=True)
+class InPlace:
+    """The conversation as it was last sent upstream, to be asked for its summary in place.
+
+    When the summarizer is the upstream's own model, its prompt cache already holds these messages:
+    sent again unchanged, with the instruction as one more user message (and the same tools, not to
+    be called), they cost a cache hit instead of a fresh prompt."""
+
+    model: str
+    messages: Sequence[Message]
+    tokens: int  # in our units
+    tools: Any = None
+    keep_from: str = ""  # the start of the first message that stays verbatim after the summary
+
+
+@dataclass(frozen=True)
 class SummaryJob:
     """What the summarizer is asked: fold `transcript` into `previous` (or start from nothing),
-    knowing the task (`head`) and the ledger kept beside the summary."""
+    knowing the task (`head`) and the ledger kept beside the summary. With `in_place`, the
+    conversation itself is the input, and `transcript` only serves to check the reply."""
 
     previous: str | None
     transcript: str
@@ -39,8 +56,14 @@ class SummaryJob:
     head: str = ""
     ledger: str = ""
     prompt: str = field(default_factory=load_prompt)
+    in_place: InPlace | None = None
+
+    def words(self) -> int:
+        return max(self.max_tokens * 2 // 5, 60)  # about 60% of the room, in words: the rest is the ledger's
 
     def messages(self) -> list[Message]:
+        if self.in_place is not None:
+            return [*self.in_place.messages, {"role": "user", "content": self.instruction(self.in_place)}]
         parts = [f"<task>\n{self.head}\n</task>"] if self.head else []
         if self.ledger:
             parts.append(f"<ledger>\n{self.ledger}\n</ledger>")
@@ -48,9 +71,18 @@ class SummaryJob:
             parts.append(f"<previous_note>\n{self.previous}\n</previous_note>")
         parts.append(f"<messages>\n{self.transcript}\n</messages>")
         ask = "Update the previous note so that it also covers these messages." if self.previous else "Write the note."
-        words = max(self.max_tokens * 2 // 5, 60)  # about 60% of the room, in words: the rest is the ledger's
-        parts.append(f"{ask} Use the sections and headings you were given, in at most {words} words.")
+        parts.append(f"{ask} Use the sections and headings you were given, in at most {self.words()} words.")
         return [{"role": "system", "content": self.prompt}, {"role": "user", "content": "\n\n".join(parts)}]
+
+    def instruction(self, in_place: InPlace) -> str:
+        keep = ""
+        if in_place.keep_from:
+            keep = f' before the one that begins "{in_place.keep_from}" (that one and all after it stay)'
+        return (
+            f"{self.prompt}\n\n---\nThe conversation above is the one to hand over: the task is in its first user "
+            f"messages, and there is no <ledger> block here. Your note replaces its messages{keep}. Write the note "
+            f"now, with the sections and headings above, in at most {self.words()} words. Do not call a tool."
+        )
 
 
 def head_for_summarizer(messages: Sequence[Message]) -> str:

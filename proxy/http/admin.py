@@ -7,18 +7,20 @@ from collections.abc import Awaitable, Callable
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from proxy.policy.calibration import Calibration
-from proxy.policy.windows import ContextRegistry
+from proxy.pipeline import ChatPipeline
 
 
 async def healthz(request: Request) -> Response:
     return JSONResponse({"status": "ok"})
 
 
-def stats_route(registry: ContextRegistry, calibration: Calibration) -> Callable[[Request], Awaitable[Response]]:
-    """Calibration ratios and learned context windows, for a person wondering why a request was compacted."""
+def stats_route(pipeline: ChatPipeline) -> Callable[[Request], Awaitable[Response]]:
+    """Calibration ratios, learned context windows and the background summaries' queue, for a person
+    wondering why a request was compacted (or a benchmark watching the summarizer)."""
 
     async def stats(request: Request) -> Response:
-        return JSONResponse({"calibration": calibration.report(), "learned_windows": registry.learned()})
+        jobs = pipeline.compactions.jobs
+        report = {"calibration": pipeline.calibration.report(), "learned_windows": pipeline.registry.learned()}
+        return JSONResponse(report | {"summary_jobs": jobs.stats() if jobs is not None else None})
 
     return stats

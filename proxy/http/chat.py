@@ -18,10 +18,11 @@ from proxy.http.body import read_limited
 from proxy.http.disconnect import cancelled_on_disconnect
 from proxy.http.intake import read_chat
 from proxy.http.target import checked_path
-from proxy.pipeline import ChatPipeline, Options, Prepared
+from proxy.pipeline import ChatPipeline, Options
 from proxy.policy.calibration import UsageReader
 from proxy.policy.retry import RetryAim
 from proxy.policy.windows import FetchModels
+from proxy.prepared import Prepared
 from proxy.upstream.client import UpstreamClient
 from proxy.upstream.headers import header_value, is_event_stream
 from proxy.upstream.hold import Held, hold_until_known

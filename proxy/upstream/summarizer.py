@@ -43,6 +43,8 @@ class Summarizer:
     async def __call__(self, job: SummaryJob, *, models: Sequence[str], authorization: str | None) -> str:
         errors: list[str] = []
         rejected = None
+        if job.in_place is not None:  # only its own model holds the conversation in its prompt cache
+            models = [model for model in models if model == job.in_place.model][:1]
         for model in models:
             try:
                 text, finish_reason = await self.complete(job, model=model, authorization=authorization)
@@ -73,6 +75,8 @@ class Summarizer:
             "temperature": 0,
             "stream": False,
         }
+        if job.in_place is not None and job.in_place.tools:  # the prefix as cached, tools included; none called
+            body |= {"tools": job.in_place.tools, "tool_choice": "none"}
         response = await self.client.post(
             f"{self.base_url}/chat/completions", json=body, headers=headers, timeout=self.timeout_s
         )

@@ -114,9 +114,12 @@ def stream_events(model: str, *, include_usage: bool, prompt_tokens: int, chunks
 
 
 def is_summarizer_call(payload: dict[str, Any]) -> bool:
+    """The proxy's summary prompt opens its system message, or (asked in place) its last user message."""
     messages = payload.get("messages") or [{}]
-    first = messages[0].get("content") if isinstance(messages[0], dict) else None
-    return isinstance(first, str) and first.startswith("You write the handoff note")
+    if not isinstance(messages, list) or not messages:
+        return False
+    ends = [m.get("content") for m in (messages[0], messages[-1]) if isinstance(m, dict)]
+    return any(isinstance(text, str) and text.startswith("You write the handoff note") for text in ends)
 
 
 def context_refusal(window: int, tokens: int) -> dict[str, Any]:

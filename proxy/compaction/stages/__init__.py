@@ -11,6 +11,7 @@ from collections.abc import Callable
 from proxy.compaction.stages.digest import DigestStage
 from proxy.compaction.stages.last_resort import LastResortStage
 from proxy.compaction.stages.mask import MaskStage
+from proxy.compaction.stages.precomputed import PrecomputedStage
 from proxy.compaction.stages.summarize import SummarizeStage
 from proxy.compaction.stages.truncate import TruncateStage
 from proxy.compaction.summary import Summarize
@@ -24,10 +25,16 @@ def build_stages(
     summarize: Summarize | None,
     count_text: Callable[[str], int],
     summarizer_input_tokens: int,
+    background: bool = False,
 ) -> list[Stage]:
-    """The stages for one model's `compaction:` settings; without a summarizer, the digest does its job."""
+    """The stages for one model's `compaction:` settings; without a summarizer, the digest does its job.
+
+    `background`: summaries are made by background jobs (`proxy.compaction.background`), and the
+    compaction only puts in place one made ahead; else the summarizer is called here."""
     stages: list[Stage] = [TruncateStage(settings.truncate), MaskStage(settings.mask)]
-    if summarize is not None:
+    if background:
+        stages.append(PrecomputedStage(settings.summarize))
+    elif summarize is not None:
         stages.append(
             SummarizeStage(
                 settings.summarize, summarize=summarize, count_text=count_text, input_tokens=summarizer_input_tokens
@@ -37,4 +44,12 @@ def build_stages(
     return stages
 
 
-__all__ = ["DigestStage", "LastResortStage", "MaskStage", "SummarizeStage", "TruncateStage", "build_stages"]
+__all__ = [
+    "DigestStage",
+    "LastResortStage",
+    "MaskStage",
+    "PrecomputedStage",
+    "SummarizeStage",
+    "TruncateStage",
+    "build_stages",
+]

@@ -15,6 +15,7 @@ from proxy.compaction.middle import due_cut, grown_ledger, max_summary_tokens, r
 from proxy.compaction.stages.digest import NO_SUMMARY_NOTE
 from proxy.compaction.summary import (
     LEDGER_CHARS,
+    InPlace,
     Summarize,
     SummaryJob,
     clip,
@@ -55,12 +56,9 @@ class SummarizeStage:
         cut = due_cut(work, self.settings)
         if cut is None:
             return
-        draft = work.draft
-        previous = written_part(draft.summary).replace(NO_SUMMARY_NOTE, "").strip() if draft.summary else None
-        previous = previous or None  # after a fallback: the earlier LLM note, if there was one
         started = time.perf_counter()
         try:
-            text = await self.rolling_summary(span(work, cut), previous, work)
+            text = await self.summary_for(work, cut)
         except Exception as exc:  # whatever went wrong, the request must still be served
             work.outcome.notes["summarizer_error"] = type(exc).__name__
             rejected = getattr(exc, "rejected", None)
@@ -72,10 +70,49 @@ class SummarizeStage:
             work.outcome.summarizer_ms = (time.perf_counter() - started) * 1000
         replace_middle(work, cut, text, settings=self.settings, fallback=False, ledger=grown_ledger(work, cut))
 
+    async def summary_for(self, work: Work, cut: int, *, in_place: InPlace | None = None) -> str:
+        """The summary of the conversation up to `cut`, the record's earlier summary folded in.
+
+        `in_place`: ask with the conversation as last sent (see `InPlace`) when it fits the summarizer's
+        window; if that fails, ask with the transcript as usual."""
+        draft = work.draft
+        previous = written_part(draft.summary).replace(NO_SUMMARY_NOTE, "").strip() if draft.summary else None
+        previous = previous or None  # after a fallback: the earlier LLM note, if there was one
+        messages = span(work, cut)
+        max_tokens = self.max_tokens(work)
+        if in_place is not None:
+            text = await self.in_place_summary(work, messages, in_place, max_tokens)
+            if text:
+                return text
+        return await self.rolling_summary(messages, previous, work)
+
+    async def in_place_summary(
+        self, work: Work, messages: list[Message], in_place: InPlace, max_tokens: int
+    ) -> str | None:
+        """The summary asked of the conversation as last sent; None when it does not fit, or its reply was
+        rejected (a model may carry on the conversation instead of summarizing it)."""
+        prompt = load_prompt(self.settings.prompt_file)
+        if in_place.tokens + self.count_text(prompt) + max_tokens + MESSAGE_OVERHEAD_TOKENS > self.input_tokens:
+            return None
+        clip_chars = self.settings.clip_tool_output_chars
+        transcript = "\n\n".join(render_transcript(messages, clip_tool_output=clip_chars))  # to check the reply
+        job = SummaryJob(None, transcript, max_tokens, prompt=prompt, in_place=in_place)
+        work.outcome.summarizer_calls += 1
+        try:
+            return (await self.summarize(job)).strip()
+        except Exception as exc:
+            if not getattr(exc, "rejected", None):  # the model failed: asking it again, differently, would too
+                raise
+            log.info("[compaction] in-place summary rejected (%s); asking with the transcript", exc)
+            return None
+
+    def max_tokens(self, work: Work) -> int:
+        # The note must fit the request's budget, and leave the summarizer's own window room to read.
+        return min(max_summary_tokens(self.settings, work.budget), self.input_tokens // 4)
+
     async def rolling_summary(self, messages: list[Message], previous: str | None, work: Work) -> str:
         summary = previous
-        # The note must fit the request's budget, and leave the summarizer's own window room to read.
-        max_tokens = min(max_summary_tokens(self.settings, work.budget), self.input_tokens // 4)
+        max_tokens = self.max_tokens(work)
         draft = work.draft
         head = head_for_summarizer(work.conversation.messages[: draft.head_len])
         ledger = draft.ledger.render(LEDGER_CHARS) if draft.ledger else ""

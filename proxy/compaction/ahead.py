@@ -1,0 +1,85 @@
+"""The summary a conversation's next compaction will need, made before that turn comes.
+
+A job starts on a turn past `summarize.background_at`. The conversation will grow before it
+crosses `summarize_at`, so the job keeps a tail that much shorter than the usual one: on the
+crossing turn, the tail it kept plus the turns since is about the usual length, and the request
+lands near `target`, as a summary made on that turn would. The summary is of everything before
+the cut (the record's earlier summary folded in), so it stays valid however the record changes
+meanwhile (`Precomputed.usable`).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from proxy.compaction.conversation import (
+    Conversation,
+    Message,
+    describe_call,
+    head_length,
+    latest_request_index,
+    text_of,
+)
+from proxy.compaction.draft import Budget, Draft
+from proxy.compaction.middle import choose_cut
+from proxy.compaction.records import Precomputed, Record, prefix_hash
+from proxy.compaction.stages.summarize import SummarizeStage
+from proxy.compaction.summary import InPlace
+from proxy.compaction.work import Outcome, Work
+
+KEEP_FROM_CHARS = 80
+
+
+class NothingToSummarize(ValueError):
+    """No turn boundary to cut at: the conversation is its head and one turn."""
+
+
+@dataclass(frozen=True)
+class SummaryAhead:
+    """What a background job needs of the request that starts it (the pipeline builds one per request)."""
+
+    start_at: int  # a request past this many tokens (our units) starts a job
+    wait_s: float  # a crossing turn waits this long for a running job
+    budget: Budget
+    stage: SummarizeStage
+    count_message: Callable[[Message], int]
+    observation: re.Pattern[str] | None = None  # user messages that are observations, not requests
+    in_place_model: str | None = None  # the summarizer is the upstream's own model: ask it in place
+    tools: object = None  # the request's tools, sent with an in-place summary so its prefix is unchanged
+
+    async def make(
+        self, conversation: Conversation, record: Record | None, sent: Sequence[Message], sent_tokens: int
+    ) -> Precomputed:
+        """The summary for the compaction the conversation (as sent: `sent`) is heading for."""
+        head_len = head_length(conversation.messages)
+        draft = Draft.from_record(record, conversation) if record is not None else Draft(head_len, head_len)
+        outcome = Outcome([], sent_tokens, sent_tokens, [], draft.freeze(conversation), fits=True)
+        latest = latest_request_index(conversation.messages, self.observation)
+        work = Work(conversation, draft, self.budget, outcome, self.count_message, latest_request=latest)
+        growth = max(self.budget.summarize_at - sent_tokens, 0)
+        cut = choose_cut(work, self.stage.settings, growth=growth)
+        if cut is None:
+            raise NothingToSummarize("no turn to cut at")
+        in_place = None
+        if self.in_place_model is not None:
+            keep_from = opening(conversation.messages[cut])
+            in_place = InPlace(self.in_place_model, sent, sent_tokens, self.tools, keep_from)
+        started = time.perf_counter()
+        text = await self.stage.summary_for(work, cut, in_place=in_place)
+        if not text:
+            raise ValueError("the summarizer returned an empty summary")
+        made_ms = (time.perf_counter() - started) * 1000
+        calls = outcome.summarizer_calls
+        return Precomputed(cut, prefix_hash(conversation.digests[:cut]), text, calls=calls, made_ms=made_ms)
+
+
+def opening(message: Message) -> str:
+    """How the message begins, to point the summarizer at it: its text, else its first tool call."""
+    text = text_of(message.get("content")).strip()
+    calls = message.get("tool_calls") or []
+    if not text and calls and isinstance(calls[0], dict) and isinstance(calls[0].get("function"), dict):
+        text = f"(a call of {describe_call(calls[0]['function'])})"
+    return text[:KEEP_FROM_CHARS]

@@ -1,0 +1,201 @@
+"""Summaries made in the background: started early, once per conversation, used at once, never waited on long."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import orjson
+
+from proxy.tokens import TokenCounter
+from tests.compaction.test_compactor import agent_conversation
+from tests.conftest import ProxyFactory
+from tests.support.upstream import UpstreamApp
+
+BUDGET = 6000  # an 8,000-token window less the reserve (a quarter of it)
+CONFIG: dict[str, Any] = {"models": {"gpt-4o": {"context_window": 8000}}}
+TOOLS = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object", "properties": {}}}}]
+
+
+def tokens(messages: list[dict[str, Any]]) -> int:
+    return TokenCounter().count_request({"model": "gpt-4o", "messages": messages}, "o200k_base").total
+
+
+def conversation_at(fraction: float) -> list[dict[str, Any]]:
+    """The shortest agent conversation over `fraction` of the budget (all share one head: one conversation).
+
+    Its tool outputs are one line each: masking them saves little, so a crossing turn needs its summary."""
+    turns = 1
+    while tokens(agent_conversation(turns, output_lines=1)) <= fraction * BUDGET:
+        turns += 1
+    return agent_conversation(turns, output_lines=1)
+
+
+def post(proxy_url: str, messages: list[dict[str, Any]], **headers: str) -> httpx.Response:
+    body = {"model": "gpt-4o", "messages": messages, "tools": TOOLS}
+    return httpx.post(f"{proxy_url}/chat/completions", json=body, headers=headers, timeout=30)
+
+
+def jobs(proxy_url: str) -> dict[str, int]:
+    stats = httpx.get(proxy_url.removesuffix("/v1") + "/inflight/stats").json()
+    return stats["summary_jobs"]  # type: ignore[no-any-return]
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def test_a_summary_is_made_ahead_and_used_at_once_on_the_crossing_turn(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    app, url = upstream
+    early, crossing = conversation_at(0.62), conversation_at(0.9)
+    assert tokens(early) <= 0.7 * BUDGET  # under prune_at: nothing to compact yet
+    with start_proxy(url, **CONFIG) as proxy_url:
+        first = post(proxy_url, early)
+        wait_until(lambda: jobs(proxy_url)["landed"] == 1)
+        second = post(proxy_url, crossing)
+        wait_until(lambda: jobs(proxy_url)["landed"] == 2)
+        third = post(proxy_url, [*crossing, {"role": "user", "content": "Go on."}])
+    assert first.headers["x-inflight-actions"] == "none"
+    [forwarded, *_] = app.chat_requests()
+    assert forwarded.body == orjson.dumps({"model": "gpt-4o", "messages": early, "tools": TOOLS})
+    assert "summary-precomputed" in second.headers["x-inflight-actions"].split(",")
+    assert int(second.headers["x-inflight-tokens-after"]) <= BUDGET
+    sent = app.chat_requests()[1].json()["messages"]
+    assert any("Summary number 1" in str(m.get("content")) for m in sent)
+    # Still past background_at once compacted: the next job starts from there, from the turn as sent.
+    assert int(second.headers["x-inflight-tokens-after"]) > 0.6 * BUDGET
+    assert app.summary_count == 2 and app.summaries[1].json()["messages"][:-1] == sent
+    assert "summary-cached" in third.headers["x-inflight-actions"]
+    third_sent = app.chat_requests()[2].json()["messages"]
+    assert third_sent[: len(sent)] == sent  # the compacted prefix is byte for byte the previous turn's
+
+
+def test_the_summary_request_is_the_conversation_as_sent_then_the_instruction(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    app, url = upstream
+    early = conversation_at(0.62)
+    with start_proxy(url, **CONFIG) as proxy_url:
+        post(proxy_url, early)
+        wait_until(lambda: jobs(proxy_url)["landed"] == 1)
+    [client_request] = app.chat_requests()
+    [summary_request] = app.summaries
+    raw_client, raw_summary = client_request.body, summary_request.body
+    body = summary_request.json()
+    # The messages as the client sent them, each serialized to the same bytes: the upstream's cache holds them.
+    for message in early:
+        assert orjson.dumps(message) in raw_client and orjson.dumps(message) in raw_summary
+    assert body["messages"][:-1] == early
+    assert body["messages"][-1]["role"] == "user"
+    assert body["messages"][-1]["content"].startswith("You write the handoff note")
+    assert body["tools"] == TOOLS and body["tool_choice"] == "none" and body["model"] == "gpt-4o"
+
+
+def test_another_summarizer_model_is_asked_with_the_standalone_prompt(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    app, url = upstream
+    config = CONFIG | {"compaction": {"summarize": {"model": "gpt-4o-mini"}}}
+    with start_proxy(url, **config) as proxy_url:
+        post(proxy_url, conversation_at(0.62))
+        wait_until(lambda: jobs(proxy_url)["landed"] == 1)
+    body = app.summaries[0].json()
+    assert body["model"] == "gpt-4o-mini" and body["messages"][0]["role"] == "system"
+    assert len(body["messages"]) == 2 and "tools" not in body
+
+
+def test_twenty_concurrent_requests_of_one_conversation_start_one_job(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    app, url = upstream
+    app.summarizer_delay = 1.0
+    early = conversation_at(0.62)
+
+    async def twenty(proxy_url: str) -> list[httpx.Response]:
+        body = {"model": "gpt-4o", "messages": early}
+        async with httpx.AsyncClient(timeout=30) as client:
+            return await asyncio.gather(*(client.post(f"{proxy_url}/chat/completions", json=body) for _ in range(20)))
+
+    with start_proxy(url, **CONFIG) as proxy_url:
+        responses = asyncio.run(twenty(proxy_url))
+        wait_until(lambda: jobs(proxy_url)["landed"] == 1)
+        post(proxy_url, early)  # and once it landed, the next turn starts none either
+        time.sleep(0.3)
+        counts = jobs(proxy_url)
+    assert [r.status_code for r in responses] == [200] * 20
+    assert app.summary_count == 1 and counts["started"] == 1
+
+
+def test_a_crossing_turn_waits_at_most_wait_s_then_the_ledger_stands_in_until_the_summary_lands(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    app, url = upstream
+    app.summarizer_delay = 3.0
+    crossing = conversation_at(0.9)
+    config = CONFIG | {"compaction": {"summarize": {"wait_s": 0.5}}}
+    with start_proxy(url, **config) as proxy_url:
+        started = time.monotonic()
+        first = post(proxy_url, crossing)
+        waited = time.monotonic() - started
+        wait_until(lambda: jobs(proxy_url)["landed"] == 1)
+        second = post(proxy_url, [*crossing, {"role": "user", "content": "Go on."}])
+    assert first.status_code == 200 and waited < 2.5  # not the summarizer's 3 s
+    actions = first.headers["x-inflight-actions"].split(",")
+    assert "fallback" in actions and "summary-pending" in actions
+    first_sent = str(app.chat_requests()[0].json()["messages"])
+    assert "no summary could be made" in first_sent and "Summary number" not in first_sent
+    assert "summary-precomputed" in second.headers["x-inflight-actions"].split(",")
+    assert "Summary number 1" in str(app.chat_requests()[1].json()["messages"])
+    assert app.summary_count == 1
+
+
+def test_a_failed_job_is_tried_once_more_and_then_not_again_from_the_same_record(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    app, url = upstream
+    app.summarizer_status = 500
+    early = conversation_at(0.62)
+    with start_proxy(url, **CONFIG) as proxy_url:
+        post(proxy_url, early)
+        wait_until(lambda: jobs(proxy_url)["failed"] == 1)
+        post(proxy_url, early)
+        post(proxy_url, [*early, {"role": "user", "content": "Go on."}])
+        time.sleep(0.3)
+        counts = jobs(proxy_url)
+    assert counts["started"] == 1 and counts["retried"] == 1
+    assert app.summary_count == 2  # the model asked directly, then again; not the standalone prompt as well
+
+
+def test_a_job_whose_conversation_goes_idle_is_cancelled(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    app, url = upstream
+    app.summarizer_delay = 30.0
+    config = CONFIG | {"compaction": {"cache": {"ttl_s": 1}}}
+    with start_proxy(url, **config) as proxy_url:
+        post(proxy_url, conversation_at(0.62))
+        wait_until(lambda: jobs(proxy_url)["running"] == 1)
+        wait_until(lambda: jobs(proxy_url)["cancelled"] == 1, timeout=5)
+        counts = jobs(proxy_url)
+    assert counts["running"] == 0 and counts["landed"] == 0
+    # The summarizer's request was abandoned, not left to run: its connection was closed.
+    wait_until(lambda: app.summaries[0].status == 0 and app.summary_count == 1)
+
+
+def test_no_job_starts_for_a_request_with_compaction_off(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    app, url = upstream
+    with start_proxy(url, **CONFIG) as proxy_url:
+        post(proxy_url, conversation_at(0.62), **{"x-inflight-compaction": "off"})
+        time.sleep(0.5)
+        counts = jobs(proxy_url)
+    assert counts["started"] == 0 and app.summary_count == 0
