@@ -24,7 +24,7 @@ from proxy.compaction.conversation import (
     text_of,
 )
 from proxy.compaction.draft import Budget, Draft
-from proxy.compaction.middle import choose_cut
+from proxy.compaction.middle import choose_cut, grown_ledger
 from proxy.compaction.records import Precomputed, Record, prefix_hash
 from proxy.compaction.stages.summarize import SummarizeStage
 from proxy.compaction.summary import InPlace
@@ -72,8 +72,15 @@ class SummaryAhead:
         if not text:
             raise ValueError("the summarizer returned an empty summary")
         made_ms = (time.perf_counter() - started) * 1000
-        calls = outcome.summarizer_calls
-        return Precomputed(cut, prefix_hash(conversation.digests[:cut]), text, calls=calls, made_ms=made_ms)
+        return Precomputed(
+            cut,
+            prefix_hash(conversation.digests[:cut]),
+            text,
+            base=draft.prefix_len,
+            ledger=grown_ledger(work, cut),
+            calls=outcome.summarizer_calls,
+            made_ms=made_ms,
+        )
 
 
 def opening(message: Message) -> str:

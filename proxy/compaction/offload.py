@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
 
 from proxy.compaction.summary import Summarize, SummaryJob
-from proxy.heavy import in_thread
+from proxy.heavy import HEAVY_TOKENS, in_thread
 
 T = TypeVar("T")
 
@@ -77,3 +77,10 @@ async def in_worker_thread(work: Callable[[], Awaitable[T]], *, heavy: bool = Fa
         # Nobody awaits it any more: its end (cancelled, or an error) must not be logged as unretrieved.
         future.add_done_callback(lambda done: done.cancelled() or done.exception())
         raise
+
+
+async def run_sized(work: Callable[[], Awaitable[T]], tokens: int) -> T:
+    """`work()` here when it is small; in a worker thread (the heavy lane when huge) when it is not."""
+    if tokens < OFFLOAD_AT_TOKENS:
+        return await work()
+    return await in_worker_thread(work, heavy=tokens >= HEAVY_TOKENS)

@@ -42,6 +42,8 @@ class Precomputed:
     cut: int
     cut_hash: bytes
     text: str
+    base: int = 0  # the prefix_len of the record it was made from
+    ledger: Ledger | None = None  # that record's ledger with the facts up to `cut`, worked out ahead too
     calls: int = field(default=0, compare=False)  # what it cost to make, for the log
     made_ms: float = field(default=0.0, compare=False)
 

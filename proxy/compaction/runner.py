@@ -24,11 +24,10 @@ from proxy.compaction.background import BackgroundSummaries, Job
 from proxy.compaction.compactor import Compactor
 from proxy.compaction.conversation import Conversation, Message, head_length
 from proxy.compaction.draft import Budget, Draft
-from proxy.compaction.offload import OFFLOAD_AT_TOKENS, in_worker_thread
+from proxy.compaction.offload import run_sized
 from proxy.compaction.records import Precomputed, Record, RecordStore, best_record, with_record
 from proxy.compaction.stages.precomputed import PRECOMPUTED
 from proxy.compaction.work import Outcome
-from proxy.heavy import HEAVY_TOKENS
 
 log = logging.getLogger("inflight")
 
@@ -61,7 +60,19 @@ class ConversationCompactions:
             if record is None or record.bare:
                 self.start_ahead(key, conversation, record, ahead, conversation.messages, conversation.tokens)
                 return None
-        waited = await self.wait_for_summary(key, conversation, budget, force, ahead)
+        outcome, record = await self.run(key, conversation, compactor, budget=budget, force=force)
+        if outcome is None:
+            self.start_ahead(key, conversation, record, ahead, conversation.messages, conversation.tokens)
+            return None
+        if ahead is not None and "fallback" in outcome.actions:  # a summary was due, and the ledger stood in
+            outcome = await self.wait_for_summary(key, conversation, compactor, outcome, record, ahead, budget=budget)
+        self.start_ahead(key, conversation, outcome.record, ahead, outcome.messages, outcome.tokens_after)
+        return outcome
+
+    async def run(
+        self, key: str, conversation: Conversation, compactor: Callable[[], Compactor], *, budget: Budget, force: bool
+    ) -> tuple[Outcome | None, Record | None]:
+        """One compaction from the best record, under the conversation's lock; the record it started from."""
         lock = self._locks.setdefault(key, asyncio.Lock())
         async with lock:
             records = await self.records.load(key)
@@ -71,38 +82,35 @@ class ConversationCompactions:
             def run() -> Awaitable[Outcome | None]:
                 return built.run(conversation, budget=budget, record=record, force=force)
 
-            tokens = conversation.tokens
-            offload = tokens >= OFFLOAD_AT_TOKENS
-            outcome = await (in_worker_thread(run, heavy=tokens >= HEAVY_TOKENS) if offload else run())
+            outcome = await run_sized(run, conversation.tokens)
             if outcome is not None:
                 await self.records.save(key, with_record(records, record, outcome.record))
-        if outcome is None:
-            self.start_ahead(key, conversation, record, ahead, conversation.messages, tokens)
-            return None
-        if waited is not None:
-            say_how_it_waited(outcome, waited, conversation)
-        self.start_ahead(key, conversation, outcome.record, ahead, outcome.messages, outcome.tokens_after)
-        return outcome
+            return outcome, record
 
     async def wait_for_summary(
-        self, key: str, conversation: Conversation, budget: Budget, force: bool, ahead: SummaryAhead | None
-    ) -> Job | None:
-        """When this turn needs a summary and its record has none made ahead: the job it waited for."""
-        if ahead is None or self.jobs is None:
-            return None
-        record = best_record(await self.records.load(key), conversation.digests)
-        if record is not None and record.ahead_usable(conversation.digests):
-            return None
-        draft = Draft.from_record(record, conversation) if record is not None else None
-        tokens = draft.tokens(conversation) if draft is not None else conversation.tokens
-        if not force and tokens <= budget.summarize_at:
-            return None
+        self,
+        key: str,
+        conversation: Conversation,
+        compactor: Callable[[], Compactor],
+        outcome: Outcome,
+        record: Record | None,
+        ahead: SummaryAhead,
+        *,
+        budget: Budget,
+    ) -> Outcome:
+        """This turn needed a summary and had none made ahead (the ledger stands in, in `outcome`): wait up
+        to `wait_s` for the conversation's job (started now if none runs); if it lands, compact again with it."""
+        assert self.jobs is not None
         job = self.jobs.running(key) or self.start_ahead(
-            key, conversation, record, ahead, conversation.messages, tokens, crossing=True
+            key, conversation, record, ahead, conversation.messages, outcome.tokens_before, crossing=True
         )
-        if job is not None:
-            await self.jobs.wait(job, ahead.wait_s)
-        return job
+        if job is None:
+            return outcome
+        if await self.jobs.wait(job, ahead.wait_s) and job.succeeded:
+            again, _ = await self.run(key, conversation, compactor, budget=budget, force=False)
+            outcome = again or outcome
+        say_how_it_waited(outcome, job, conversation)
+        return outcome
 
     def start_ahead(
         self,
@@ -123,7 +131,10 @@ class ConversationCompactions:
         base = record.prefix_hash if record is not None else b"head"
 
         async def make() -> object:
-            return await ahead.make(conversation, record, sent, sent_tokens)
+            def work() -> Awaitable[Precomputed]:
+                return ahead.make(conversation, record, sent, sent_tokens)
+
+            return await run_sized(work, conversation.tokens)  # choosing the cut, rendering the transcript
 
         async def land(result: object) -> None:
             assert isinstance(result, Precomputed)
@@ -159,11 +170,12 @@ class ConversationCompactions:
 
 def say_how_it_waited(outcome: Outcome, job: Job, conversation: Conversation) -> None:
     """The actions and notes of a turn that waited for a summary job."""
-    if job.started_by is conversation and PRECOMPUTED in outcome.actions:  # made for this very turn, while it waited
-        outcome.actions = ["summarize" if action == PRECOMPUTED else action for action in outcome.actions]
-        made = job.result
-        if isinstance(made, Precomputed):
-            outcome.summarizer_calls, outcome.summarizer_ms = made.calls, made.made_ms
+    if PRECOMPUTED in outcome.actions:
+        if job.started_by is conversation:  # made for this very turn, while it waited
+            outcome.actions = ["summarize" if action == PRECOMPUTED else action for action in outcome.actions]
+            made = job.result
+            if isinstance(made, Precomputed):
+                outcome.summarizer_calls, outcome.summarizer_ms = made.calls, made.made_ms
     if not job.done.is_set():
         outcome.actions.append("summary-pending")
         outcome.notes["summary"] = "pending"

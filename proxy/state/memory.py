@@ -32,8 +32,11 @@ def weight(records: Sequence[Record]) -> int:
             content = message.get("content")
             total += RECORD_OVERHEAD_BYTES
             total += len(content) if isinstance(content, str) else len(orjson.dumps(content, default=str))
-        if record.ledger is not None:
-            ledger = record.ledger
+        if record.ahead is not None:
+            total += len(record.ahead.text) + RECORD_OVERHEAD_BYTES
+        for ledger in (record.ledger, record.ahead.ledger if record.ahead else None):
+            if ledger is None:
+                continue
             entries = [*ledger.commands, *ledger.outcomes.values(), *ledger.files, *ledger.errors, *ledger.identifiers]
             total += sum(len(entry) + 64 for entry in entries)
     return total

@@ -76,8 +76,10 @@ def test_healthz_answers_while_a_huge_request_is_worked_on(
         body, headers = repetitive_gzip_body(), {"content-encoding": "gzip"}
     else:
         body, headers = big_agent_conversation(), {}
-    # A window small enough that truncating and masking are not enough: a summary is called for too.
-    small_window = {"models": {"gpt-4o-mini": {"context_window": 8_000}}, "compaction": {"reserve_tokens": 1_000}}
+    # A window small enough that truncating and masking are not enough: a summary is called for too, and
+    # waited for (the background job's work on 12 MB, off the loop too, takes longer than the default wait).
+    compaction = {"reserve_tokens": 1_000, "summarize": {"wait_s": 60}}
+    small_window = {"models": {"gpt-4o-mini": {"context_window": 8_000}}, "compaction": compaction}
     with start_proxy(upstream[1], **small_window) as proxy_url:
         worst, seconds, status = probe_while(proxy_url, body, headers)
     assert status == 200

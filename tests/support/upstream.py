@@ -347,11 +347,13 @@ def main() -> None:
     )
     parser.add_argument("--stream-chunks", type=int, default=8)
     parser.add_argument("--stream-interval", type=float, default=0.0)
+    parser.add_argument("--summarizer-delay", type=float, default=0.0, help="seconds each summary takes")
     args = parser.parse_args()
     windows = {model: int(tokens) for model, tokens in (item.rsplit("=", 1) for item in args.window)}
     app = UpstreamApp(
         windows=windows, record=False, stream_chunks=args.stream_chunks, stream_interval=args.stream_interval
     )
+    app.summarizer_delay = args.summarizer_delay
     import uvicorn
 
     uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False, lifespan="on")

@@ -30,11 +30,13 @@ def build_stages(
     """The stages for one model's `compaction:` settings; without a summarizer, the digest does its job.
 
     `background`: summaries are made by background jobs (`proxy.compaction.background`), and the
-    compaction only puts in place one made ahead; else the summarizer is called here."""
-    stages: list[Stage] = [TruncateStage(settings.truncate), MaskStage(settings.mask)]
-    if background:
-        stages.append(PrecomputedStage(settings.summarize))
-    elif summarize is not None:
+    compaction only puts in place one made ahead, first; else the summarizer is called here, after masking."""
+    if background:  # a summary made ahead first: when it is put in place, the tail may need no masking at all
+        stages: list[Stage] = [PrecomputedStage(settings.summarize)]
+        stages += [TruncateStage(settings.truncate), MaskStage(settings.mask)]
+    else:
+        stages = [TruncateStage(settings.truncate), MaskStage(settings.mask)]
+    if summarize is not None and not background:
         stages.append(
             SummarizeStage(
                 settings.summarize, summarize=summarize, count_text=count_text, input_tokens=summarizer_input_tokens

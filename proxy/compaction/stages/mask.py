@@ -73,8 +73,8 @@ class MaskStage:
         return found
 
     async def run(self, work: Work) -> None:
-        if not work.prune:
-            return
+        if not work.prune or (work.middle_replaced and work.tokens <= work.budget.target and not work.force):
+            return  # a summary put in place first already brought it down: the tail stays verbatim
         conversation, draft = work.conversation, work.draft
         messages = conversation.messages
         total = work.tokens

@@ -1,9 +1,10 @@
 """Stage 3 when summaries are made in the background: put in place the summary a job made ahead.
 
 The summary (`Record.ahead`) was made while earlier turns were answered, so the turn that needs
-it pays nothing for it. It is used when a summary is due, and also on the first turn after it
-lands when the record holds only a local digest (the crossing turn could not wait for it): from
-then on the conversation carries the LLM summary instead of the digest.
+it pays nothing for it. It is used on any turn that compacts again (the prefix changes on that
+turn anyway, so it might as well shrink as far as it can and stay put longer), and on the first
+turn after it lands when the record holds only a local digest (the crossing turn could not wait
+for it): from then on the conversation carries the LLM summary instead of the digest.
 """
 
 from __future__ import annotations
@@ -22,21 +23,20 @@ class PrecomputedStage:
     async def run(self, work: Work) -> None:
         draft = work.draft
         ahead = draft.ahead
-        if ahead is None:
-            return
-        usable = ahead.usable(
+        usable = ahead is not None and ahead.usable(
             head_len=draft.head_len,
             prefix_len=draft.prefix_len,
             fallback=draft.fallback,
             digests=work.conversation.digests,
         )
-        if not usable:  # stale: the conversation moved on, or the record already summarizes further
+        if ahead is None or not usable:  # none, or stale: the conversation moved on, or the record summarizes further
             draft.ahead = None
             return
-        if not work.summary_due() and not draft.fallback:
+        if not (work.prune or work.summary_due() or draft.fallback):
             return
         cut = max(ahead.cut, draft.prefix_len)
-        ledger = grown_ledger(work, cut)
+        same_span = ahead.ledger is not None and ahead.base == draft.prefix_len and cut == ahead.cut
+        ledger = ahead.ledger if same_span and ahead.ledger is not None else grown_ledger(work, cut)
         replace_middle(work, cut, ahead.text, settings=self.settings, fallback=False, ledger=ledger, action=PRECOMPUTED)
         draft.ahead = None
         if work.tokens > work.budget.summarize_at:  # the conversation grew past what it covers: the digest cuts on
