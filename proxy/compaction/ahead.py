@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from proxy.compaction.background import Final
 from proxy.compaction.conversation import (
     Conversation,
     Message,
@@ -33,7 +34,7 @@ from proxy.compaction.work import Outcome, Work
 KEEP_FROM_CHARS = 80
 
 
-class NothingToSummarize(ValueError):
+class NothingToSummarize(Final):
     """No turn boundary to cut at: the conversation is its head and one turn."""
 
 

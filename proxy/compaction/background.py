@@ -24,6 +24,11 @@ from cachetools import TTLCache
 
 log = logging.getLogger("inflight")
 
+
+class Final(Exception):
+    """A failure that trying again cannot change (nothing to summarize): the job is not retried."""
+
+
 QUEUED_PER_RUNNING = 4  # jobs that may wait for a slot, per slot
 RETRY_AFTER_S = 1.0
 
@@ -133,8 +138,15 @@ class BackgroundSummaries:
         except Exception as exc:
             job.error = exc
             self.counts.failed += 1
-            self._failed[job.key] = job.base
-            log.warning("[compaction] background summary for %s failed: %s: %s", job.key[:48], type(exc).__name__, exc)
+            if not isinstance(exc, Final):  # nothing to summarize yet: a later turn of the same base may have
+                self._failed[job.key] = job.base
+            log.log(
+                logging.INFO if isinstance(exc, Final) else logging.WARNING,
+                "[compaction] background summary for %s failed: %s: %s",
+                job.key[:48],
+                type(exc).__name__,
+                exc,
+            )
         finally:
             if self._jobs.get(job.key) is job:
                 del self._jobs[job.key]
@@ -143,6 +155,8 @@ class BackgroundSummaries:
     async def _attempts(self, job: Job, make: Callable[[], Awaitable[object]]) -> object:
         try:
             return await make()
+        except Final:
+            raise
         except Exception as exc:
             log.info("[compaction] background summary for %s failed (%s); trying once more", job.key[:48], exc)
             self.counts.retried += 1

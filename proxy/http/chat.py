@@ -5,6 +5,7 @@ Each step is one call into the module that owns it; this file only puts them in 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 
@@ -17,6 +18,7 @@ from proxy.exchange import Exchange
 from proxy.http.body import read_limited
 from proxy.http.disconnect import cancelled_on_disconnect
 from proxy.http.intake import read_chat
+from proxy.http.keepalive import KeepAlive
 from proxy.http.target import checked_path
 from proxy.pipeline import ChatPipeline, Options
 from proxy.policy.calibration import UsageReader
@@ -49,7 +51,7 @@ class ChatCompletions:
         self.upstream = upstream
         self.limits = limits
 
-    async def __call__(self, request: Request, exchange: Exchange) -> Relay:
+    async def __call__(self, request: Request, exchange: Exchange) -> Relay | KeepAlive:
         encoding = request.headers.get("content-encoding", "")
         intake = await read_chat(
             await read_limited(request, self.limits), encoding, self.pipeline, limit=self.limits.max_body_bytes
@@ -61,7 +63,25 @@ class ChatCompletions:
                 return relay(await self.send(request, exchange, intake.raw, rewritten=False), exchange)
             accounting = await self.pipeline.account(intake.counted, self.discovery(request))
             exchange.note_all(accounting.log_fields())
-            return await self.respond(ChatCall(request, exchange, intake.counted, accounting, options_of(request)))
+            call = ChatCall(request, exchange, intake.counted, accounting, options_of(request))
+            interval = self.keepalive_after(call)
+            if interval is None:
+                return await self.respond(call)
+            work = asyncio.ensure_future(self.respond(call))
+            try:
+                await asyncio.wait_for(asyncio.shield(work), interval)
+            except TimeoutError:  # still compacting: begin the stream, and keep it alive until the answer
+                return KeepAlive(work, interval, exchange)
+            except BaseException:
+                work.cancel()
+                raise
+            return work.result()
+
+    def keepalive_after(self, call: ChatCall) -> float | None:
+        """For a streaming request whose model sets `summarize.keepalive_after_s`: that (else None)."""
+        if call.counted.payload.get("stream") is not True:
+            return None
+        return self.pipeline.model_settings(call.counted.model).compaction.summarize.keepalive_after_s
 
     async def respond(self, call: ChatCall) -> Relay:
         """From the counted request to the relay of the upstream's answer (a retry included)."""

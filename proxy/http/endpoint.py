@@ -17,11 +17,12 @@ from proxy.errors import ProxyError
 from proxy.exchange import Exchange
 from proxy.http.disconnect import ClientGone
 from proxy.http.errors import render
+from proxy.http.keepalive import KeepAlive
 from proxy.upstream.relay import Relay
 
 log = logging.getLogger("inflight")
 
-Handler = Callable[[Request, Exchange], Awaitable[Relay]]
+Handler = Callable[[Request, Exchange], Awaitable[Relay | KeepAlive]]
 
 
 class Endpoint:

@@ -30,6 +30,7 @@ class Relay:
     # False when the whole body is already here (most JSON answers): then it goes out in one message,
     # and no task need watch for a disconnect while the upstream is waited on.
     streaming: bool = True
+    started: bool = False  # the status and headers went out already (`proxy.http.keepalive`)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         self.exchange.status = self.status
@@ -41,7 +42,7 @@ class Relay:
         state = _RelayState()
         watcher = asyncio.ensure_future(self._watch_disconnect(receive, task, state))
         try:
-            await send({"type": "http.response.start", "status": self.status, "headers": self.headers})
+            await self.start(send)
             async for chunk in self.chunks:
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             state.finished = True
@@ -64,13 +65,17 @@ class Relay:
     async def send_whole(self, send: Send) -> None:
         try:
             body = b"".join([chunk async for chunk in self.chunks])
-            await send({"type": "http.response.start", "status": self.status, "headers": self.headers})
+            await self.start(send)
             await send({"type": "http.response.body", "body": body, "more_body": False})
         except OSError:
             self.exchange.note("client_disconnected", 1)
         finally:
             await self.close()
             self.exchange.finish()
+
+    async def start(self, send: Send) -> None:
+        if not self.started:
+            await send({"type": "http.response.start", "status": self.status, "headers": self.headers})
 
     async def _watch_disconnect(self, receive: Receive, task: asyncio.Task[None], state: _RelayState) -> None:
         """Cancel the relay the moment the client disconnects, even while it waits on a silent upstream."""

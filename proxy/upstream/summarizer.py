@@ -27,9 +27,10 @@ def summarizer_client() -> httpx.AsyncClient:
 
 
 class SummarizerError(RuntimeError):
-    def __init__(self, message: str, *, rejected: str | None = None) -> None:
+    def __init__(self, message: str, *, rejected: str | None = None, status: int | None = None) -> None:
         super().__init__(message)
         self.rejected = rejected  # why the last reply was refused (`proxy.compaction.validation`), if it was
+        self.status = status  # the last error status a summarizer answered with, if it did
 
 
 class Summarizer:
@@ -43,12 +44,14 @@ class Summarizer:
     async def __call__(self, job: SummaryJob, *, models: Sequence[str], authorization: str | None) -> str:
         errors: list[str] = []
         rejected = None
+        status = None
         if job.in_place is not None:  # only its own model holds the conversation in its prompt cache
             models = [model for model in models if model == job.in_place.model][:1]
         for model in models:
             try:
                 text, finish_reason = await self.complete(job, model=model, authorization=authorization)
             except (httpx.HTTPError, SummarizerError, ValueError) as exc:
+                status = getattr(exc, "status", None) or status
                 errors.append(f"{model}: {type(exc).__name__}: {exc}")
                 log.info("[compaction] summarizer %s failed: %s", model, exc)
                 continue
@@ -63,7 +66,7 @@ class Summarizer:
                 return text
             errors.append(f"{model}: reply rejected ({rejected})")
             log.warning("[compaction] summary from %s rejected (%s); not installed", model, rejected)
-        raise SummarizerError("; ".join(errors) or "no summarizer model", rejected=rejected)
+        raise SummarizerError("; ".join(errors) or "no summarizer model", rejected=rejected, status=status)
 
     async def complete(self, job: SummaryJob, *, model: str, authorization: str | None) -> tuple[str, object]:
         """The reply's text and its `finish_reason`."""
@@ -81,7 +84,7 @@ class Summarizer:
             f"{self.base_url}/chat/completions", json=body, headers=headers, timeout=self.timeout_s
         )
         if response.status_code != 200:
-            raise SummarizerError(f"status {response.status_code}: {response.text[:200]}")
+            raise SummarizerError(f"status {response.status_code}: {response.text[:200]}", status=response.status_code)
         choices = response.json().get("choices") or []
         content = choices[0].get("message", {}).get("content") if choices else None
         if not isinstance(content, str) or not content.strip():

@@ -71,8 +71,9 @@ class Recorder:
 
 
 def is_summary(body: dict[str, Any]) -> bool:
-    first = body["messages"][0].get("content")
-    return isinstance(first, str) and first.startswith("You write the handoff note")
+    """The summary prompt opens the system message, or (a summary asked in place) the last message."""
+    ends = [body["messages"][0].get("content"), body["messages"][-1].get("content")]
+    return any(isinstance(text, str) and text.startswith("You write the handoff note") for text in ends)
 
 
 @pytest.fixture(scope="module")

@@ -89,8 +89,8 @@ class SummarizeStage:
     async def in_place_summary(
         self, work: Work, messages: list[Message], in_place: InPlace, max_tokens: int
     ) -> str | None:
-        """The summary asked of the conversation as last sent; None when it does not fit, or its reply was
-        rejected (a model may carry on the conversation instead of summarizing it)."""
+        """The summary asked of the conversation as last sent; None when it does not fit, the request is
+        refused, or its reply is rejected (a model may carry on the conversation instead of summarizing it)."""
         prompt = load_prompt(self.settings.prompt_file)
         if in_place.tokens + self.count_text(prompt) + max_tokens + MESSAGE_OVERHEAD_TOKENS > self.input_tokens:
             return None
@@ -101,9 +101,12 @@ class SummarizeStage:
         try:
             return (await self.summarize(job)).strip()
         except Exception as exc:
-            if not getattr(exc, "rejected", None):  # the model failed: asking it again, differently, would too
+            # Refused (too long after all, a parameter it does not take) or a reply not kept: the usual form
+            # may do. Down or slow: it would fail the same way, so the job fails (and is retried once).
+            refused = 400 <= (getattr(exc, "status", None) or 0) < 500
+            if not (refused or getattr(exc, "rejected", None)):
                 raise
-            log.info("[compaction] in-place summary rejected (%s); asking with the transcript", exc)
+            log.info("[compaction] in-place summary refused (%s); asking with the transcript", exc)
             return None
 
     def max_tokens(self, work: Work) -> int:

@@ -1,0 +1,89 @@
+"""A streaming answer begun before it is ready: SSE comment lines while the compaction is waited on.
+
+Off unless `summarize.keepalive_after_s` is set. A streaming client that waits long for its first
+byte (a summary made on the crossing turn with a slow model) may give up; a comment line every
+few seconds (`: ...`, which SSE clients ignore) keeps it and every proxy between reading. The
+price: the 200 status and the headers go out before the upstream has answered, so the
+`x-inflight-*` headers of the compaction are not sent, and an error (ours or the upstream's)
+can only arrive as an SSE `data: {"error": ...}` event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import orjson
+from starlette.types import Receive, Scope, Send
+
+from proxy.errors import ProxyError
+from proxy.exchange import Exchange
+from proxy.upstream.relay import Relay
+
+COMMENT = b": inflight is compacting the conversation\n\n"
+HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-inflight-keepalive", b"1"),
+]
+
+
+def error_event(body: bytes) -> bytes:
+    """An error body as the SSE event OpenAI's clients raise on (`data: {"error": ...}`)."""
+    return b"data: " + body.strip().replace(b"\n", b"") + b"\n\n"
+
+
+@dataclass
+class KeepAlive:
+    work: asyncio.Future[Relay]  # the rest of the request: compaction, upstream, retry
+    interval: float
+    exchange: Exchange
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self.exchange.status = 200
+        self.exchange.note("keepalive", 1)
+        watcher = asyncio.ensure_future(self._cancel_on_disconnect(receive))
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": HEADERS})
+            while not (await asyncio.wait({self.work}, timeout=self.interval))[0]:
+                await send({"type": "http.response.body", "body": COMMENT, "more_body": True})
+        except OSError:
+            self.work.cancel()
+        finally:
+            watcher.cancel()
+        await self._answer(scope, receive, send)
+
+    async def _answer(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.work.cancelled():
+            self.exchange.note("client_disconnected", 1)
+            self.exchange.finish()
+            return
+        try:
+            relay = self.work.result()
+        except ProxyError as exc:
+            self.exchange.note("error", exc.code or exc.error_type)
+            error = {"message": exc.message, "type": exc.error_type, "param": exc.param, "code": exc.code}
+            await self._end(send, error_event(orjson.dumps({"error": error})))
+            return
+        if relay.status != 200:  # the upstream's error, as an event: the 200 is out already
+            body = b"".join([chunk async for chunk in relay.chunks])
+            await relay.close()
+            self.exchange.note("upstream_status", relay.status)
+            await self._end(send, error_event(body))
+            return
+        relay.started = True
+        await relay(scope, receive, send)
+
+    async def _end(self, send: Send, last: bytes) -> None:
+        try:
+            await send({"type": "http.response.body", "body": last, "more_body": False})
+        except OSError:
+            self.exchange.note("client_disconnected", 1)
+        self.exchange.finish()
+
+    async def _cancel_on_disconnect(self, receive: Receive) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                self.work.cancel()
+                return
