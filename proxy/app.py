@@ -39,6 +39,7 @@ def create_app(settings: Settings) -> ASGIApp:
         finally:
             if pipeline.compactions.jobs is not None:
                 await pipeline.compactions.jobs.close()
+            await pipeline.compactions.records.close()
             await upstream.aclose()
             await summarizer_http.aclose()
 

@@ -27,8 +27,7 @@ from proxy.http.server import uvicorn_options
 from proxy.pipeline import ChatPipeline, Options, build_pipeline
 from proxy.prepared import Prepared
 from proxy.upstream.summarizer import Summarizers, summarizer_client
-
-GIL_SWITCH_INTERVAL_S = 0.0005
+from proxy.workers import GIL_SWITCH_INTERVAL_S, check_workers, serve_workers
 
 
 class CommandError(Exception):
@@ -53,6 +52,7 @@ def serve(args: argparse.Namespace) -> int:
     problem = startup_problem(settings)
     if problem is not None:
         raise ConfigError(problem)
+    check_workers(settings, args.workers)
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
@@ -62,6 +62,8 @@ def serve(args: argparse.Namespace) -> int:
         settings.listen.port,
         settings.upstream.base_url,
     )
+    if args.workers > 1:
+        return serve_workers(settings, args.workers)
     # Counting runs in worker threads; with the default 5 ms GIL switch interval, a counting thread
     # could hold up the event loop (and every small request) for that long.
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
@@ -201,6 +203,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve_cmd.add_argument("--upstream", metavar="URL", help="upstream base URL, e.g. http://127.0.0.1:8080/v1")
     serve_cmd.add_argument(
         "--log-level", choices=["debug", "info", "warning", "error"], help="log verbosity (default: log_level, info)"
+    )
+    serve_cmd.add_argument(
+        "--workers", type=int, default=1, help="processes on the port, sharing state.url (not memory://; default 1)"
     )
     serve_cmd.set_defaults(run=serve)
 

@@ -29,6 +29,7 @@ __all__ = [
     "ModelSettings",
     "Section",
     "Settings",
+    "State",
     "Summarize",
     "Truncate",
     "Upstream",
@@ -124,6 +125,35 @@ class Access(Section):
         return self.keys if self.admin_keys is None else self.admin_keys
 
 
+class State(Section):
+    """Where compaction records and background summaries are kept (`proxy.state`).
+
+    `memory://`: this process only, lost on restart. `sqlite:///inflight.db` (relative) or
+    `sqlite:////var/lib/inflight/inflight.db` (absolute): a file, kept across restarts and shared by
+    workers on one machine. `redis://host:6379/0`: shared by every worker and replica."""
+
+    url: str = "memory://"
+
+    @field_validator("url")
+    @classmethod
+    def _known_scheme(cls, value: str) -> str:
+        scheme = value.split("://", 1)[0] if "://" in value else ""
+        if scheme not in ("memory", "sqlite", "redis", "rediss"):
+            raise ValueError(f"expected memory://, sqlite:///PATH or redis://HOST:PORT/DB, got {value!r}")
+        if scheme == "sqlite" and not value.removeprefix("sqlite:///"):
+            raise ValueError(f"sqlite:/// needs a file path after it, got {value!r}")
+        return value
+
+    @property
+    def scheme(self) -> str:
+        return self.url.split("://", 1)[0]
+
+    @property
+    def shared(self) -> bool:
+        """Whether other processes see these records (so `--workers` may be more than one)."""
+        return self.scheme != "memory"
+
+
 Encoding = Literal["o200k_base", "cl100k_base"]
 
 
@@ -150,6 +180,7 @@ class Settings(Section):
     discover_context_window: bool = True
     models: dict[str, ModelEntry] = {}
     compaction: Compaction = Compaction()
+    state: State = State()
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     # Each `models.<glob>.compaction` merged over the global block once, here, not on every request.
     _compactions: dict[str, Compaction] = PrivateAttr(default_factory=dict)

@@ -136,6 +136,15 @@ class ChatPipeline:
 
         A `retry` aim replaces the accounted budget.
         """
+        prepared = await self._prepare(counted, accounting, options, retry=retry)
+        if getattr(self.compactions.records, "degraded", False):  # the shared store failed: records in memory
+            prepared.headers["x-inflight-state"] = "degraded"
+            prepared.fields["state"] = "degraded"
+        return prepared
+
+    async def _prepare(
+        self, counted: Counted, accounting: Accounting, options: Options, *, retry: RetryAim | None
+    ) -> Prepared:
         limit = retry.limit if retry is not None else accounting.budget
         untouched = as_sent(counted, accounting, limit=limit)
         if not self.compacts(counted.model, options):
@@ -216,7 +225,7 @@ def build_pipeline(
         counter=TokenCounter(),
         registry=ContextRegistry(settings),
         calibration=Calibration(),
-        compactions=ConversationCompactions(open_record_store(settings.compaction.cache), jobs),
+        compactions=ConversationCompactions(open_record_store(settings.state, settings.compaction.cache), jobs),
         summarizers=summarizers,
     )
 

@@ -51,6 +51,11 @@ class SummaryAhead:
     in_place_model: str | None = None  # the summarizer is the upstream's own model: ask it in place
     tools: object = None  # the request's tools, sent with an in-place summary so its prefix is unchanged
 
+    @property
+    def lease_s(self) -> float:
+        """How long a job may hold its conversation's lease: each summarizer call's time, twice over, and then some."""
+        return 4 * self.stage.settings.timeout_s + 30
+
     async def make(
         self, conversation: Conversation, record: Record | None, sent: Sequence[Message], sent_tokens: int
     ) -> Precomputed:

@@ -29,6 +29,10 @@ class Final(Exception):
     """A failure that trying again cannot change (nothing to summarize): the job is not retried."""
 
 
+class Elsewhere(Final):
+    """Another process that shares the store runs this conversation's job (it holds the lease)."""
+
+
 QUEUED_PER_RUNNING = 4  # jobs that may wait for a slot, per slot
 RETRY_AFTER_S = 1.0
 
@@ -60,6 +64,7 @@ class JobCounts:
     retried: int = 0
     cancelled: int = 0
     refused: int = 0  # not started: the queue was full
+    elsewhere: int = 0  # ended at once: another process runs the conversation's job
 
 
 class BackgroundSummaries:
@@ -135,6 +140,9 @@ class BackgroundSummaries:
             job.error = exc
             self.counts.cancelled += 1
             log.info("[compaction] background summary for %s cancelled", job.key[:48])
+        except Elsewhere as exc:
+            job.error = exc
+            self.counts.elsewhere += 1
         except Exception as exc:
             job.error = exc
             self.counts.failed += 1

@@ -106,8 +106,17 @@ def with_record(records: Sequence[Record], old: Record | None, new: Record) -> l
 
 
 class RecordStore(Protocol):
-    """Where records live (`proxy.state` has the implementations); a store needs only these two calls."""
+    """Where records live (`proxy.state` has the implementations: memory, SQLite, Redis).
+
+    A lease is how processes that share a store agree that one of them runs a conversation's
+    background summary: held by `owner` until released or `ttl_s` runs out."""
 
     async def load(self, key: str) -> list[Record]: ...
 
     async def save(self, key: str, records: list[Record]) -> None: ...
+
+    async def lease(self, name: str, owner: str, ttl_s: float) -> bool: ...
+
+    async def release(self, name: str, owner: str) -> None: ...
+
+    async def close(self) -> None: ...

@@ -16,11 +16,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
+import uuid
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
 
 from proxy.compaction.ahead import SummaryAhead
-from proxy.compaction.background import BackgroundSummaries, Job
+from proxy.compaction.background import BackgroundSummaries, Elsewhere, Job
 from proxy.compaction.compactor import Compactor
 from proxy.compaction.conversation import Conversation, Message, head_length
 from proxy.compaction.draft import Budget, Draft
@@ -31,11 +33,14 @@ from proxy.compaction.work import Outcome
 
 log = logging.getLogger("inflight")
 
+POLL_S = 0.05  # how often a turn waiting on another process's summary looks for it
+
 
 class ConversationCompactions:
     def __init__(self, records: RecordStore, jobs: BackgroundSummaries | None = None) -> None:
         self.records = records
         self.jobs = jobs
+        self.owner = uuid.uuid4().hex  # this process, as the holder of a job's lease
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
     async def compact(
@@ -106,11 +111,25 @@ class ConversationCompactions:
         )
         if job is None:
             return outcome
-        if await self.jobs.wait(job, ahead.wait_s) and job.succeeded:
+        deadline = time.monotonic() + ahead.wait_s
+        landed = await self.jobs.wait(job, ahead.wait_s) and job.succeeded
+        if isinstance(job.error, Elsewhere):  # its summary will land in the shared store: look there
+            landed = await self.landed_elsewhere(key, conversation, deadline)
+        if landed:
             again, _ = await self.run(key, conversation, compactor, budget=budget, force=False)
             outcome = again or outcome
         say_how_it_waited(outcome, job, conversation)
         return outcome
+
+    async def landed_elsewhere(self, key: str, conversation: Conversation, deadline: float) -> bool:
+        """Whether another process's summary of this conversation reaches the store before `deadline`."""
+        while True:
+            record = best_record(await self.records.load(key), conversation.digests)
+            if record is not None and record.ahead_usable(conversation.digests):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(min(POLL_S, max(deadline - time.monotonic(), 0)))
 
     def start_ahead(
         self,
@@ -130,15 +149,26 @@ class ConversationCompactions:
             return None
         base = record.prefix_hash if record is not None else b"head"
 
+        lease = f"summary:{key}"  # one job per conversation across the processes that share the store
+
         async def make() -> object:
             def work() -> Awaitable[Precomputed]:
                 return ahead.make(conversation, record, sent, sent_tokens)
 
-            return await run_sized(work, conversation.tokens)  # choosing the cut, rendering the transcript
+            if not await self.records.lease(lease, self.owner, ahead.lease_s):
+                raise Elsewhere(f"another process summarizes {key[:48]}")
+            try:
+                return await run_sized(work, conversation.tokens)  # choosing the cut, rendering the transcript
+            except BaseException:
+                await self.records.release(lease, self.owner)
+                raise
 
         async def land(result: object) -> None:
             assert isinstance(result, Precomputed)
-            await self.land(key, conversation, result)
+            try:
+                await self.land(key, conversation, result)
+            finally:
+                await self.records.release(lease, self.owner)
             log.info(
                 "[compaction] summary made ahead for %s: messages up to %d, %d summarizer call(s), %.0f ms",
                 key[:48],

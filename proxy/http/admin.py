@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Awaitable, Callable
 
 from starlette.requests import Request
@@ -21,6 +22,7 @@ def stats_route(pipeline: ChatPipeline) -> Callable[[Request], Awaitable[Respons
     async def stats(request: Request) -> Response:
         jobs = pipeline.compactions.jobs
         report = {"calibration": pipeline.calibration.report(), "learned_windows": pipeline.registry.learned()}
+        report["worker_pid"] = os.getpid()  # which process answered (`inflight serve --workers N`)
         return JSONResponse(report | {"summary_jobs": jobs.stats() if jobs is not None else None})
 
     return stats

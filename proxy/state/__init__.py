@@ -1,14 +1,30 @@
-"""Where compaction records are kept. `open_record_store` picks the store the config asks for."""
+"""Where compaction records are kept. `open_record_store` picks the store `state.url` names.
+
+Memory is this process's alone. SQLite and Redis are shared and survive a restart; either is
+wrapped in `ResilientStore`, which keeps serving from memory while it fails.
+"""
 
 from __future__ import annotations
 
 from proxy.compaction.records import RecordStore
-from proxy.config import Cache
+from proxy.config import Cache, State
 from proxy.state.memory import MemoryRecordStore
+from proxy.state.resilient import ResilientStore
 
 
-def open_record_store(settings: Cache) -> RecordStore:
-    return MemoryRecordStore(max_entries=settings.max_entries, max_bytes=settings.max_bytes, ttl_s=settings.ttl_s)
+def open_record_store(state: State, cache: Cache) -> RecordStore:
+    memory = MemoryRecordStore(max_entries=cache.max_entries, max_bytes=cache.max_bytes, ttl_s=cache.ttl_s)
+    if state.scheme == "memory":
+        return memory
+    if state.scheme == "sqlite":
+        from proxy.state.sqlite import SqliteRecordStore
+
+        path = state.url.removeprefix("sqlite:///")
+        sqlite = SqliteRecordStore(path, ttl_s=cache.ttl_s, max_bytes=cache.max_bytes)
+        return ResilientStore(sqlite, memory, name=f"sqlite:///{path}")
+    from proxy.state.redis import RedisRecordStore  # redis-py is imported only by those who use it
+
+    return ResilientStore(RedisRecordStore(state.url, ttl_s=cache.ttl_s), memory, name="redis")
 
 
-__all__ = ["MemoryRecordStore", "open_record_store"]
+__all__ = ["MemoryRecordStore", "ResilientStore", "open_record_store"]

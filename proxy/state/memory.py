@@ -9,6 +9,7 @@ first once either bound is passed.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 
 import orjson
@@ -46,6 +47,7 @@ class MemoryRecordStore:
     def __init__(self, *, max_entries: int, max_bytes: int, ttl_s: float) -> None:
         self.max_entries = max_entries
         self._cache: TTLCache[str, list[Record]] = TTLCache(maxsize=max_bytes, ttl=ttl_s, getsizeof=weight)
+        self._leases: dict[str, tuple[str, float]] = {}  # name -> (owner, expiry on the monotonic clock)
 
     async def load(self, key: str) -> list[Record]:
         return list(self._cache.get(key, ()))
@@ -61,6 +63,22 @@ class MemoryRecordStore:
             return
         while len(self._cache) > self.max_entries:
             self._cache.popitem()
+
+    async def lease(self, name: str, owner: str, ttl_s: float) -> bool:
+        now = time.monotonic()
+        holder = self._leases.get(name)
+        if holder is not None and holder[0] != owner and holder[1] > now:
+            return False
+        self._leases = {n: held for n, held in self._leases.items() if held[1] > now}  # expired ones go
+        self._leases[name] = (owner, now + ttl_s)
+        return True
+
+    async def release(self, name: str, owner: str) -> None:
+        if self._leases.get(name, ("", 0.0))[0] == owner:
+            del self._leases[name]
+
+    async def close(self) -> None:
+        return None
 
     def __len__(self) -> int:
         return len(self._cache)

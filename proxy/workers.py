@@ -1,0 +1,102 @@
+"""`inflight serve --workers N`: N processes on one port, sharing their state through `state.url`.
+
+Each worker binds a socket of its own with SO_REUSEPORT, so the kernel spreads new connections
+evenly across them. uvicorn's own multi-worker mode shares one listening socket instead, and the
+worker that wakes first takes most connections (README has the measured throughput:
+`python -m benchmarks.state`).
+
+The parent only supervises: it starts the workers, restarts one that dies, and passes SIGTERM or
+SIGINT on to all of them (each then finishes its requests, as uvicorn does on its own).
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import signal
+import socket
+import sys
+import time
+from multiprocessing.process import BaseProcess
+from types import FrameType
+
+import uvicorn
+
+from proxy.app import create_app
+from proxy.config import ConfigError, Settings
+from proxy.http.server import uvicorn_options
+
+log = logging.getLogger("inflight")
+
+GIL_SWITCH_INTERVAL_S = 0.0005
+RESTART_PAUSE_S = 1.0
+
+
+def check_workers(settings: Settings, workers: int) -> None:
+    """Refuse what cannot work with `workers` processes, saying why."""
+    if workers < 1:
+        raise ConfigError("--workers must be at least 1")
+    if workers > 1 and not settings.state.shared:
+        raise ConfigError(
+            f"--workers {workers} with state.url memory:// would give each worker its own compaction records: "
+            "a conversation whose turns reach different workers would be summarized by each and sent different "
+            "prefixes. Set state.url to sqlite:///inflight.db (one machine) or redis://HOST:PORT/0"
+        )
+    if workers > 1 and settings.listen.port == 0:
+        raise ConfigError("--workers needs a fixed listen.port: with port 0 each worker would get a port of its own")
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def run_worker(settings: Settings) -> None:
+    """One worker: its own socket on the shared port, its own app and event loop."""
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+    sock = listening_socket(settings.listen.host, settings.listen.port)
+    config = uvicorn.Config(create_app(settings), **uvicorn_options(settings))
+    uvicorn.Server(config).run(sockets=[sock])
+
+
+def serve_workers(settings: Settings, workers: int) -> int:
+    """Run `workers` worker processes until SIGTERM or SIGINT; restart any that dies meanwhile."""
+    context = multiprocessing.get_context("spawn")
+    running: list[BaseProcess] = []
+    stopping = False
+
+    def start() -> BaseProcess:
+        process = context.Process(target=run_worker, args=(settings,), daemon=False)
+        process.start()
+        return process
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        nonlocal stopping
+        stopping = True
+        for process in running:
+            if process.pid is not None and process.is_alive():
+                process.terminate()  # SIGTERM: uvicorn finishes what it is serving, then exits
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    running.extend(start() for _ in range(workers))
+    log.info("inflight: %d workers on port %d", workers, settings.listen.port)
+    while not stopping:
+        for index, process in enumerate(running):
+            if not process.is_alive() and not stopping:
+                log.warning("inflight: worker %d exited with %s; starting another", process.pid, process.exitcode)
+                time.sleep(RESTART_PAUSE_S)
+                running[index] = start()
+        time.sleep(0.2)
+    for process in running:
+        process.join(timeout=30)
+    return 0

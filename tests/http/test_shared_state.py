@@ -1,0 +1,166 @@
+"""Proxies in separate processes sharing one store (a SQLite file, a redis-server): one summary per
+conversation, the same bytes whichever proxy a turn reaches, and records that outlive a restart."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.http.test_background import TOOLS, conversation_at, wait_until
+from tests.support.processes import ROOT, inflight, wait_for_port
+from tests.support.redis import redis_server
+from tests.support.servers import free_port, serve
+from tests.support.upstream import UpstreamApp
+
+BUDGET = 6000
+
+
+def config(state_url: str) -> str:
+    # A short note, so that a compacted turn lands under background_at and starts no second job.
+    return (
+        "models: {gpt-4o: {context_window: 8000}}\n"
+        "compaction: {summarize: {max_summary_tokens: 256}}\n"
+        f'state: {{url: "{state_url}"}}\n'
+    )
+
+
+@pytest.fixture
+def recording_upstream() -> Iterator[tuple[UpstreamApp, str]]:
+    app = UpstreamApp()
+    with serve(app) as url:
+        yield app, url + "/v1"
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def state_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path}/inflight.db"
+    else:
+        with redis_server() as url:
+            yield url
+
+
+def post(proxy_url: str, messages: list[dict[str, Any]]) -> httpx.Response:
+    body = {"model": "gpt-4o", "messages": messages, "tools": TOOLS}
+    return httpx.post(f"{proxy_url}/chat/completions", json=body, timeout=30)
+
+
+def jobs(proxy_url: str) -> dict[str, int]:
+    return httpx.get(proxy_url.removesuffix("/v1") + "/inflight/stats").json()["summary_jobs"]  # type: ignore[no-any-return]
+
+
+def test_turns_alternating_between_two_proxies_get_one_summary_and_the_same_bytes(
+    recording_upstream: tuple[UpstreamApp, str], state_url: str
+) -> None:
+    app, url = recording_upstream
+    early, crossing = conversation_at(0.62), conversation_at(0.9)
+    turns = [early, conversation_at(0.66), crossing, [*crossing, {"role": "user", "content": "Go on."}]]
+    with inflight(url, config(state_url)) as one, inflight(url, config(state_url)) as two:
+        proxies = [one, two]
+        responses = []
+        for number, messages in enumerate(turns):
+            responses.append(post(proxies[number % 2], messages))
+            if number == 0:
+                wait_until(lambda: jobs(one)["landed"] == 1)
+        time.sleep(0.5)
+        counts = [jobs(proxy) for proxy in proxies]
+    actions = [r.headers["x-inflight-actions"] for r in responses]
+    assert actions[:2] == ["none", "none"]  # the second proxy found the summary made ahead: no job of its own
+    assert "summary-precomputed" in actions[2] and "summary-cached" in actions[3]
+    assert int(responses[2].headers["x-inflight-tokens-after"]) < 0.6 * BUDGET
+    assert app.summary_count == 1 and sum(c["started"] for c in counts) == 1
+    third, fourth = (request.json()["messages"] for request in app.chat_requests()[2:4])
+    assert fourth[: len(third)] == third  # the second proxy sent the first one's compaction, byte for byte
+    assert all("x-inflight-state" not in r.headers for r in responses)
+
+
+def test_two_proxies_asked_at_once_make_one_summary(
+    recording_upstream: tuple[UpstreamApp, str], state_url: str
+) -> None:
+    app, url = recording_upstream
+    app.summarizer_delay = 1.0
+    early = conversation_at(0.62)
+    with inflight(url, config(state_url)) as one, inflight(url, config(state_url)) as two:
+        threads = [threading.Thread(target=post, args=(proxy, early)) for proxy in (one, two) for _ in range(5)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        wait_until(lambda: sum(jobs(p)["landed"] for p in (one, two)) == 1)
+        counts = [jobs(proxy) for proxy in (one, two)]
+    assert app.summary_count == 1
+    assert sum(c["started"] for c in counts) == 2 and sum(c["elsewhere"] for c in counts) == 1
+
+
+def test_a_restarted_proxy_serves_the_next_turn_from_the_stored_record(
+    recording_upstream: tuple[UpstreamApp, str], tmp_path: Path
+) -> None:
+    app, url = recording_upstream
+    state_url = f"sqlite:///{tmp_path}/inflight.db"
+    early, crossing = conversation_at(0.62), conversation_at(0.9)
+    with inflight(url, config(state_url)) as proxy:
+        post(proxy, early)
+        wait_until(lambda: jobs(proxy)["landed"] == 1)
+        before = post(proxy, crossing)
+    with inflight(url, config(state_url)) as proxy:  # a new process on the same file
+        after = post(proxy, [*crossing, {"role": "user", "content": "Go on."}])
+    assert "summary-precomputed" in before.headers["x-inflight-actions"]
+    assert "summary-cached" in after.headers["x-inflight-actions"]
+    assert app.summary_count == 1  # no summarizer call after the restart
+    sent_before, sent_after = (request.json()["messages"] for request in app.chat_requests()[1:3])
+    assert sent_after[: len(sent_before)] == sent_before
+
+
+def test_an_unreachable_redis_costs_no_request_and_is_said(recording_upstream: tuple[UpstreamApp, str]) -> None:
+    app, url = recording_upstream
+    with inflight(url, config(f"redis://127.0.0.1:{free_port()}/0")) as proxy:
+        untouched = post(proxy, conversation_at(0.3))
+        compacted = post(proxy, conversation_at(0.9))
+    assert untouched.status_code == compacted.status_code == 200
+    assert untouched.headers["x-inflight-state"] == compacted.headers["x-inflight-state"] == "degraded"
+    assert int(compacted.headers["x-inflight-tokens-after"]) <= BUDGET  # compacted all the same, from memory
+
+
+@contextmanager
+def workers(upstream_url: str, state_url: str, count: int) -> Iterator[str]:
+    port = free_port()
+    config_file = Path(state_url.removeprefix("sqlite:///")).parent / "workers.yaml"
+    config_file.write_text(config(state_url))
+    command = [sys.executable, "-m", "proxy", "serve", "--config", str(config_file), "--port", str(port)]
+    command += ["--upstream", upstream_url, "--workers", str(count)]
+    with ExitStack() as stack:
+        proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        stack.callback(proc.wait, 30)
+        stack.callback(proc.terminate)
+        wait_for_port(port)
+        yield f"http://127.0.0.1:{port}/v1"
+
+
+def test_workers_share_one_port_and_each_takes_connections(
+    recording_upstream: tuple[UpstreamApp, str], tmp_path: Path
+) -> None:
+    _, url = recording_upstream
+    with workers(url, f"sqlite:///{tmp_path}/inflight.db", 2) as proxy:
+        deadline = time.monotonic() + 20
+        pids: set[int] = set()
+        while len(pids) < 2 and time.monotonic() < deadline:  # the second worker may still be starting
+            pids.add(httpx.get(proxy.removesuffix("/v1") + "/inflight/stats").json()["worker_pid"])
+        assert post(proxy, conversation_at(0.3)).status_code == 200
+    assert len(pids) == 2
+
+
+def test_more_than_one_worker_needs_a_shared_store() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "proxy", "serve", "--workers", "2"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert result.returncode == 2
+    assert "state.url memory://" in result.stderr and "sqlite:///" in result.stderr
