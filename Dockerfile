@@ -4,8 +4,12 @@ ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY proxy ./proxy
-RUN pip install --no-cache-dir . && useradd --create-home --uid 10001 inflight
+RUN pip install --no-cache-dir . && useradd --create-home --uid 10001 inflight \
+    && mkdir -p /var/lib/inflight && chown inflight /var/lib/inflight
 COPY config/inflight.yaml /etc/inflight/config.yaml
+# Compaction records survive a restart of the container when this is a volume (state.url in the config).
+ENV INFLIGHT_STATE_URL=sqlite:////var/lib/inflight/inflight.db
+VOLUME /var/lib/inflight
 
 USER inflight
 EXPOSE 8787

@@ -55,12 +55,17 @@ class ConversationCompactions:
     ) -> Outcome | None:
         """The outcome (None: send the conversation untouched); the record is saved under `key`.
 
-        Most requests fit and have no record: they are told so without a lock or a compactor.
+        Most requests are far from any threshold: they are told so without asking the store (a
+        conversation only grows, so one this short was never compacted, and no job is due). Those
+        between `background_at` and `prune_at` look for a record and may start a job, still
+        without a lock or a compactor.
         """
         ahead = ahead if self.jobs is not None else None
         if ahead is not None and self.jobs is not None:
             self.jobs.touch(key)
         if not force and conversation.tokens <= budget.prune_at:
+            if ahead is None or conversation.tokens <= ahead.start_at:
+                return None
             record = best_record(await self.records.load(key), conversation.digests)
             if record is None or record.bare:
                 self.start_ahead(key, conversation, record, ahead, conversation.messages, conversation.tokens)
@@ -88,7 +93,7 @@ class ConversationCompactions:
                 return built.run(conversation, budget=budget, record=record, force=force)
 
             outcome = await run_sized(run, conversation.tokens)
-            if outcome is not None:
+            if outcome is not None and outcome.record != record:  # a record hit changes nothing: no write
                 await self.records.save(key, with_record(records, record, outcome.record))
             return outcome, record
 

@@ -50,11 +50,15 @@ class MemoryRecordStore:
         self._leases: dict[str, tuple[str, float]] = {}  # name -> (owner, expiry on the monotonic clock)
 
     async def load(self, key: str) -> list[Record]:
-        return list(self._cache.get(key, ()))
+        records = self._cache.get(key)
+        if records is None:
+            return []
+        self._cache[key] = records  # in use: its time to live starts again (a record hit saves nothing)
+        return list(records)
 
     async def save(self, key: str, records: list[Record]) -> None:
         try:
-            self._cache[key] = records  # re-saving a record on each hit also renews its time to live
+            self._cache[key] = records
         except ValueError:  # heavier than the whole store: the next turn compacts afresh instead
             self._cache.pop(key, None)
             log.warning(

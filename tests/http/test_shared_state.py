@@ -97,8 +97,9 @@ def test_two_proxies_asked_at_once_make_one_summary(
             thread.join()
         wait_until(lambda: sum(jobs(p)["landed"] for p in (one, two)) == 1)
         counts = [jobs(proxy) for proxy in (one, two)]
-    assert app.summary_count == 1
-    assert sum(c["started"] for c in counts) == 2 and sum(c["elsewhere"] for c in counts) == 1
+    assert app.summary_count == 1 and sum(c["landed"] for c in counts) == 1
+    # The other proxy's jobs found the lease taken and ended at once (one per burst of its requests).
+    assert sum(c["elsewhere"] for c in counts) >= 1 and sum(c["failed"] for c in counts) == 0
 
 
 def test_a_restarted_proxy_serves_the_next_turn_from_the_stored_record(
@@ -123,7 +124,7 @@ def test_a_restarted_proxy_serves_the_next_turn_from_the_stored_record(
 def test_an_unreachable_redis_costs_no_request_and_is_said(recording_upstream: tuple[UpstreamApp, str]) -> None:
     app, url = recording_upstream
     with inflight(url, config(f"redis://127.0.0.1:{free_port()}/0")) as proxy:
-        untouched = post(proxy, conversation_at(0.3))
+        untouched = post(proxy, conversation_at(0.62))  # far smaller ones never ask the store
         compacted = post(proxy, conversation_at(0.9))
     assert untouched.status_code == compacted.status_code == 200
     assert untouched.headers["x-inflight-state"] == compacted.headers["x-inflight-state"] == "degraded"

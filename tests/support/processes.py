@@ -58,21 +58,22 @@ def fake_upstream(*options: str) -> Iterator[str]:
 
 
 @contextmanager
-def inflight(upstream_url: str, config: str = "") -> Iterator[str]:
-    """An inflight proxy subprocess in front of `upstream_url`; yields its /v1 base URL."""
-    with inflight_process(upstream_url, config) as (url, _):
+def inflight(upstream_url: str, config: str = "", *args: str) -> Iterator[str]:
+    """An inflight proxy subprocess in front of `upstream_url` (`args` added to `inflight serve`); yields
+    its /v1 base URL."""
+    with inflight_process(upstream_url, config, *args) as (url, _):
         yield url
 
 
 @contextmanager
-def inflight_process(upstream_url: str, config: str = "") -> Iterator[tuple[str, int]]:
+def inflight_process(upstream_url: str, config: str = "", *args: str) -> Iterator[tuple[str, int]]:
     """`inflight`, also yielding the process id (to watch its memory and file descriptors)."""
     port = free_port()
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as handle:
         handle.write(config)
     cmd = [sys.executable, "-m", "proxy", "serve", "--config", handle.name, "--port", str(port)]
     try:
-        with process([*cmd, "--upstream", upstream_url], port) as pid:
+        with process([*cmd, "--upstream", upstream_url, *args], port) as pid:
             yield f"http://127.0.0.1:{port}/v1", pid
     finally:
         os.unlink(handle.name)
