@@ -37,11 +37,13 @@ def create_app(settings: Settings) -> ASGIApp:
         try:
             yield
         finally:
-            if pipeline.compactions.jobs is not None:
-                await pipeline.compactions.jobs.close()
-            await pipeline.compactions.records.close()
-            await upstream.aclose()
-            await summarizer_http.aclose()
+            try:
+                if pipeline.compactions.jobs is not None:
+                    await pipeline.compactions.jobs.close()
+                await pipeline.compactions.records.close()
+            finally:
+                await upstream.aclose()
+                await summarizer_http.aclose()
 
     chat = Endpoint(ChatCompletions(pipeline, upstream, limits=settings.limits))
     routes = [

@@ -140,8 +140,8 @@ class State(Section):
         scheme = value.split("://", 1)[0] if "://" in value else ""
         if scheme not in ("memory", "sqlite", "redis", "rediss"):
             raise ValueError(f"expected memory://, sqlite:///PATH or redis://HOST:PORT/DB, got {value!r}")
-        if scheme == "sqlite" and not value.removeprefix("sqlite:///"):
-            raise ValueError(f"sqlite:/// needs a file path after it, got {value!r}")
+        if scheme == "sqlite" and (not value.startswith("sqlite:///") or not value.removeprefix("sqlite:///")):
+            raise ValueError(f"expected sqlite:///relative/path.db or sqlite:////absolute/path.db, got {value!r}")
         return value
 
     @property

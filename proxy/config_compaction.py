@@ -67,7 +67,7 @@ class Summarize(Section):
     wait_s: float = Field(2, ge=0)  # a crossing turn waits this long for a job still running, then uses the ledger
     max_concurrent_jobs: int = Field(4, ge=1)  # background summaries running at once (the global block's value)
     # A streaming request that waits longer than this for its compaction gets SSE comment lines meanwhile.
-    # null (default): never; sending one commits the 200 status and rules out the retry.
+    # null (default): never; the first one commits the 200 status (an error then comes as an SSE event).
     keepalive_after_s: float | None = Field(None, gt=0)
 
     @field_validator("prompt_file")

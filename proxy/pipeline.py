@@ -137,7 +137,8 @@ class ChatPipeline:
         A `retry` aim replaces the accounted budget.
         """
         prepared = await self._prepare(counted, accounting, options, retry=retry)
-        if getattr(self.compactions.records, "degraded", False):  # the shared store failed: records in memory
+        degraded = getattr(self.compactions.records, "degraded", False)  # the shared store failed: records in memory
+        if degraded and self.compacts(counted.model, options):
             prepared.headers["x-inflight-state"] = "degraded"
             prepared.fields["state"] = "degraded"
         return prepared
@@ -182,7 +183,8 @@ class ChatPipeline:
         due = force or conversation.tokens > min(budget.prune_at, start_at)  # else no summary is near: no need to ask
         summary_window = await summarizer_window(self, settings, accounting.model, ask=due)
         parts = CompactionParts(self, settings, accounting, options, int(summary_window / accounting.ratio))
-        ahead = parts.ahead(budget, start_at, counted.payload.get("tools")) if background else None
+        # A retry neither waits for a summary nor starts a job: the turn it retries did both already.
+        ahead = parts.ahead(budget, start_at, counted.payload.get("tools")) if background and not retry else None
         compactor = functools.partial(parts.compactor, background=background)
         return await self.compactions.compact(
             key, conversation, compactor=compactor, budget=budget, force=force, ahead=ahead

@@ -30,6 +30,7 @@ log = logging.getLogger("inflight")
 
 GIL_SWITCH_INTERVAL_S = 0.0005
 RESTART_PAUSE_S = 1.0
+MAX_RESTARTS, CRASH_WINDOW_S = 5, 60
 
 
 def check_workers(settings: Settings, workers: int) -> None:
@@ -90,13 +91,21 @@ def serve_workers(settings: Settings, workers: int) -> int:
     signal.signal(signal.SIGINT, stop)
     running.extend(start() for _ in range(workers))
     log.info("inflight: %d workers on port %d", workers, settings.listen.port)
+    restarts: list[float] = []
     while not stopping:
         for index, process in enumerate(running):
-            if not process.is_alive() and not stopping:
-                log.warning("inflight: worker %d exited with %s; starting another", process.pid, process.exitcode)
-                time.sleep(RESTART_PAUSE_S)
+            if process.is_alive() or stopping:
+                continue
+            restarts = [t for t in restarts if t > time.monotonic() - CRASH_WINDOW_S] + [time.monotonic()]
+            if len(restarts) > MAX_RESTARTS:  # dying as fast as they start (the port taken, a broken config)
+                log.error("inflight: workers keep exiting (%d in %d s); stopping", len(restarts), CRASH_WINDOW_S)
+                stop(signal.SIGTERM, None)
+                break
+            log.warning("inflight: worker %d exited with %s; starting another", process.pid, process.exitcode)
+            time.sleep(RESTART_PAUSE_S)
+            if not stopping:  # a signal may have come during the pause
                 running[index] = start()
         time.sleep(0.2)
     for process in running:
         process.join(timeout=30)
-    return 0
+    return 1 if len(restarts) > MAX_RESTARTS else 0

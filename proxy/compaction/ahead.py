@@ -25,9 +25,10 @@ from proxy.compaction.conversation import (
     text_of,
 )
 from proxy.compaction.draft import Budget, Draft
+from proxy.compaction.ledger import Ledger
 from proxy.compaction.middle import choose_cut, grown_ledger
 from proxy.compaction.records import Precomputed, Record, prefix_hash
-from proxy.compaction.stages.summarize import SummarizeStage
+from proxy.compaction.stages.summarize import SummarizeStage, SummaryPlan
 from proxy.compaction.summary import InPlace
 from proxy.compaction.work import Outcome, Work
 
@@ -56,10 +57,11 @@ class SummaryAhead:
         """How long a job may hold its conversation's lease: each summarizer call's time, twice over, and then some."""
         return 4 * self.stage.settings.timeout_s + 30
 
-    async def make(
+    def plan(
         self, conversation: Conversation, record: Record | None, sent: Sequence[Message], sent_tokens: int
-    ) -> Precomputed:
-        """The summary for the compaction the conversation (as sent: `sent`) is heading for."""
+    ) -> AheadPlan:
+        """Where the next compaction will cut and what the summarizer will be asked: CPU only (the job
+        runs it off the loop when the conversation is big), no call yet."""
         head_len = head_length(conversation.messages)
         draft = Draft.from_record(record, conversation) if record is not None else Draft(head_len, head_len)
         outcome = Outcome([], sent_tokens, sent_tokens, [], draft.freeze(conversation), fits=True)
@@ -71,22 +73,32 @@ class SummaryAhead:
             raise NothingToSummarize("no turn to cut at")
         in_place = None
         if self.in_place_model is not None:
-            keep_from = opening(conversation.messages[cut])
-            in_place = InPlace(self.in_place_model, sent, sent_tokens, self.tools, keep_from)
+            in_place = InPlace(self.in_place_model, sent, sent_tokens, self.tools, opening(conversation.messages[cut]))
+        summary = self.stage.plan(work, cut, in_place=in_place)
+        cut_hash = prefix_hash(conversation.digests[:cut])
+        return AheadPlan(cut, cut_hash, draft.prefix_len, grown_ledger(work, cut), summary, work)
+
+    async def ask(self, plan: AheadPlan) -> Precomputed:
+        """The summary the plan asks for (the summarizer's calls, on the server's loop)."""
         started = time.perf_counter()
-        text = await self.stage.summary_for(work, cut, in_place=in_place)
+        text = await self.stage.ask(plan.summary, plan.work)
         if not text:
             raise ValueError("the summarizer returned an empty summary")
         made_ms = (time.perf_counter() - started) * 1000
+        calls = plan.work.outcome.summarizer_calls
         return Precomputed(
-            cut,
-            prefix_hash(conversation.digests[:cut]),
-            text,
-            base=draft.prefix_len,
-            ledger=grown_ledger(work, cut),
-            calls=outcome.summarizer_calls,
-            made_ms=made_ms,
+            plan.cut, plan.cut_hash, text, base=plan.base, ledger=plan.ledger, calls=calls, made_ms=made_ms
         )
+
+
+@dataclass(frozen=True)
+class AheadPlan:
+    cut: int
+    cut_hash: bytes
+    base: int  # the prefix_len of the record it extends
+    ledger: Ledger
+    summary: SummaryPlan
+    work: Work
 
 
 def opening(message: Message) -> str:

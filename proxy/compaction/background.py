@@ -6,8 +6,8 @@ close (`summarize.background_at`) and its result waits in the conversation's rec
 that crosses the threshold (`proxy.compaction.runner` decides when; this module only runs jobs).
 
 - Single flight: while a conversation's job runs, no request of it starts another.
-- Bounded: at most `max_running` jobs call the summarizer at once; a few times that may queue,
-  and past that no job starts (the crossing turn then uses the ledger, as without a summarizer).
+- Bounded: at most `max_running` jobs call the summarizer at once and as many may queue (each
+  holds its conversation); past that no job starts (the crossing turn then uses the ledger).
 - A failed job is tried once more; if that fails too, no job starts again from the same record.
 - A job whose conversation sends nothing for `idle_s` (the record TTL) is cancelled.
 """
@@ -33,7 +33,7 @@ class Elsewhere(Final):
     """Another process that shares the store runs this conversation's job (it holds the lease)."""
 
 
-QUEUED_PER_RUNNING = 4  # jobs that may wait for a slot, per slot
+QUEUED_PER_RUNNING = 1  # jobs that may wait for a slot, per slot (each holds its conversation in memory)
 RETRY_AFTER_S = 1.0
 
 
@@ -177,7 +177,7 @@ class BackgroundSummaries:
         try:
             while True:
                 remaining = job.last_seen + self.idle_s - time.monotonic()
-                if remaining <= 0:
+                if remaining <= 0 and not task.done():
                     task.cancel()
                     raise asyncio.CancelledError(f"{job.key[:48]} idle for {self.idle_s:g} s")
                 done, _ = await asyncio.wait({task}, timeout=remaining)
@@ -186,3 +186,4 @@ class BackgroundSummaries:
         finally:
             if not task.done():
                 task.cancel()
+                task.add_done_callback(lambda t: t.cancelled() or t.exception())  # its end is nobody's to log

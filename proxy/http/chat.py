@@ -43,6 +43,7 @@ class ChatCall:
     counted: Counted
     accounting: Accounting
     options: Options
+    identity: bool = False  # ask the upstream for an unencoded body (a keep-alive stream sent its headers)
 
 
 class ChatCompletions:
@@ -66,28 +67,35 @@ class ChatCompletions:
             call = ChatCall(request, exchange, intake.counted, accounting, options_of(request))
             interval = self.keepalive_after(call)
             if interval is None:
-                return await self.respond(call)
-            work = asyncio.ensure_future(self.respond(call))
+                return await self.respond(call, await self.prepare(call))
+            preparing = asyncio.ensure_future(self.prepare(call))
             try:
-                await asyncio.wait_for(asyncio.shield(work), interval)
-            except TimeoutError:  # still compacting: begin the stream, and keep it alive until the answer
-                return KeepAlive(work, interval, exchange)
+                await asyncio.wait_for(asyncio.shield(preparing), interval)
+            except TimeoutError:  # still compacting: begin the stream, and keep it alive until it is sent
+                call.identity = True  # the headers go out now, with no Content-Encoding: the upstream must send none
+                return KeepAlive(asyncio.ensure_future(self.respond_when(preparing, call)), interval, exchange)
             except BaseException:
-                work.cancel()
+                preparing.cancel()
                 raise
-            return work.result()
+            return await self.respond(call, preparing.result())
 
     def keepalive_after(self, call: ChatCall) -> float | None:
-        """For a streaming request whose model sets `summarize.keepalive_after_s`: that (else None)."""
-        if call.counted.payload.get("stream") is not True:
+        """For a streaming request that may be compacted, `summarize.keepalive_after_s` of its model (else None)."""
+        if call.counted.payload.get("stream") is not True or not self.pipeline.compacts(
+            call.counted.model, call.options
+        ):
             return None
         return self.pipeline.model_settings(call.counted.model).compaction.summarize.keepalive_after_s
 
-    async def respond(self, call: ChatCall) -> Relay:
-        """From the counted request to the relay of the upstream's answer (a retry included)."""
+    async def respond_when(self, preparing: asyncio.Future[Prepared], call: ChatCall) -> Relay:
+        return await self.respond(call, await preparing)
+
+    async def respond(self, call: ChatCall, prepared: Prepared) -> Relay:
+        """From the prepared body to the relay of the upstream's answer (a retry included)."""
         request, exchange, accounting = call.request, call.exchange, call.accounting
-        prepared = await self.prepare(call)
-        response = await self.send(request, exchange, prepared.body, rewritten=prepared.rewritten)
+        response = await self.send(
+            request, exchange, prepared.body, rewritten=prepared.rewritten, identity=call.identity
+        )
         if not self.pipeline.compacts(call.counted.model, call.options) or prepared.too_long:
             # A retry could only shrink it to the same floor: a refusal of this one goes to the client as it is.
             return self.relay_with_usage(call, response, prepared)
@@ -112,7 +120,9 @@ class ChatCompletions:
         prepared = await self.prepare(call, retry=aim)
         call.exchange.headers["x-inflight-actions"] += ",retry"
         call.exchange.headers["x-inflight-retried"] = "1"
-        response = await self.send(call.request, call.exchange, prepared.body, rewritten=prepared.rewritten)
+        response = await self.send(
+            call.request, call.exchange, prepared.body, rewritten=prepared.rewritten, identity=call.identity
+        )
         return self.relay_with_usage(call, response, prepared)
 
     async def prepare(self, call: ChatCall, *, retry: RetryAim | None = None) -> Prepared:
@@ -127,9 +137,15 @@ class ChatCompletions:
             call.exchange.note("fits", "no")
         return prepared
 
-    async def send(self, request: Request, exchange: Exchange, body: bytes, *, rewritten: bool) -> Response:
+    async def send(
+        self, request: Request, exchange: Exchange, body: bytes, *, rewritten: bool, identity: bool = False
+    ) -> Response:
         target = self.upstream.target_for(checked_path(request.scope), request.scope["query_string"])
-        headers = self.upstream.headers_for(request.scope["headers"], rewrite_body=rewritten)
+        client_headers = request.scope["headers"]
+        if identity:
+            client_headers = [(k, v) for k, v in client_headers if k.lower() != b"accept-encoding"]
+            client_headers.append((b"accept-encoding", b"identity"))
+        headers = self.upstream.headers_for(client_headers, rewrite_body=rewritten)
         response = await self.upstream.open("POST", target, headers=headers, content=body)
         exchange.upstream_answered()
         return response

@@ -4,13 +4,17 @@ Off unless `summarize.keepalive_after_s` is set. A streaming client that waits l
 byte (a summary made on the crossing turn with a slow model) may give up; a comment line every
 few seconds (`: ...`, which SSE clients ignore) keeps it and every proxy between reading. The
 price: the 200 status and the headers go out before the upstream has answered, so the
-`x-inflight-*` headers of the compaction are not sent, and an error (ours or the upstream's)
-can only arrive as an SSE `data: {"error": ...}` event.
+`x-inflight-*` headers of the compaction are not sent, an error (ours or the upstream's) can
+only arrive as an SSE `data: {"error": ...}` event, and the upstream is asked for an unencoded
+body (the headers that went out say no Content-Encoding). It begins only when the compaction
+is slow (a request with compaction off never gets it); once begun, the comments go on until the
+upstream's answer starts.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass
 
 import orjson
@@ -19,6 +23,8 @@ from starlette.types import Receive, Scope, Send
 from proxy.errors import ProxyError
 from proxy.exchange import Exchange
 from proxy.upstream.relay import Relay
+
+log = logging.getLogger("inflight")
 
 COMMENT = b": inflight is compacting the conversation\n\n"
 HEADERS = [
@@ -65,9 +71,20 @@ class KeepAlive:
             error = {"message": exc.message, "type": exc.error_type, "param": exc.param, "code": exc.code}
             await self._end(send, error_event(orjson.dumps({"error": error})))
             return
+        except Exception as exc:  # a bug of ours, after the 200: still an answer in OpenAI's shape, and logged
+            log.exception("internal error while a keep-alive stream waited")
+            self.exchange.note("error", type(exc).__name__)
+            error = {"message": f"inflight internal error: {type(exc).__name__}", "type": "server_error"}
+            await self._end(send, error_event(orjson.dumps({"error": error | {"param": None, "code": None}})))
+            return
         if relay.status != 200:  # the upstream's error, as an event: the 200 is out already
-            body = b"".join([chunk async for chunk in relay.chunks])
-            await relay.close()
+            try:
+                body = b"".join([chunk async for chunk in relay.chunks])
+            except Exception as exc:
+                body = orjson.dumps({"error": {"message": f"upstream error {relay.status}", "type": "upstream_error"}})
+                self.exchange.note("upstream_stream_error", type(exc).__name__)
+            finally:
+                await relay.close()
             self.exchange.note("upstream_status", relay.status)
             await self._end(send, error_event(body))
             return

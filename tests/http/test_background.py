@@ -199,3 +199,33 @@ def test_no_job_starts_for_a_request_with_compaction_off(
         time.sleep(0.5)
         counts = jobs(proxy_url)
     assert counts["started"] == 0 and app.summary_count == 0
+
+
+def test_a_slow_background_summary_holds_no_thread_other_requests_need(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    app, url = upstream
+    app.summarizer_delay = 8.0
+    big = agent_conversation(1300, output_lines=20)  # about 300k tokens: its job's plan runs in the heavy lane
+    other = agent_conversation(1100, output_lines=20)  # a 1.1 MB body far from any threshold: the heavy lane too
+    config = {"models": {"gpt-4o": {"context_window": 500_000}}}
+    with start_proxy(url, **config) as proxy_url:
+        post(proxy_url, big, **{"x-inflight-session": "big"})
+        wait_until(lambda: jobs(proxy_url)["running"] == 1 and app.summary_count == 1, timeout=30)
+        started = time.monotonic()
+        response = post(proxy_url, other, **{"x-inflight-session": "other"})
+        took = time.monotonic() - started
+    assert response.status_code == 200 and took < 3, f"waited {took:.1f} s behind the summarizer"
+
+
+def test_a_forced_compaction_is_replayed_on_the_next_plain_turn(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    app, url = upstream
+    small = conversation_at(0.45)  # far from every threshold
+    with start_proxy(url, **CONFIG) as proxy_url:
+        post(proxy_url, small, **{"x-inflight-compaction": "force"})
+        after = post(proxy_url, [*small, {"role": "user", "content": "Go on."}])
+    first, second = (request.json()["messages"] for request in app.chat_requests())
+    assert first != small and second[: len(first)] == first
+    assert "summary-cached" in after.headers["x-inflight-actions"]

@@ -77,3 +77,26 @@ def test_a_non_streaming_request_is_never_kept_alive(
         body = {"model": "gpt-4o", "messages": conversation_at(0.9), "stream": False}
         response = httpx.post(f"{proxy_url}/chat/completions", json=body, timeout=30)
     assert response.json()["object"] == "chat.completion" and "x-inflight-keepalive" not in response.headers
+
+
+def test_a_request_with_compaction_off_is_never_kept_alive(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    app, url = upstream
+    with start_proxy(url, **CONFIG) as proxy_url:
+        body = {"model": "gpt-4o", "messages": conversation_at(0.9), "stream": True}
+        headers = {"x-inflight-compaction": "off", "x-scenario": "slow"}  # the upstream takes 3 s to answer
+        response = httpx.post(f"{proxy_url}/chat/completions", json=body, headers=headers, timeout=30)
+    assert "x-inflight-keepalive" not in response.headers
+    assert response.content == bytes(app.chat_requests()[0].sent)
+
+
+def test_a_kept_alive_stream_asks_the_upstream_for_no_encoding(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    app, url = upstream
+    app.summarizer_delay = 1.0
+    with start_proxy(url, **CONFIG) as proxy_url:
+        response = stream(proxy_url, **{"accept-encoding": "gzip"})
+    assert response.headers["x-inflight-keepalive"] == "1"
+    assert app.chat_requests()[0].headers["accept-encoding"] == "identity"

@@ -6,9 +6,11 @@ after it then drops the same middle with a local digest.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from proxy.compaction.conversation import Message
 from proxy.compaction.middle import due_cut, grown_ledger, max_summary_tokens, replace_middle, span
@@ -36,6 +38,14 @@ MIN_ROOM_TOKENS = 256
 
 class SummarizerTooSmall(ValueError):
     """The summarizer's window cannot take a useful piece of transcript beside what goes with it."""
+
+
+@dataclass(frozen=True)
+class SummaryPlan:
+    jobs: list[SummaryJob]  # one per chunk of the transcript, in order
+    previous: str | None  # the record's earlier note, which the first chunk is folded into
+    in_place: SummaryJob | None = None  # asked first, when planned
+    problem: Exception | None = None  # why no chunk could be made (raised if the in-place request fails)
 
 
 class SummarizeStage:
@@ -71,32 +81,55 @@ class SummarizeStage:
         replace_middle(work, cut, text, settings=self.settings, fallback=False, ledger=grown_ledger(work, cut))
 
     async def summary_for(self, work: Work, cut: int, *, in_place: InPlace | None = None) -> str:
-        """The summary of the conversation up to `cut`, the record's earlier summary folded in.
+        """The summary of the conversation up to `cut`, the record's earlier summary folded in."""
+        return await self.ask(self.plan(work, cut, in_place=in_place), work)
 
-        `in_place`: ask with the conversation as last sent (see `InPlace`) when it fits the summarizer's
-        window; if that fails, ask with the transcript as usual."""
+    def plan(self, work: Work, cut: int, *, in_place: InPlace | None = None) -> SummaryPlan:
+        """What the summarizer will be asked, before any call: CPU only (render, count, chunk), so that a
+        background job works it out off the event loop and then awaits the calls on it.
+
+        `in_place`: ask with the conversation as last sent (see `InPlace`) when that fits the summarizer's
+        window; the chunks of the usual form are made too, for when that fails."""
         draft = work.draft
         previous = written_part(draft.summary).replace(NO_SUMMARY_NOTE, "").strip() if draft.summary else None
-        previous = previous or None  # after a fallback: the earlier LLM note, if there was one
         messages = span(work, cut)
         max_tokens = self.max_tokens(work)
-        if in_place is not None:
-            text = await self.in_place_summary(work, messages, in_place, max_tokens)
+        in_place_job = self.in_place_job(messages, in_place, max_tokens) if in_place is not None else None
+        try:
+            jobs = self.rolling_jobs(messages, max_tokens, work, previous=previous or None)
+        except SummarizerTooSmall as exc:
+            return SummaryPlan([], previous or None, in_place_job, exc)
+        return SummaryPlan(jobs, previous or None, in_place_job)
+
+    async def ask(self, plan: SummaryPlan, work: Work) -> str:
+        """The summary: asked in place if planned (and kept if good), else chunk by chunk, each call
+        folding its chunk into the note so far."""
+        if plan.in_place is not None:
+            text = await self.ask_in_place(plan.in_place, work)
             if text:
                 return text
-        return await self.rolling_summary(messages, previous, work)
+        if plan.problem is not None:
+            raise plan.problem
+        summary = plan.previous
+        for job in plan.jobs:
+            work.outcome.summarizer_calls += 1
+            summary = (await self.summarize(dataclasses.replace(job, previous=summary))).strip()
+            if not summary:
+                raise ValueError("the summarizer returned an empty summary")
+        return summary or ""
 
-    async def in_place_summary(
-        self, work: Work, messages: list[Message], in_place: InPlace, max_tokens: int
-    ) -> str | None:
-        """The summary asked of the conversation as last sent; None when it does not fit, the request is
-        refused, or its reply is rejected (a model may carry on the conversation instead of summarizing it)."""
+    def in_place_job(self, messages: list[Message], in_place: InPlace, max_tokens: int) -> SummaryJob | None:
+        """The in-place request, when the conversation, the instruction and the reply fit the summarizer."""
         prompt = load_prompt(self.settings.prompt_file)
         if in_place.tokens + self.count_text(prompt) + max_tokens + MESSAGE_OVERHEAD_TOKENS > self.input_tokens:
             return None
         clip_chars = self.settings.clip_tool_output_chars
         transcript = "\n\n".join(render_transcript(messages, clip_tool_output=clip_chars))  # to check the reply
-        job = SummaryJob(None, transcript, max_tokens, prompt=prompt, in_place=in_place)
+        return SummaryJob(None, transcript, max_tokens, prompt=prompt, in_place=in_place)
+
+    async def ask_in_place(self, job: SummaryJob, work: Work) -> str | None:
+        """The reply to the in-place request; None when it is refused or its reply rejected (a model may
+        carry on the conversation instead of summarizing it): then the usual form is asked."""
         work.outcome.summarizer_calls += 1
         try:
             return (await self.summarize(job)).strip()
@@ -113,23 +146,17 @@ class SummarizeStage:
         # The note must fit the request's budget, and leave the summarizer's own window room to read.
         return min(max_summary_tokens(self.settings, work.budget), self.input_tokens // 4)
 
-    async def rolling_summary(self, messages: list[Message], previous: str | None, work: Work) -> str:
-        summary = previous
-        max_tokens = self.max_tokens(work)
+    def rolling_jobs(
+        self, messages: list[Message], max_tokens: int, work: Work, *, previous: str | None
+    ) -> list[SummaryJob]:
+        """One request per chunk of the transcript; `previous` is filled in as the note grows (`ask`)."""
         draft = work.draft
         head = head_for_summarizer(work.conversation.messages[: draft.head_len])
         ledger = draft.ledger.render(LEDGER_CHARS) if draft.ledger else ""
         prompt = load_prompt(self.settings.prompt_file)
         context = self.count_text(prompt) + self.count_text(head) + self.count_text(ledger)
-        for chunk in self.chunks(messages, previous, max_tokens, context_tokens=context):
-            job = SummaryJob(
-                previous=summary, transcript=chunk, max_tokens=max_tokens, head=head, ledger=ledger, prompt=prompt
-            )
-            work.outcome.summarizer_calls += 1
-            summary = (await self.summarize(job)).strip()
-            if not summary:
-                raise ValueError("the summarizer returned an empty summary")
-        return summary or ""
+        chunks = self.chunks(messages, previous, max_tokens, context_tokens=context)
+        return [SummaryJob(None, chunk, max_tokens, head=head, ledger=ledger, prompt=prompt) for chunk in chunks]
 
     def chunks(
         self, messages: list[Message], previous: str | None, max_tokens: int, *, context_tokens: int
