@@ -72,6 +72,10 @@ def llama_server(port: int, log: Path) -> Iterator[str]:
         str(port),
         "--n_threads",
         "2",
+        # By default llama-cpp-python's server cuts a response short when another request arrives;
+        # inflight's background summaries arrive while the agent's own turns stream.
+        "--interrupt_requests",
+        "False",
     ]
     with log.open("wb") as output:
         process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, cwd=ROOT)
