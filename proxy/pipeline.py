@@ -183,8 +183,10 @@ class ChatPipeline:
         due = force or conversation.tokens > min(budget.prune_at, start_at)  # else no summary is near: no need to ask
         summary_window = await summarizer_window(self, settings, accounting.model, ask=due)
         parts = CompactionParts(self, settings, accounting, options, int(summary_window / accounting.ratio))
-        # A retry neither waits for a summary nor starts a job: the turn it retries did both already.
-        ahead = parts.ahead(budget, start_at, counted.payload.get("tools")) if background and not retry else None
+        # A retry neither waits for a summary nor starts a job: the turn it retries did both already. A request
+        # under every threshold needs no job either: nothing is built for it.
+        wanted = background and due and not retry
+        ahead = parts.ahead(budget, start_at, counted.payload.get("tools")) if wanted else None
         compactor = functools.partial(parts.compactor, background=background)
         return await self.compactions.compact(
             key, conversation, compactor=compactor, budget=budget, force=force, ahead=ahead
