@@ -183,8 +183,7 @@ class ChatPipeline:
         due = force or conversation.tokens > min(budget.prune_at, start_at)  # else no summary is near: no need to ask
         summary_window = await summarizer_window(self, settings, accounting.model, ask=due)
         parts = CompactionParts(self, settings, accounting, options, int(summary_window / accounting.ratio))
-        # A retry neither waits for a summary nor starts a job: the turn it retries did both already. A request
-        # under every threshold needs no job either: nothing is built for it.
+        # No job for a retry (the turn it retries saw to that), nor for a request under every threshold.
         wanted = background and due and not retry
         ahead = parts.ahead(budget, start_at, counted.payload.get("tools")) if wanted else None
         compactor = functools.partial(parts.compactor, background=background)
