@@ -84,7 +84,9 @@ def test_healthz_answers_while_a_huge_request_is_worked_on(
         worst, seconds, status = probe_while(proxy_url, body, headers)
     assert status == 200
     assert seconds > 0.5, "too little work to tell a blocked loop from a free one"
-    assert worst < 0.1 * seconds, f"/healthz waited {worst:.2f} s of the big request's {seconds:.2f} s"
+    # A blocked loop would keep /healthz waiting about as long as the big request (over 0.5 s); on a busy
+    # machine a free one still shows waits of tens of milliseconds, so the bound has a floor.
+    assert worst < max(0.1 * seconds, 0.2), f"/healthz waited {worst:.2f} s of the big request's {seconds:.2f} s"
     if case == "compacted":
         forwarded = orjson.loads(upstream[0].chat_requests()[-1].body)["messages"]
         summaries = [m for m in forwarded if str(m.get("content")).startswith("[Previous conversation summary]")]
