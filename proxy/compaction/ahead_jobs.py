@@ -16,21 +16,17 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import TypeVar
 
 from proxy.compaction.ahead import SummaryAhead
 from proxy.compaction.background import BackgroundSummaries, Elsewhere, Job
 from proxy.compaction.conversation import Conversation, Message, head_length
 from proxy.compaction.draft import Draft
-from proxy.compaction.offload import OFFLOAD_AT_TOKENS
+from proxy.compaction.offload import call_sized
 from proxy.compaction.records import Precomputed, Record, RecordStore, best_record, with_record
 from proxy.compaction.stages.precomputed import PRECOMPUTED
 from proxy.compaction.work import Outcome
-from proxy.heavy import HEAVY_TOKENS, in_thread
 
 log = logging.getLogger("inflight")
-
-T = TypeVar("T")
 
 POLL_S = 0.05  # how often a turn waiting on another process's summary looks for it
 
@@ -83,7 +79,7 @@ class AheadJobs:
         async def make() -> object:
             # The plan (cut, transcript, chunks) off the loop when big; the summarizer's calls on the loop,
             # so that a slow summarizer holds no thread that other requests' parsing needs.
-            plan = await in_thread_if_big(lambda: ahead.plan(conversation, record, sent, sent_tokens), sent_tokens)
+            plan = await call_sized(lambda: ahead.plan(conversation, record, sent, sent_tokens), sent_tokens)
             if not await self.records.lease(lease, self.owner, ahead.lease_s):
                 raise Elsewhere(f"another process summarizes {key[:48]}")
             try:
@@ -125,11 +121,6 @@ class AheadJobs:
                 bare = dataclasses.replace(Draft(head_len, head_len).freeze(conversation), ahead=ahead)
                 updated = with_record(records, None, bare)
             await self.save(key, updated)
-
-
-async def in_thread_if_big(work: Callable[[], T], tokens: int) -> T:
-    """`work()` here when the conversation is small, in a worker thread (the heavy lane when huge) when not."""
-    return work() if tokens < OFFLOAD_AT_TOKENS else await in_thread(tokens >= HEAVY_TOKENS, work)
 
 
 @asynccontextmanager

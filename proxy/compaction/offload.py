@@ -84,3 +84,10 @@ async def run_sized(work: Callable[[], Awaitable[T]], tokens: int) -> T:
     if tokens < OFFLOAD_AT_TOKENS:
         return await work()
     return await in_worker_thread(work, heavy=tokens >= HEAVY_TOKENS)
+
+
+async def call_sized(work: Callable[[], T], tokens: int) -> T:
+    """`work()` (plain CPU work, no awaits) here when small; in a worker thread (the heavy lane when huge) when not."""
+    if tokens < OFFLOAD_AT_TOKENS:
+        return work()
+    return await in_thread(tokens >= HEAVY_TOKENS, work)

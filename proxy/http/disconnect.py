@@ -25,6 +25,12 @@ class _Watch:
     gone: bool = False
 
 
+async def disconnected(receive: Receive) -> None:
+    """Return once the client has disconnected (the body is read: nothing else comes from `receive`)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
 @asynccontextmanager
 async def cancelled_on_disconnect(receive: Receive) -> AsyncIterator[None]:
     """Run the block; if the client disconnects meanwhile, cancel it and raise `ClientGone`.
@@ -35,15 +41,12 @@ async def cancelled_on_disconnect(receive: Receive) -> AsyncIterator[None]:
     assert task is not None
     watch = _Watch()
 
-    async def wait_for_disconnect() -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                watch.gone = True
-                task.cancel()
-                return
+    async def cancel_on_disconnect() -> None:
+        await disconnected(receive)
+        watch.gone = True
+        task.cancel()
 
-    watcher = asyncio.ensure_future(wait_for_disconnect())
+    watcher = asyncio.ensure_future(cancel_on_disconnect())
     try:
         yield
     except asyncio.CancelledError:

@@ -22,6 +22,7 @@ from starlette.types import Receive, Scope, Send
 
 from proxy.errors import ProxyError
 from proxy.exchange import Exchange
+from proxy.http.disconnect import disconnected
 from proxy.upstream.relay import Relay
 
 log = logging.getLogger("inflight")
@@ -99,8 +100,5 @@ class KeepAlive:
         self.exchange.finish()
 
     async def _cancel_on_disconnect(self, receive: Receive) -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                self.work.cancel()
-                return
+        await disconnected(receive)
+        self.work.cancel()
