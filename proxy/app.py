@@ -9,13 +9,17 @@ from contextlib import asynccontextmanager
 from starlette.routing import Router
 from starlette.types import ASGIApp
 
+from proxy.archive.recorder import Archiver
+from proxy.archive.store import open_archive
 from proxy.config import Settings
 from proxy.http.access import AccessGuard
 from proxy.http.admin import healthz, stats_route
+from proxy.http.archive_routes import ArchiveRoutes
 from proxy.http.chat import ChatCompletions
 from proxy.http.endpoint import Endpoint
 from proxy.http.passthrough import PassThrough
 from proxy.http.routes import JsonRoute, not_found
+from proxy.http.viewer import Viewer
 from proxy.pipeline import build_pipeline
 from proxy.tokens import FALLBACK_ENCODING, load_encoding
 from proxy.upstream.client import UpstreamClient
@@ -29,6 +33,10 @@ def create_app(settings: Settings) -> ASGIApp:
     upstream = UpstreamClient(settings.upstream)
     summarizer_http = summarizer_client()
     pipeline = build_pipeline(settings, summarizers=Summarizers(settings, summarizer_http), background=True)
+    archive = None
+    if settings.archive.enabled:
+        store = open_archive(settings.state, settings.archive)
+        archive = Archiver(store, settings_for=lambda model: pipeline.model_settings(model).compaction)
 
     @asynccontextmanager
     async def lifespan(app: object) -> AsyncIterator[None]:
@@ -41,14 +49,18 @@ def create_app(settings: Settings) -> ASGIApp:
                 if pipeline.compactions.jobs is not None:
                     await pipeline.compactions.jobs.close()
                 await pipeline.compactions.records.close()
+                if archive is not None:
+                    await archive.close()
             finally:
                 await upstream.aclose()
                 await summarizer_http.aclose()
 
-    chat = Endpoint(ChatCompletions(pipeline, upstream, limits=settings.limits))
+    chat = Endpoint(ChatCompletions(pipeline, upstream, limits=settings.limits, archive=archive))
     routes = [
         JsonRoute("/healthz", healthz, methods=["GET"]),
         JsonRoute("/inflight/stats", stats_route(pipeline), methods=["GET"]),
+        *ArchiveRoutes(archive.store if archive is not None else None).routes(),
+        *Viewer().routes(),
         JsonRoute("/v1/chat/completions", chat, methods=["POST"]),
         JsonRoute("/v1/{path:path}", Endpoint(PassThrough(upstream, limits=settings.limits)), methods=METHODS),
     ]

@@ -20,6 +20,7 @@ from proxy.config_compaction import OBSERVATION_PATTERN, Cache, Compaction, Mask
 __all__ = [
     "OBSERVATION_PATTERN",
     "Access",
+    "Archive",
     "Cache",
     "Compaction",
     "ConfigError",
@@ -154,6 +155,18 @@ class State(Section):
         return self.scheme != "memory"
 
 
+class Archive(Section):
+    """What each compaction dropped, and every turn's tokens, kept for `/inflight/ui` (`proxy.archive`).
+
+    Off by default: it keeps what clients sent. Stored where `state.url` points (memory, the SQLite
+    file, Redis), with a retention of its own."""
+
+    enabled: bool = False
+    retention_s: float = Field(7 * 24 * 3600, gt=0)
+    max_bytes: int = Field(256 * 1024 * 1024, ge=1024 * 1024)  # memory and SQLite; Redis: its own maxmemory
+    max_turns: int = Field(10_000, ge=10)  # per conversation; older turns go first
+
+
 Encoding = Literal["o200k_base", "cl100k_base"]
 
 
@@ -181,6 +194,7 @@ class Settings(Section):
     models: dict[str, ModelEntry] = {}
     compaction: Compaction = Compaction()
     state: State = State()
+    archive: Archive = Archive()
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     # Each `models.<glob>.compaction` merged over the global block once, here, not on every request.
     _compactions: dict[str, Compaction] = PrivateAttr(default_factory=dict)

@@ -25,6 +25,7 @@ from proxy.compaction import (
     head_length,
 )
 from proxy.compaction.background import BackgroundSummaries
+from proxy.compaction.observer import NO_OBSERVER, Observer
 from proxy.compaction_parts import CompactionParts, summarizer_window
 from proxy.config import Compaction, ModelSettings, Settings
 from proxy.policy.calibration import Calibration
@@ -214,21 +215,28 @@ def is_message_list(messages: object) -> bool:
 
 
 def build_pipeline(
-    settings: Settings, *, summarizers: SummarizerFactory | None, background: bool = False
+    settings: Settings,
+    *,
+    summarizers: SummarizerFactory | None,
+    background: bool = False,
+    observer: Observer = NO_OBSERVER,
 ) -> ChatPipeline:
     """A pipeline with fresh state (counts, windows, calibration, records): the server's, or a command's.
 
-    `background`: summaries are made by background jobs (the server); a command makes them in line."""
+    `background`: summaries are made by background jobs (the server); a command makes them in line.
+    `observer`: told record lookups, job counts and store errors (the server's metrics)."""
     jobs = None
     if background:
         summarize = settings.compaction.summarize
-        jobs = BackgroundSummaries(max_running=summarize.max_concurrent_jobs, idle_s=settings.compaction.cache.ttl_s)
+        idle_s = settings.compaction.cache.ttl_s
+        jobs = BackgroundSummaries(max_running=summarize.max_concurrent_jobs, idle_s=idle_s, observer=observer)
+    records = open_record_store(settings.state, settings.compaction.cache, observer=observer)
     return ChatPipeline(
         settings,
         counter=TokenCounter(),
         registry=ContextRegistry(settings),
         calibration=Calibration(),
-        compactions=ConversationCompactions(open_record_store(settings.state, settings.compaction.cache), jobs),
+        compactions=ConversationCompactions(records, jobs, observer=observer),
         summarizers=summarizers,
     )
 

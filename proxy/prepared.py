@@ -22,6 +22,7 @@ class Prepared:
     fields: dict[str, object] = field(default_factory=dict)  # for the request's log line
     outcome: Outcome | None = None
     too_long: str | None = None  # why it cannot fit even compacted: the body is our best effort, sent anyway
+    key: str = ""  # the conversation's key, when it was compacted
 
 
 def as_sent(counted: Counted, accounting: Accounting, *, limit: int) -> Prepared:
@@ -44,8 +45,11 @@ def rewritten(counted: Counted, accounting: Accounting, outcome: Outcome, *, lim
         "x-inflight-tokens-after": str(after),
         "x-inflight-actions": actions,
     }
+    if outcome.compaction_id:  # which compaction this is, or which one a record hit replays (the archive's id)
+        headers["x-inflight-compaction-id"] = outcome.compaction_id
     fields: dict[str, object] = {
         "actions": actions,
+        "compaction": outcome.compaction_id or "-",
         "compacted": f"{before}->{after}/{limit}",
         "key": key[:48],
         "replaced": outcome.messages_replaced,
@@ -61,4 +65,4 @@ def rewritten(counted: Counted, accounting: Accounting, outcome: Outcome, *, lim
             "minus the tokens reserved for the reply). Shorten the system prompt, the tools or the last message."
         )
     body = orjson.dumps({**counted.payload, "messages": outcome.messages})
-    return Prepared(body, True, outcome.tokens_after, limit, headers, fields, outcome, too_long)
+    return Prepared(body, True, outcome.tokens_after, limit, headers, fields, outcome, too_long, key)

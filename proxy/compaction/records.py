@@ -8,6 +8,7 @@ same bytes as last turn, so the upstream's prompt cache keeps hitting.
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
@@ -65,6 +66,8 @@ class Record:
     replaced: dict[int, Replacement] = field(default_factory=dict)
     ledger: Ledger | None = None  # the facts of everything the summary replaced, grown at each compaction
     ahead: Precomputed | None = None  # the summary the next compaction will use, made in the background
+    # Which compaction made it (`x-inflight-compaction-id`, the archive): a replay of it is the same record.
+    compaction_id: str = field(default="", compare=False)
 
     def matches(self, digests: Sequence[bytes]) -> bool:
         return self.prefix_len <= len(digests) and prefix_hash(digests[: self.prefix_len]) == self.prefix_hash
@@ -80,6 +83,10 @@ class Record:
         return self.ahead.usable(
             head_len=self.head_len, prefix_len=self.prefix_len, fallback=self.fallback, digests=digests
         )
+
+
+def new_compaction_id() -> str:
+    return secrets.token_hex(8)
 
 
 def prefix_hash(digests: Sequence[bytes]) -> bytes:

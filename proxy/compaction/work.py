@@ -30,6 +30,9 @@ class Outcome:
     summarizer_ms: float | None = None
     summarizer_calls: int = 0
     notes: dict[str, str] = field(default_factory=dict)  # what went wrong on the way, for the log line
+    compaction_id: str = ""  # the compaction whose record this is (a replay keeps the id of the one it replays)
+    fresh: bool = False  # a new compaction (a new record saved), not a replay of the stored one
+    previous: Record | None = None  # the record it started from, to tell what this compaction dropped
 
 
 @dataclass

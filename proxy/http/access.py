@@ -17,6 +17,11 @@ from proxy.errors import ProxyError
 from proxy.http.errors import render
 
 OPEN_PATHS = frozenset({"/healthz"})
+VIEWER = "/inflight/ui"  # static files that hold no data: the page asks for an admin key before any JSON
+
+
+def is_open(path: str) -> bool:
+    return path in OPEN_PATHS or path == VIEWER or path.startswith(VIEWER + "/")
 
 
 class InvalidApiKey(ProxyError):
@@ -49,7 +54,7 @@ class AccessGuard:
         self.access = access
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"] not in OPEN_PATHS:
+        if scope["type"] == "http" and not is_open(scope["path"]):
             admin = scope["path"].startswith("/inflight/")
             keys = self.access.admin if admin else self.access.keys
             if keys and not accepted(presented_key(scope), keys):

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from starlette.requests import Request
 
 from proxy.accounting import Accounting, Counted
+from proxy.archive.recorder import Archiver
 from proxy.config import Limits
 from proxy.errors import UpstreamUnreachable
 from proxy.exchange import Exchange
@@ -47,10 +48,13 @@ class ChatCall:
 
 
 class ChatCompletions:
-    def __init__(self, pipeline: ChatPipeline, upstream: UpstreamClient, *, limits: Limits) -> None:
+    def __init__(
+        self, pipeline: ChatPipeline, upstream: UpstreamClient, *, limits: Limits, archive: Archiver | None = None
+    ) -> None:
         self.pipeline = pipeline
         self.upstream = upstream
         self.limits = limits
+        self.archive = archive  # `archive.enabled`: every counted turn, and what its compaction dropped
 
     async def __call__(self, request: Request, exchange: Exchange) -> Relay | KeepAlive:
         encoding = request.headers.get("content-encoding", "")
@@ -62,7 +66,7 @@ class ChatCompletions:
         async with cancelled_on_disconnect(request.receive):  # the body is read: now watch for the client leaving
             if intake.counted is None:  # not ours to judge: the upstream answers whatever this is with its own error
                 return relay(await self.send(request, exchange, intake.raw, rewritten=False), exchange)
-            accounting = await self.pipeline.account(intake.counted, self.discovery(request))
+            accounting = await self.pipeline.account(intake.counted, discovery(self.upstream, request))
             exchange.note_all(accounting.log_fields())
             call = ChatCall(request, exchange, intake.counted, accounting, options_of(request))
             interval = self.keepalive_after(call)
@@ -150,23 +154,13 @@ class ChatCompletions:
         exchange.upstream_answered()
         return response
 
-    def discovery(self, request: Request) -> FetchModels:
-        """Fetches the upstream's model list with this client's credentials (used once per process)."""
-        credentials = self.upstream.credential_headers(request.scope["headers"])
-
-        async def fetch_models() -> bytes:
-            status, body = await self.upstream.fetch("/v1/models", headers=credentials)
-            if status != 200:
-                raise UpstreamUnreachable(f"GET /v1/models answered {status}")
-            return body
-
-        return fetch_models
-
     def relay_with_usage(
         self, call: ChatCall, response: Response, prepared: Prepared, *, held: Held | None = None
     ) -> Relay:
         """Relay unchanged, reading `usage.prompt_tokens` on the way to calibrate this model's estimates."""
         chunks = response.aiter_raw() if held is None else prepend(held.chunks, held.rest)
+        if self.archive is not None:
+            self.archive.turn(call.counted, call.accounting, call.options, prepared, status=response.status)
         if response.status != 200:
             return relay(response, call.exchange, chunks=chunks)
         reader = UsageReader(
@@ -181,6 +175,19 @@ class ChatCompletions:
                 calibration.record(model, estimate=prepared.sent_tokens, actual=actual)
 
         return relay(response, call.exchange, chunks=tap(chunks, reader.feed, calibrate))
+
+
+def discovery(upstream: UpstreamClient, request: Request) -> FetchModels:
+    """Fetches the upstream's model list with this client's credentials (used once per process)."""
+    credentials = upstream.credential_headers(request.scope["headers"])
+
+    async def fetch_models() -> bytes:
+        status, body = await upstream.fetch("/v1/models", headers=credentials)
+        if status != 200:
+            raise UpstreamUnreachable(f"GET /v1/models answered {status}")
+        return body
+
+    return fetch_models
 
 
 def options_of(request: Request) -> Options:

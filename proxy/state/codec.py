@@ -47,6 +47,7 @@ def _record(record: Record) -> dict[str, Any]:
         ],
         "ledger": _ledger(record.ledger),
         "ahead": _ahead(record.ahead),
+        "compaction_id": record.compaction_id,
     }
 
 
@@ -65,6 +66,7 @@ def _record_of(item: dict[str, Any]) -> Record:
         replaced=replaced,
         ledger=_ledger_of(item["ledger"]),
         ahead=_ahead_of(item["ahead"]),
+        compaction_id=str(item.get("compaction_id", "")),
     )
 
 

@@ -1,7 +1,6 @@
 """Compaction records in a SQLite file: nothing to run, and a restart (or another worker) finds them.
 
-Every call runs on one thread of the store's own, so the event loop never waits on the disk and
-the connection is only ever used from that thread. The file is in WAL mode: readers do not wait
+Every call runs on one thread of the store's own (`SqliteThread`). The file is in WAL mode: readers do not wait
 for the writer, and several processes (`inflight serve --workers N`) can share it; a writer
 waits at most `busy_timeout_ms` for another, then the call fails (and `ResilientStore` falls back
 to memory for it). Rows expire after `ttl_s`; past `max_bytes` the rows closest to expiring go.
@@ -9,16 +8,14 @@ to memory for it). Rows expire after `ttl_s`; past `max_bytes` the rows closest 
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import TypeVar
 
 from proxy.compaction.records import Record
 from proxy.state.codec import decode, encode
+from proxy.state.sqlite_thread import SqliteThread, transaction
 
 T = TypeVar("T")
 
@@ -35,9 +32,7 @@ class SqliteRecordStore:
         self.path = path
         self.ttl_s = ttl_s
         self.max_bytes = max_bytes
-        self.busy_timeout_ms = busy_timeout_ms
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="inflight-sqlite")
-        self._db: sqlite3.Connection | None = None
+        self.db = SqliteThread(path, schema=SCHEMA, busy_timeout_ms=busy_timeout_ms)
         self._saves = 0
 
     async def load(self, key: str) -> list[Record]:
@@ -55,37 +50,10 @@ class SqliteRecordStore:
         await self._run(lambda db: db.execute("DELETE FROM leases WHERE name = ? AND owner = ?", (name, owner)))
 
     async def close(self) -> None:
-        await asyncio.get_running_loop().run_in_executor(self._thread, self._reset)
-        self._thread.shutdown(wait=False)
+        await self.db.close()
 
     async def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._thread, self._call, work)
-
-    def _call(self, work: Callable[[sqlite3.Connection], T]) -> T:
-        try:
-            return work(self._connection())
-        except sqlite3.Error as exc:
-            if not isinstance(exc, sqlite3.OperationalError) or "locked" not in str(exc):
-                self._reset()  # a moved or damaged file: open it anew next time
-            raise
-
-    def _reset(self) -> None:
-        if self._db is not None:
-            try:
-                self._db.close()
-            finally:
-                self._db = None
-
-    def _connection(self) -> sqlite3.Connection:
-        """Opened on first use, and again after a failure closed it (a deleted file, a full disk)."""
-        if self._db is None:
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-            db = sqlite3.connect(self.path, timeout=self.busy_timeout_ms / 1000, isolation_level=None)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")  # WAL: a crash loses the last commits, never the file
-            db.executescript(SCHEMA)
-            self._db = db
-        return self._db
+        return await self.db.run(work)
 
     def _load(self, db: sqlite3.Connection, key: str) -> bytes | None:
         now = time.time()
@@ -116,16 +84,11 @@ class SqliteRecordStore:
 
     def _lease(self, db: sqlite3.Connection, name: str, owner: str, ttl_s: float) -> bool:
         now = time.time()
-        db.execute("BEGIN IMMEDIATE")  # the read and the write as one: no two owners between them
-        try:
+        with transaction(db, immediate=True):  # the read and the write as one: no two owners between them
             row = db.execute("SELECT owner, expires FROM leases WHERE name = ?", (name,)).fetchone()
             free = row is None or row[0] == owner or row[1] <= now
             if free:
                 db.execute(
                     "INSERT OR REPLACE INTO leases (name, owner, expires) VALUES (?, ?, ?)", (name, owner, now + ttl_s)
                 )
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        db.execute("COMMIT")
         return free

@@ -1,0 +1,126 @@
+"""What the archive keeps, as plain JSON-ready dicts: one entry a turn, one a compaction.
+
+A turn entry is small (its tokens, the thresholds it was measured against, what was done); a
+compaction entry holds what that compaction took out of the conversation: the client's own
+messages that the summary (or the ledger standing in for it) replaced, and those it masked or
+truncated, with the summary and ledger sent in their place. Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import xxhash
+
+from proxy.compaction.conversation import Message, pinned
+from proxy.compaction.records import Record
+
+LEDGER_CHARS = 100_000  # the ledger as archived: whole, short of a pathological one
+
+
+def conversation_id(key: str) -> str:
+    """A short id for a conversation key, safe in a URL (a session name may hold anything)."""
+    return xxhash.xxh64_hexdigest(key.encode("utf-8"))
+
+
+def conversation_label(key: str) -> str:
+    """What the viewer calls a conversation: its `x-inflight-session`, else its model."""
+    kind, _, rest = key.partition(":")
+    return rest if kind == "session" else rest.rpartition(":")[0] or key
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """A turn's limits, in the upstream's tokens (calibrated), for the viewer's lines."""
+
+    window: int
+    budget: int
+    background_at: int | None
+    prune_at: int
+    summarize_at: int
+    target: int
+
+
+def turn_entry(
+    *,
+    time: float,
+    model: str,
+    tokens: int,
+    sent: int,
+    thresholds: Thresholds,
+    actions: str,
+    compaction_id: str | None,
+    fresh: bool,
+    status: int,
+) -> dict[str, Any]:
+    """One chat request: the client's tokens, what was sent, against which limits, and what was done."""
+    return {
+        "time": round(time, 3),
+        "model": model,
+        "tokens": tokens,
+        "sent": sent,
+        **asdict(thresholds),
+        "actions": actions,
+        "compaction_id": compaction_id,
+        "compacted_here": fresh,  # a new compaction on this turn (else none, or a replay of an earlier one)
+        "status": status,
+    }
+
+
+def compaction_entry(
+    *,
+    compaction_id: str,
+    conversation: str,
+    time: float,
+    model: str,
+    tokens_before: int,
+    tokens_after: int,
+    actions: str,
+    messages: Sequence[Message],
+    previous: Record | None,
+    record: Record,
+) -> dict[str, Any]:
+    """One compaction: what it replaced and with what."""
+    summary = record.summary.get("content") if record.summary is not None else None
+    return {
+        "id": compaction_id,
+        "conversation": conversation,
+        "time": round(time, 3),
+        "model": model,
+        "tokens_before": tokens_before,
+        "tokens_after": tokens_after,
+        "actions": actions,
+        "summary": summary,
+        "summary_kind": None if summary is None else "ledger" if record.fallback else "summary",
+        "ledger": record.ledger.render(LEDGER_CHARS) if record.ledger is not None else None,
+        "summarized": [record.head_len, record.prefix_len] if record.summary is not None else None,
+        "dropped": dropped(messages, previous, record),
+    }
+
+
+def dropped(messages: Sequence[Message], previous: Record | None, record: Record) -> list[dict[str, Any]]:
+    """The client's messages this compaction took out, oldest first, each with how (what an earlier one
+    took out is in that one's entry): summarized into the summary, or masked or truncated in place."""
+    out: list[dict[str, Any]] = []
+    if record.summary is not None:
+        start = record.head_len
+        if previous is not None and previous.summary is not None:
+            start = max(start, previous.prefix_len)
+        for index in range(start, min(record.prefix_len, len(messages))):
+            if not pinned(messages[index]):  # system messages of the middle are sent as they are
+                out.append(_dropped(index, messages[index], "summarized"))
+    for index, replacement in sorted(record.replaced.items()):
+        if index < record.prefix_len and record.summary is not None or index >= len(messages):
+            continue
+        before = previous.replaced.get(index) if previous is not None else None
+        if before is None or before.kind != replacement.kind:
+            out.append(_dropped(index, messages[index], replacement.kind))
+    out.sort(key=lambda item: int(item["index"]))
+    return out
+
+
+def _dropped(index: int, message: Message, how: str) -> dict[str, Any]:
+    kind = {"truncate": "truncated", "mask": "masked"}.get(how, how)
+    return {"index": index, "how": kind, "message": message}

@@ -1,0 +1,89 @@
+"""The archive in Redis, beside the records: every key expires after `archive.retention_s`.
+
+`inflight:arch:conv:<id>` is a conversation's hash (label, model, first, last, turns,
+compactions), `inflight:arch:turns:<id>` its list of turns (the newest `max_turns`),
+`inflight:arch:cmp:<id>` a compaction's JSON, and `inflight:arch:index` orders conversations by
+their last turn. Redis's memory is bounded by its own `maxmemory`, as for the records.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import orjson
+import redis.asyncio as redis
+
+from proxy.config import Archive
+
+PREFIX = "inflight:arch:"
+INDEX = PREFIX + "index"
+TIMEOUT_S = 0.5
+FIELDS = ("label", "model", "first", "last", "turns", "compactions")
+
+
+class RedisArchive:
+    def __init__(self, url: str, archive: Archive) -> None:
+        self.archive = archive
+        self.ttl_s = max(int(archive.retention_s), 1)
+        self.client = redis.Redis.from_url(url, socket_timeout=TIMEOUT_S, socket_connect_timeout=TIMEOUT_S)
+
+    async def add_turn(self, conversation: str, *, label: str, turn: dict[str, Any]) -> None:
+        meta, turns = PREFIX + "conv:" + conversation, PREFIX + "turns:" + conversation
+        number = await self.client.hincrby(meta, "turns", 1)
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.hsetnx(meta, "first", turn["time"])
+            pipe.hsetnx(meta, "compactions", 0)
+            pipe.hset(meta, mapping={"label": label, "model": turn["model"], "last": turn["time"]})
+            pipe.rpush(turns, orjson.dumps({"n": number, **turn}))
+            pipe.ltrim(turns, -self.archive.max_turns, -1)
+            pipe.zadd(INDEX, {conversation: turn["time"]})
+            pipe.zremrangebyscore(INDEX, "-inf", time.time() - self.archive.retention_s)
+            for key in (meta, turns, INDEX):
+                pipe.expire(key, self.ttl_s)
+            await pipe.execute()
+
+    async def add_compaction(self, entry: dict[str, Any]) -> None:
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.set(PREFIX + "cmp:" + entry["id"], orjson.dumps(entry), ex=self.ttl_s)
+            pipe.hincrby(PREFIX + "conv:" + entry["conversation"], "compactions", 1)
+            await pipe.execute()
+
+    async def conversations(self, limit: int) -> list[dict[str, Any]]:
+        since = time.time() - self.archive.retention_s
+        found = await self.client.zrevrangebyscore(INDEX, "+inf", since, start=0, num=limit)
+        ids = [cid.decode() for cid in found if isinstance(cid, bytes)]
+        async with self.client.pipeline(transaction=False) as pipe:
+            for conversation in ids:
+                pipe.hmget(PREFIX + "conv:" + conversation, FIELDS)
+            rows = await pipe.execute()
+        return [_meta(cid, row) for cid, row in zip(ids, rows, strict=True) if row[0] is not None]
+
+    async def conversation(self, conversation: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.hmget(PREFIX + "conv:" + conversation, FIELDS)
+            pipe.lrange(PREFIX + "turns:" + conversation, 0, -1)
+            row, turns = await pipe.execute()
+        if row[0] is None:
+            return None, []
+        return _meta(conversation, row), [orjson.loads(body) for body in turns]
+
+    async def compaction(self, compaction_id: str) -> dict[str, Any] | None:
+        body = await self.client.get(PREFIX + "cmp:" + compaction_id)
+        return orjson.loads(body) if body is not None else None
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+
+def _meta(conversation: str, row: list[bytes | None]) -> dict[str, Any]:
+    values = dict(zip(FIELDS, row, strict=True))
+    return {
+        "id": conversation,
+        "label": (values["label"] or b"").decode("utf-8", "replace"),
+        "model": (values["model"] or b"").decode("utf-8", "replace"),
+        "first": float(values["first"] or 0),
+        "last": float(values["last"] or 0),
+        "turns": int(values["turns"] or 0),
+        "compactions": int(values["compactions"] or 0),
+    }

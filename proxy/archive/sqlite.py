@@ -1,0 +1,134 @@
+"""The archive in SQLite: tables beside the records in the state file, or an in-memory database.
+
+Three tables: a row per conversation (its label, model, first and last time, turns so far), a row
+per turn and a row per compaction (each a JSON body). Every `SWEEP_EVERY` writes, rows past the
+retention go, then the oldest turns and compactions while the bodies pass `max_bytes`; a
+conversation keeps its newest `max_turns` turns.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from typing import Any
+
+import orjson
+
+from proxy.config import Archive
+from proxy.state.sqlite_thread import SqliteThread, transaction
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS archive_conversations (
+    id TEXT PRIMARY KEY, label TEXT NOT NULL, model TEXT NOT NULL,
+    first REAL NOT NULL, last REAL NOT NULL, turns INTEGER NOT NULL, compactions INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS archive_conversations_last ON archive_conversations (last);
+CREATE TABLE IF NOT EXISTS archive_turns (conversation TEXT NOT NULL, time REAL NOT NULL, body BLOB NOT NULL);
+CREATE INDEX IF NOT EXISTS archive_turns_conversation ON archive_turns (conversation, time);
+CREATE INDEX IF NOT EXISTS archive_turns_time ON archive_turns (time);
+CREATE TABLE IF NOT EXISTS archive_compactions (
+    id TEXT PRIMARY KEY, conversation TEXT NOT NULL, time REAL NOT NULL, body BLOB NOT NULL);
+CREATE INDEX IF NOT EXISTS archive_compactions_time ON archive_compactions (time);
+"""
+SWEEP_EVERY = 200
+COLUMNS = ("id", "label", "model", "first", "last", "turns", "compactions")
+
+
+class SqliteArchive:
+    def __init__(self, path: str, archive: Archive) -> None:
+        self.archive = archive
+        self.db = SqliteThread(path, schema=SCHEMA, name="inflight-archive")
+        self._writes = 0
+
+    async def add_turn(self, conversation: str, *, label: str, turn: dict[str, Any]) -> None:
+        await self.db.run(lambda db: self._add_turn(db, conversation, label, turn))
+
+    async def add_compaction(self, entry: dict[str, Any]) -> None:
+        body = orjson.dumps(entry)  # in this thread: a compaction's messages may weigh megabytes
+
+        def add(db: sqlite3.Connection) -> None:
+            with transaction(db):
+                db.execute(
+                    "INSERT OR REPLACE INTO archive_compactions (id, conversation, time, body) VALUES (?, ?, ?, ?)",
+                    (entry["id"], entry["conversation"], entry["time"], body),
+                )
+                update = "UPDATE archive_conversations SET compactions = compactions + 1 WHERE id = ?"
+                db.execute(update, (entry["conversation"],))
+            self._wrote(db)
+
+        await self.db.run(add)
+
+    async def conversations(self, limit: int) -> list[dict[str, Any]]:
+        since = time.time() - self.archive.retention_s
+        query = f"SELECT {', '.join(COLUMNS)} FROM archive_conversations WHERE last > ? ORDER BY last DESC LIMIT ?"
+        rows = await self.db.run(lambda db: db.execute(query, (since, limit)).fetchall())
+        return [dict(zip(COLUMNS, row, strict=True)) for row in rows]
+
+    async def conversation(self, conversation: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+        since = time.time() - self.archive.retention_s
+
+        def read(db: sqlite3.Connection) -> tuple[Any, list[Any]]:
+            query = f"SELECT {', '.join(COLUMNS)} FROM archive_conversations WHERE id = ? AND last > ?"
+            row = db.execute(query, (conversation, since)).fetchone()
+            turns = db.execute(
+                "SELECT body FROM archive_turns WHERE conversation = ? AND time > ? ORDER BY time, rowid",
+                (conversation, since),
+            ).fetchall()
+            return row, [orjson.loads(body) for (body,) in turns]  # parsed here, off the event loop
+
+        row, turns = await self.db.run(read)
+        if row is None:
+            return None, []
+        return dict(zip(COLUMNS, row, strict=True)), turns
+
+    async def compaction(self, compaction_id: str) -> dict[str, Any] | None:
+        since = time.time() - self.archive.retention_s
+        query = "SELECT body FROM archive_compactions WHERE id = ? AND time > ?"
+        row = await self.db.run(lambda db: db.execute(query, (compaction_id, since)).fetchone())
+        return orjson.loads(row[0]) if row is not None else None
+
+    async def close(self) -> None:
+        await self.db.close()
+
+    def _add_turn(self, db: sqlite3.Connection, conversation: str, label: str, turn: dict[str, Any]) -> None:
+        with transaction(db):
+            (number,) = db.execute(
+                "INSERT INTO archive_conversations (id, label, model, first, last, turns, compactions) "
+                "VALUES (?, ?, ?, ?, ?, 1, 0) ON CONFLICT (id) DO UPDATE SET "
+                "last = excluded.last, model = excluded.model, turns = turns + 1 RETURNING turns",
+                (conversation, label, turn["model"], turn["time"], turn["time"]),
+            ).fetchone()
+            db.execute(
+                "INSERT INTO archive_turns (conversation, time, body) VALUES (?, ?, ?)",
+                (conversation, turn["time"], orjson.dumps({"n": number, **turn})),
+            )
+        if number % 100 == 0:  # now and then, not on every turn: a conversation's oldest turns past max_turns
+            db.execute(
+                "DELETE FROM archive_turns WHERE rowid IN (SELECT rowid FROM archive_turns WHERE conversation = ? "
+                "ORDER BY time DESC LIMIT -1 OFFSET ?)",
+                (conversation, self.archive.max_turns),
+            )
+        self._wrote(db)
+
+    def _wrote(self, db: sqlite3.Connection) -> None:
+        self._writes += 1
+        if self._writes % SWEEP_EVERY == 1:
+            self._sweep(db)
+
+    def _sweep(self, db: sqlite3.Connection) -> None:
+        since = time.time() - self.archive.retention_s
+        for table in ("archive_conversations", "archive_turns", "archive_compactions"):
+            column = "last" if table == "archive_conversations" else "time"
+            db.execute(f"DELETE FROM {table} WHERE {column} <= ?", (since,))
+        total = sum(
+            db.execute(f"SELECT COALESCE(SUM(LENGTH(body)), 0) FROM {table}").fetchone()[0]
+            for table in ("archive_turns", "archive_compactions")
+        )
+        while total > self.archive.max_bytes:
+            freed = 0
+            for table in ("archive_compactions", "archive_turns"):
+                rows = db.execute(f"SELECT rowid, LENGTH(body) FROM {table} ORDER BY time LIMIT 200").fetchall()
+                db.executemany(f"DELETE FROM {table} WHERE rowid = ?", [(rowid,) for rowid, _ in rows])
+                freed += sum(size for _, size in rows)
+            if not freed:
+                return
+            total -= freed

@@ -1,0 +1,52 @@
+"""What the JSON endpoints answer about a conversation: its turns, its growth, the turns left.
+
+Growth is the client's own tokens from one turn to the next, averaged over the newest turns (a
+turn that shrank, an agent starting over under the same key, is left out). The next compaction
+comes when what is sent passes `prune_at`: what is sent grows as the client's history does, so
+the turns left are the room below `prune_at` over the growth.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+GROWTH_TURNS = 20  # the newest turns the average growth is taken over
+
+
+def average_growth(turns: Sequence[dict[str, Any]]) -> float | None:
+    recent = [int(turn["tokens"]) for turn in turns[-GROWTH_TURNS - 1 :]]
+    steps = [after - before for before, after in zip(recent, recent[1:], strict=False) if after > before]
+    return sum(steps) / len(steps) if steps else None
+
+
+def turns_left(turns: Sequence[dict[str, Any]], growth: float | None) -> int | None:
+    """Turns before the sent tokens pass `prune_at` at this growth (0: the next one compacts); None: unknown."""
+    if not turns or not growth:
+        return None
+    last = turns[-1]
+    room = int(last["prune_at"]) - int(last["sent"])
+    return max(0, math.floor(room / growth))
+
+
+def conversation_summary(meta: dict[str, Any]) -> dict[str, Any]:
+    """A conversation as `GET /inflight/conversations` lists it."""
+    counts = {"turn_count": meta["turns"], "compaction_count": meta["compactions"]}
+    return {key: value for key, value in meta.items() if key not in ("turns", "compactions")} | counts
+
+
+def conversation_view(meta: dict[str, Any], turns: list[dict[str, Any]]) -> dict[str, Any]:
+    """A conversation with its kept turns (oldest first), its compactions (the viewer's markers) and the outlook."""
+    growth = average_growth(turns)
+    compactions = [
+        {"id": turn["compaction_id"], "n": turn["n"], "time": turn["time"], "actions": turn["actions"]}
+        for turn in turns
+        if turn.get("compacted_here") and turn.get("compaction_id")
+    ]
+    return conversation_summary(meta) | {
+        "average_growth": round(growth, 1) if growth is not None else None,
+        "turns_left": turns_left(turns, growth),
+        "compactions": compactions,
+        "turns": turns,
+    }

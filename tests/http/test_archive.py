@@ -1,0 +1,153 @@
+"""The archive through the proxy: turns and compactions kept, the JSON endpoints, the compaction id header."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from proxy.compaction.conversation import pinned
+from tests.compaction.test_compactor import agent_conversation
+from tests.conftest import ProxyFactory
+from tests.support.upstream import UpstreamApp
+
+# Budget 3000 (a quarter of the window is reserved); summaries made on the turn that needs one.
+SETTINGS: dict[str, Any] = {
+    "models": {"gpt-4o": {"context_window": 4000}},
+    "compaction": {"summarize": {"background_at": None}},
+    "archive": {"enabled": True},
+}
+
+
+def replay(proxy_url: str, turns: range, **headers: str) -> list[httpx.Response]:
+    """The agent's conversation resent in full each turn, as an agent does, growing a step at a time."""
+    with httpx.Client(base_url=proxy_url, timeout=30, headers=headers) as client:
+        return [
+            client.post(
+                "/chat/completions", json={"model": "gpt-4o", "messages": agent_conversation(n, output_lines=5)}
+            )
+            for n in turns
+        ]
+
+
+def admin(proxy_url: str, path: str, key: str | None = None) -> httpx.Response:
+    base = proxy_url.removesuffix("/v1")
+    headers = {"authorization": f"Bearer {key}"} if key else {}
+    return httpx.get(base + path, headers=headers, timeout=10)
+
+
+def archived(proxy_url: str, path: str, *, until: Any = None, key: str | None = None) -> Any:
+    """The endpoint's JSON once `until(json)` holds (writes go in the background: a moment after the reply)."""
+    for _ in range(200):
+        response = admin(proxy_url, path, key)
+        if response.status_code == 200 and (until is None or until(response.json())):
+            return response.json()
+        httpx.Client().close()
+    raise AssertionError(f"{path}: {response.status_code} {response.text[:300]}")
+
+
+def test_each_turn_and_each_compaction_is_archived(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    app, url = upstream
+    with start_proxy(url, **SETTINGS) as proxy_url:
+        responses = replay(proxy_url, range(2, 62))
+        assert all(r.status_code == 200 for r in responses)
+        ids = [r.headers.get("x-inflight-compaction-id") for r in responses]
+        actions = [r.headers["x-inflight-actions"] for r in responses]
+        # Compacted responses say which compaction they carry; a record hit the id of the one it replays.
+        assert all((i is None) == (a == "none") for i, a in zip(ids, actions, strict=True))
+        made = [i for n, i in enumerate(ids) if i is not None and i not in ids[:n]]
+        assert len(made) >= 2 and len(set(ids) - {None}) == len(made)
+
+        listed = archived(proxy_url, "/inflight/conversations", until=lambda j: j["conversations"])
+        (conversation,) = listed["conversations"]
+        assert conversation["label"] == "gpt-4o" and conversation["model"] == "gpt-4o"
+        view = archived(
+            proxy_url, f"/inflight/conversations/{conversation['id']}", until=lambda j: j["turn_count"] == 60
+        )
+        turns = view["turns"]
+        assert [t["n"] for t in turns] == list(range(1, 61))
+        assert [t["tokens"] for t in turns] == [int(r.headers["x-inflight-tokens-before"]) for r in responses]
+        assert [t["sent"] for t in turns] == [int(r.headers["x-inflight-tokens-after"]) for r in responses]
+        assert all(t["budget"] == 3000 and t["window"] == 4000 and t["status"] == 200 for t in turns)
+        assert [m["id"] for m in view["compactions"]] == made
+        assert view["compaction_count"] == len(made)
+        growth = view["average_growth"]
+        steps = [b["tokens"] - a["tokens"] for a, b in zip(turns[-21:-1], turns[-20:], strict=True)]
+        assert growth == pytest.approx(sum(steps) / 20, abs=0.1)
+        assert view["turns_left"] == max(0, int((turns[-1]["prune_at"] - turns[-1]["sent"]) // growth))
+
+        last = archived(proxy_url, f"/inflight/compactions/{made[-1]}", until=lambda j: j["dropped"])
+    sent = app.chat_requests()[-1].json()["messages"]
+    assert last["summary"] == sent[2]["content"] and last["summary_kind"] == "summary"
+    assert "Summary number" in last["summary"] and last["ledger"].startswith("## Ledger")
+    messages = agent_conversation(2 + [n for n, i in enumerate(ids) if i == made[-1]][0], output_lines=5)
+    start, end = last["summarized"]
+    for item in last["dropped"]:  # the client's own messages, as they were sent to the proxy
+        assert item["message"] == messages[item["index"]]
+        assert item["how"] in ("summarized", "masked", "truncated")
+        assert (start <= item["index"] < end) == (item["how"] == "summarized")
+    summarized = [item["index"] for item in last["dropped"] if item["how"] == "summarized"]
+    assert summarized and summarized[-1] == end - 1
+
+
+def test_a_session_is_its_own_conversation_and_named_by_it(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    with start_proxy(upstream[1], **SETTINGS) as proxy_url:
+        replay(proxy_url, range(2, 5), **{"x-inflight-session": "agent <b>one</b>"})
+        replay(proxy_url, range(2, 4))
+        found = archived(proxy_url, "/inflight/conversations", until=lambda j: len(j["conversations"]) == 2)
+    labels = {c["label"]: c["turn_count"] for c in found["conversations"]}
+    assert labels == {"agent <b>one</b>": 3, "gpt-4o": 2}
+    assert all(c["id"].isalnum() for c in found["conversations"])
+
+
+def test_the_endpoints_say_when_the_archive_is_off_or_an_id_is_unknown(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    with start_proxy(upstream[1], models=SETTINGS["models"]) as proxy_url:
+        response = replay(proxy_url, range(60, 61))[0]
+        assert "x-inflight-compaction-id" in response.headers  # the id is sent with the archive off too
+        off = admin(proxy_url, "/inflight/conversations")
+        assert off.status_code == 404 and "archive.enabled" in off.json()["error"]["message"]
+    with start_proxy(upstream[1], **SETTINGS) as proxy_url:
+        for path in ("/inflight/conversations/nope", "/inflight/compactions/nope"):
+            missing = admin(proxy_url, path)
+            assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
+        bad = admin(proxy_url, "/inflight/conversations?limit=0")
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == "limit"
+
+
+def test_the_archive_needs_an_admin_key_and_the_viewer_page_does_not(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    keys = {"access": {"keys": ["client-key"], "admin_keys": ["admin-key"]}, "upstream": {"api_key": "sk-up"}}
+    with start_proxy(upstream[1], **SETTINGS, **keys) as proxy_url:
+        replay(proxy_url, range(2, 4), authorization="Bearer client-key")
+        assert admin(proxy_url, "/inflight/conversations").status_code == 401
+        assert admin(proxy_url, "/inflight/conversations", "client-key").status_code == 401
+        found = archived(proxy_url, "/inflight/conversations", key="admin-key", until=lambda j: j["conversations"])
+        assert found["conversations"][0]["turn_count"] == 2
+        page = admin(proxy_url, "/inflight/ui")  # static files, no data: the page asks for the key itself
+        assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+        assert "default-src 'none'" in page.headers["content-security-policy"]
+        assert admin(proxy_url, "/inflight/ui/viewer.js").status_code == 200
+        assert admin(proxy_url, "/inflight/ui/secrets.txt").status_code == 404
+
+
+def test_the_archive_outlives_a_restart_on_sqlite(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory, tmp_path: Any
+) -> None:
+    state = {"state": {"url": f"sqlite:///{tmp_path}/inflight.db"}}
+    with start_proxy(upstream[1], **SETTINGS, **state) as proxy_url:
+        responses = replay(proxy_url, range(40, 44))
+        archived(proxy_url, "/inflight/conversations", until=lambda j: j["conversations"])
+    compaction_id = responses[0].headers["x-inflight-compaction-id"]
+    with start_proxy(upstream[1], **SETTINGS, **state) as proxy_url:
+        entry = archived(proxy_url, f"/inflight/compactions/{compaction_id}")
+        (listed,) = archived(proxy_url, "/inflight/conversations")["conversations"]
+    assert entry["id"] == compaction_id and entry["dropped"]
+    assert listed["turn_count"] == 4 and not any(pinned(d["message"]) for d in entry["dropped"])
