@@ -64,7 +64,7 @@ class RedisArchive:
             pipe.hmget(PREFIX + "conv:" + conversation, FIELDS)
             pipe.lrange(PREFIX + "turns:" + conversation, 0, -1)
             row, turns = await pipe.execute()
-        if row[0] is None:
+        if row[0] is None or float(row[FIELDS.index("last")] or 0) <= time.time() - self.archive.retention_s:
             return None, []
         return _meta(conversation, row), [orjson.loads(body) for body in turns]
 

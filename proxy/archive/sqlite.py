@@ -1,9 +1,9 @@
 """The archive in SQLite: tables beside the records in the state file, or an in-memory database.
 
 Three tables: a row per conversation (its label, model, first and last time, turns so far), a row
-per turn and a row per compaction (each a JSON body). Every `SWEEP_EVERY` writes, rows past the
-retention go, then the oldest turns and compactions while the bodies pass `max_bytes`; a
-conversation keeps its newest `max_turns` turns.
+per turn and a row per compaction (each a JSON body). Every `SWEEP_EVERY` writes (or an eighth of
+`max_bytes` written), rows past the retention go, then the oldest turns and compactions while
+the bodies pass `max_bytes`; a conversation keeps its newest `max_turns` turns.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ class SqliteArchive:
         self.archive = archive
         self.db = SqliteThread(path, schema=SCHEMA, name="inflight-archive")
         self._writes = 0
+        self._bytes_since_sweep = 0
 
     async def add_turn(self, conversation: str, *, label: str, turn: dict[str, Any]) -> None:
         await self.db.run(lambda db: self._add_turn(db, conversation, label, turn))
@@ -53,7 +54,7 @@ class SqliteArchive:
                 )
                 update = "UPDATE archive_conversations SET compactions = compactions + 1 WHERE id = ?"
                 db.execute(update, (entry["conversation"],))
-            self._wrote(db)
+            self._wrote(db, len(body))
 
         await self.db.run(add)
 
@@ -90,6 +91,7 @@ class SqliteArchive:
         await self.db.close()
 
     def _add_turn(self, db: sqlite3.Connection, conversation: str, label: str, turn: dict[str, Any]) -> None:
+        body = b""
         with transaction(db):
             (number,) = db.execute(
                 "INSERT INTO archive_conversations (id, label, model, first, last, turns, compactions) "
@@ -97,9 +99,10 @@ class SqliteArchive:
                 "last = excluded.last, model = excluded.model, turns = turns + 1 RETURNING turns",
                 (conversation, label, turn["model"], turn["time"], turn["time"]),
             ).fetchone()
+            body = orjson.dumps({"n": number, **turn})
             db.execute(
                 "INSERT INTO archive_turns (conversation, time, body) VALUES (?, ?, ?)",
-                (conversation, turn["time"], orjson.dumps({"n": number, **turn})),
+                (conversation, turn["time"], body),
             )
         if number % 100 == 0:  # now and then, not on every turn: a conversation's oldest turns past max_turns
             db.execute(
@@ -107,11 +110,14 @@ class SqliteArchive:
                 "ORDER BY time DESC LIMIT -1 OFFSET ?)",
                 (conversation, self.archive.max_turns),
             )
-        self._wrote(db)
+        self._wrote(db, len(body))
 
-    def _wrote(self, db: sqlite3.Connection) -> None:
+    def _wrote(self, db: sqlite3.Connection, size: int) -> None:
+        """Sweep every `SWEEP_EVERY` writes, or sooner when big entries came (a compaction may weigh megabytes)."""
         self._writes += 1
-        if self._writes % SWEEP_EVERY == 1:
+        self._bytes_since_sweep += size
+        if self._writes % SWEEP_EVERY == 1 or self._bytes_since_sweep > self.archive.max_bytes // 8:
+            self._bytes_since_sweep = 0
             self._sweep(db)
 
     def _sweep(self, db: sqlite3.Connection) -> None:
@@ -123,12 +129,15 @@ class SqliteArchive:
             db.execute(f"SELECT COALESCE(SUM(LENGTH(body)), 0) FROM {table}").fetchone()[0]
             for table in ("archive_turns", "archive_compactions")
         )
-        while total > self.archive.max_bytes:
-            freed = 0
-            for table in ("archive_compactions", "archive_turns"):
-                rows = db.execute(f"SELECT rowid, LENGTH(body) FROM {table} ORDER BY time LIMIT 200").fetchall()
-                db.executemany(f"DELETE FROM {table} WHERE rowid = ?", [(rowid,) for rowid, _ in rows])
-                freed += sum(size for _, size in rows)
-            if not freed:
+        while total > self.archive.max_bytes:  # the oldest entries first, turns and compactions alike
+            oldest = db.execute(
+                "SELECT 'archive_turns', rowid, time, LENGTH(body) FROM archive_turns UNION ALL "
+                "SELECT 'archive_compactions', rowid, time, LENGTH(body) FROM archive_compactions ORDER BY 3 LIMIT 100"
+            ).fetchall()
+            if not oldest:
                 return
-            total -= freed
+            for table, rowid, _, size in oldest:
+                db.execute(f"DELETE FROM {table} WHERE rowid = ?", (rowid,))
+                total -= size
+                if total <= self.archive.max_bytes:
+                    return

@@ -6,6 +6,9 @@ so. What they return is what the clients sent: the viewer (`/inflight/ui`) shows
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Awaitable, Callable
+
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
@@ -13,54 +16,74 @@ from starlette.routing import BaseRoute
 
 from proxy.archive.store import ArchiveStore
 from proxy.archive.views import conversation_summary, conversation_view
-from proxy.errors import BadRequest, NotFound
+from proxy.errors import BadRequest, NotFound, ProxyError
 from proxy.http.errors import render
 from proxy.http.routes import JsonRoute
 
 DEFAULT_LIMIT, MAX_LIMIT = 100, 1000
+
+log = logging.getLogger("inflight")
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+class ArchiveUnavailable(ProxyError):
+    status_code = 503
+    code = "archive_unavailable"
 
 
 def json_response(data: object) -> Response:
     return Response(orjson.dumps(data), media_type="application/json", headers={"cache-control": "no-store"})
 
 
+def answered(handler: Handler) -> Handler:
+    """Our errors in OpenAI's shape; a store that fails (Redis down, a damaged file) is a 503 saying so."""
+
+    async def answer(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except ProxyError as exc:
+            return render(exc)
+        except Exception as exc:
+            log.warning("[archive] %s failed: %s: %s", request.url.path, type(exc).__name__, exc)
+            return render(ArchiveUnavailable(f"the archive's store failed ({type(exc).__name__}); try again later"))
+
+    return answer
+
+
 class ArchiveRoutes:
     def __init__(self, store: ArchiveStore | None) -> None:
-        self.store = store
+        self._store = store
 
     def routes(self) -> list[BaseRoute]:
         return [
-            JsonRoute("/inflight/conversations", self.conversations, methods=["GET"]),
-            JsonRoute("/inflight/conversations/{id}", self.conversation, methods=["GET"]),
-            JsonRoute("/inflight/compactions/{id}", self.compaction, methods=["GET"]),
+            JsonRoute("/inflight/conversations", answered(self.conversations), methods=["GET"]),
+            JsonRoute("/inflight/conversations/{id}", answered(self.conversation), methods=["GET"]),
+            JsonRoute("/inflight/compactions/{id}", answered(self.compaction), methods=["GET"]),
         ]
 
+    @property
+    def store(self) -> ArchiveStore:
+        if self._store is None:
+            raise NotFound("the archive is off: set archive.enabled: true in the config to keep compactions")
+        return self._store
+
     async def conversations(self, request: Request) -> Response:
-        if self.store is None:
-            return off()
         raw = request.query_params.get("limit", str(DEFAULT_LIMIT))
         if not raw.isdigit() or not 1 <= int(raw) <= MAX_LIMIT:
             message = f"limit must be a whole number from 1 to {MAX_LIMIT}, got {raw[:40]!r}"
-            return render(BadRequest(message, param="limit", code="invalid_value"))
+            raise BadRequest(message, param="limit", code="invalid_value")
         found = await self.store.conversations(int(raw))
         return json_response({"conversations": [conversation_summary(meta) for meta in found]})
 
     async def conversation(self, request: Request) -> Response:
-        if self.store is None:
-            return off()
         meta, turns = await self.store.conversation(request.path_params["id"])
         if meta is None:
-            return render(NotFound(f"no archived conversation {request.path_params['id'][:80]!r}"))
+            raise NotFound(f"no archived conversation {request.path_params['id'][:80]!r}")
         return json_response(conversation_view(meta, turns))
 
     async def compaction(self, request: Request) -> Response:
-        if self.store is None:
-            return off()
         entry = await self.store.compaction(request.path_params["id"])
         if entry is None:
-            return render(NotFound(f"no archived compaction {request.path_params['id'][:80]!r}"))
+            raise NotFound(f"no archived compaction {request.path_params['id'][:80]!r}")
         return json_response(entry)
-
-
-def off() -> Response:
-    return render(NotFound("the archive is off: set archive.enabled: true in the config to keep compactions"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import httpx
@@ -10,6 +11,7 @@ import pytest
 from proxy.compaction.conversation import pinned
 from tests.compaction.test_compactor import agent_conversation
 from tests.conftest import ProxyFactory
+from tests.support.servers import free_port
 from tests.support.upstream import UpstreamApp
 
 # Budget 3000 (a quarter of the window is reserved); summaries made on the turn that needs one.
@@ -43,7 +45,7 @@ def archived(proxy_url: str, path: str, *, until: Any = None, key: str | None = 
         response = admin(proxy_url, path, key)
         if response.status_code == 200 and (until is None or until(response.json())):
             return response.json()
-        httpx.Client().close()
+        time.sleep(0.025)
     raise AssertionError(f"{path}: {response.status_code} {response.text[:300]}")
 
 
@@ -151,3 +153,15 @@ def test_the_archive_outlives_a_restart_on_sqlite(
         (listed,) = archived(proxy_url, "/inflight/conversations")["conversations"]
     assert entry["id"] == compaction_id and entry["dropped"]
     assert listed["turn_count"] == 4 and not any(pinned(d["message"]) for d in entry["dropped"])
+
+
+def test_an_archive_store_that_fails_costs_no_request(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    nowhere = {"state": {"url": f"redis://127.0.0.1:{free_port()}/0"}}  # nothing listens there
+    with start_proxy(upstream[1], **SETTINGS, **nowhere) as proxy_url:
+        responses = replay(proxy_url, range(40, 43))
+        assert [r.status_code for r in responses] == [200, 200, 200]
+        assert all(r.headers["x-inflight-state"] == "degraded" for r in responses[1:])  # the records say so
+        down = admin(proxy_url, "/inflight/conversations")
+        assert down.status_code == 503 and down.json()["error"]["code"] == "archive_unavailable"

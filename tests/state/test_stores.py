@@ -40,7 +40,7 @@ def full_record(index: int = 0, text: str = "x") -> Record:
     }
     ahead = Precomputed(12, bytes(range(16, 32)), "## Task\nnote", base=4, ledger=ledger, calls=2, made_ms=12.5)
     summary = {"role": "user", "content": "[Previous conversation summary]\n## Task\n…"}
-    return Record(2, 4 + index, bytes(range(32, 48)), summary, 40, False, replaced, ledger, ahead)
+    return Record(2, 4 + index, bytes(range(32, 48)), summary, 40, False, replaced, ledger, ahead, f"c{index}")
 
 
 def test_a_record_comes_back_from_its_bytes_equal_and_a_strange_body_reads_as_none() -> None:
@@ -48,6 +48,7 @@ def test_a_record_comes_back_from_its_bytes_equal_and_a_strange_body_reads_as_no
     decoded = decode(encode(records))
     assert decoded == records
     assert decoded[0].ahead is not None and decoded[0].ahead.calls == 2  # compare=False fields too
+    assert [r.compaction_id for r in decoded] == ["c0", "c1"]
     assert decode(b"not json") == [] and decode(b'{"v": 99, "records": []}') == [] and decode(b'{"v": 1}') == []
 
 
