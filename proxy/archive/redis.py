@@ -8,6 +8,7 @@ their last turn. Redis's memory is bounded by its own `maxmemory`, as for the re
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -44,8 +45,9 @@ class RedisArchive:
             await pipe.execute()
 
     async def add_compaction(self, entry: dict[str, Any]) -> None:
+        body = await asyncio.to_thread(orjson.dumps, entry)  # its dropped messages may weigh megabytes
         async with self.client.pipeline(transaction=False) as pipe:
-            pipe.set(PREFIX + "cmp:" + entry["id"], orjson.dumps(entry), ex=self.ttl_s)
+            pipe.set(PREFIX + "cmp:" + entry["id"], body, ex=self.ttl_s)
             pipe.hincrby(PREFIX + "conv:" + entry["conversation"], "compactions", 1)
             await pipe.execute()
 
