@@ -4,7 +4,10 @@ Starts the fake upstream (zero-latency JSON; SSE with 64 events at a fixed inter
 inflight proxy in front of it, each in its own process, then measures direct and proxied
 requests interleaved in the same run. Prints a table; it asserts nothing.
 
-    python -m benchmarks.overhead [--requests 2000] [--streams 200]
+    python -m benchmarks.overhead [--requests 2000] [--streams 200] [--archive]
+
+`--archive` runs the proxy with `archive.enabled` (every turn written to an in-memory SQLite
+archive): the cost of keeping the archive, which is off by default.
 """
 
 from __future__ import annotations
@@ -116,10 +119,13 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=200, help="stream pairs")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds at concurrency 32")
     parser.add_argument("--seconds", type=float, default=2.0, help="length of each concurrent round")
+    parser.add_argument("--archive", action="store_true", help="with archive.enabled (memory://)")
     args = parser.parse_args()
+    config = "archive:\n  enabled: true\n" if args.archive else ""
     with fake_upstream("--stream-chunks", str(EVENTS), "--stream-interval", str(INTERVAL_S)) as direct:
-        with inflight(direct) as proxied:
+        with inflight(direct, config) as proxied:
             print(f"upstream {direct}, proxy {proxied}; {args.requests} sequential pairs, {args.streams} stream pairs")
+            print(f"archive {'on' if args.archive else 'off'}")
             asyncio.run(measure(direct, proxied, args))
 
 
