@@ -165,3 +165,26 @@ def test_an_archive_store_that_fails_costs_no_request(
         assert all(r.headers["x-inflight-state"] == "degraded" for r in responses[1:])  # the records say so
         down = admin(proxy_url, "/inflight/conversations")
         assert down.status_code == 503 and down.json()["error"]["code"] == "archive_unavailable"
+
+
+def test_summaries_made_in_the_background_are_archived_with_the_turn_that_used_them(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    app, url = upstream
+    background = {**SETTINGS, "compaction": {}}  # summaries made ahead (the default)
+    with start_proxy(url, **background) as proxy_url:
+        responses = []
+        for n in range(2, 90):
+            responses += replay(proxy_url, range(n, n + 1))
+            for _ in range(100):  # the job a turn started lands before the next turn, as with a slower agent
+                if not admin(proxy_url, "/inflight/stats").json()["summary_jobs"]["running"]:
+                    break
+                time.sleep(0.01)
+        used = [r for r in responses if "summary-precomputed" in r.headers["x-inflight-actions"]]
+        assert used, [r.headers["x-inflight-actions"] for r in responses]
+        compaction_id = used[-1].headers["x-inflight-compaction-id"]
+        entry = archived(proxy_url, f"/inflight/compactions/{compaction_id}")
+    sent = [r.json()["messages"] for r in app.chat_requests() if r.json()["messages"][2:3]]
+    assert "Summary number" in entry["summary"] and any(m[2]["content"] == entry["summary"] for m in sent)
+    assert entry["summary_kind"] == "summary" and "summary-precomputed" in entry["actions"].split(",")
+    assert any(item["how"] == "summarized" for item in entry["dropped"])
