@@ -13,13 +13,14 @@ from proxy.archive.recorder import Archiver
 from proxy.archive.store import open_archive
 from proxy.config import Settings
 from proxy.http.access import AccessGuard
-from proxy.http.admin import healthz, stats_route
+from proxy.http.admin import healthz, metrics_route, stats_route
 from proxy.http.archive_routes import ArchiveRoutes
 from proxy.http.chat import ChatCompletions
 from proxy.http.endpoint import Endpoint
 from proxy.http.passthrough import PassThrough
 from proxy.http.routes import JsonRoute, not_found
 from proxy.http.viewer import Viewer
+from proxy.metrics import Metrics
 from proxy.pipeline import build_pipeline
 from proxy.tokens import FALLBACK_ENCODING, load_encoding
 from proxy.upstream.client import UpstreamClient
@@ -32,7 +33,9 @@ def create_app(settings: Settings) -> ASGIApp:
     """Build a proxy app; everything it holds lives in objects it owns, nothing in module globals."""
     upstream = UpstreamClient(settings.upstream)
     summarizer_http = summarizer_client()
-    pipeline = build_pipeline(settings, summarizers=Summarizers(settings, summarizer_http), background=True)
+    metrics = Metrics()
+    summarizers = Summarizers(settings, summarizer_http, observer=metrics)
+    pipeline = build_pipeline(settings, summarizers=summarizers, background=True, observer=metrics)
     archive = None
     if settings.archive.enabled:
         store = open_archive(settings.state, settings.archive)
@@ -55,17 +58,20 @@ def create_app(settings: Settings) -> ASGIApp:
                 await upstream.aclose()
                 await summarizer_http.aclose()
 
-    chat = Endpoint(ChatCompletions(pipeline, upstream, limits=settings.limits, archive=archive))
+    chat_handler = ChatCompletions(pipeline, upstream, limits=settings.limits, archive=archive)
+    chat = Endpoint(chat_handler, route="/v1/chat/completions", on_finish=metrics.exchange_done)
+    other = Endpoint(PassThrough(upstream, limits=settings.limits), route="/v1/{path}", on_finish=metrics.exchange_done)
     routes = [
         JsonRoute("/healthz", healthz, methods=["GET"]),
         JsonRoute("/inflight/stats", stats_route(pipeline), methods=["GET"]),
+        JsonRoute("/metrics", metrics_route(metrics), methods=["GET"]),
         *ArchiveRoutes(archive.store if archive is not None else None).routes(),
         *Viewer().routes(),
         JsonRoute("/v1/chat/completions", chat, methods=["POST"]),
-        JsonRoute("/v1/{path:path}", Endpoint(PassThrough(upstream, limits=settings.limits)), methods=METHODS),
+        JsonRoute("/v1/{path:path}", other, methods=METHODS),
     ]
     # A bare router, not a Starlette app: the endpoints render their own errors, so the app's two
     # error-handling middlewares would only add a wrapper to every `send` of every response.
     router = Router(routes=routes, lifespan=lifespan, default=not_found)
     guarded = settings.access.keys or settings.access.admin
-    return AccessGuard(router, settings.access) if guarded else router
+    return AccessGuard(router, settings.access, on_refused=metrics.refused) if guarded else router

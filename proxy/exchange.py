@@ -1,13 +1,15 @@
 """One request as the proxy handles it: what its log line, its `x-inflight-*` headers and its retry need.
 
 Each step of a request adds to its `Exchange`; the log line is built and written here, once, when
-the response is done (or failed). Fields are `key=value` pairs in the order they were added.
+the response is done (or failed), and the finish hook (the metrics) is called then. Fields are
+`key=value` pairs in the order they were added.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 log = logging.getLogger("inflight")
@@ -25,12 +27,18 @@ def clean(value: object) -> str:
 class Exchange:
     method: str
     path: str
+    route: str = ""  # the route it matched, e.g. `/v1/{path}` (a metric label: never the raw path)
+    on_finish: Callable[[Exchange], None] | None = field(default=None, repr=False)
     started: float = field(default_factory=time.perf_counter)
     status: int = 0
     upstream_ms: float | None = None
     fields: dict[str, str] = field(default_factory=dict)
     headers: dict[str, str] = field(default_factory=dict)  # x-inflight-* headers for the client
     finished: bool = False
+    answered_at: float | None = None  # when the upstream's answer was last in (headers, or a held first event)
+    upstream_s: float = 0.0  # waited on the upstream until then: every request sent to it (a retry's too)
+    _sent_at: float | None = field(default=None, repr=False)
+    _waited_before: float = field(default=0.0, repr=False)  # by the upstream requests before the latest one
 
     def note(self, key: str, value: object) -> None:
         self.fields[key] = clean(value)
@@ -39,11 +47,27 @@ class Exchange:
         for key, value in fields.items():
             self.fields[key] = clean(value)
 
+    def upstream_sending(self) -> None:
+        """A request to the upstream is about to be opened (called before each, a retry's too)."""
+        self._waited_before = self.upstream_s
+        self._sent_at = time.perf_counter()
+
     def upstream_answered(self) -> None:
-        self.upstream_ms = (time.perf_counter() - self.started) * 1000
+        """The upstream's answer is in: its headers, and again once a held first event is."""
+        now = self.answered_at = time.perf_counter()
+        self.upstream_ms = (now - self.started) * 1000
+        if self._sent_at is not None:
+            self.upstream_s = self._waited_before + now - self._sent_at
+
+    @property
+    def added_s(self) -> float | None:
+        """The proxy's own time until the upstream's answer was in (None: it never answered)."""
+        if self.answered_at is None:
+            return None
+        return max(0.0, self.answered_at - self.started - self.upstream_s)
 
     def finish(self) -> None:
-        """Write the request's log line (only the first call does)."""
+        """Write the request's log line and call the finish hook (only the first call does)."""
         if self.finished:
             return
         self.finished = True
@@ -59,3 +83,5 @@ class Exchange:
             upstream,
             total_ms,
         )
+        if self.on_finish is not None:
+            self.on_finish(self)

@@ -6,21 +6,28 @@ worker that wakes first takes most connections (README has the measured throughp
 `python -m benchmarks.state`).
 
 The parent only supervises: it starts the workers, restarts one that dies, and passes SIGTERM or
-SIGINT on to all of them (each then finishes its requests, as uvicorn does on its own).
+SIGINT on to all of them (each then finishes its requests, as uvicorn does on its own). It also
+gives them a directory for their metrics, so that `GET /metrics` on any worker counts them all.
 """
 
 from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
+import shutil
 import signal
 import socket
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from multiprocessing.process import BaseProcess
 from types import FrameType
 
 import uvicorn
+from prometheus_client.multiprocess import mark_process_dead
 
 from proxy.app import create_app
 from proxy.config import ConfigError, Settings
@@ -69,8 +76,37 @@ def run_worker(settings: Settings) -> None:
     uvicorn.Server(config).run(sockets=[sock])
 
 
+@contextmanager
+def shared_metrics() -> Iterator[str]:
+    """Where every worker keeps its metrics (prometheus_client's multiprocess mode): the directory
+    PROMETHEUS_MULTIPROC_DIR names if it is set, else a fresh one, removed at the end."""
+    given = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if given:
+        yield given
+        return
+    directory = tempfile.mkdtemp(prefix="inflight-metrics-")
+    # Spawned workers inherit it, and import prometheus_client afresh: their values then go to files there.
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
+    try:
+        yield directory
+    finally:
+        del os.environ["PROMETHEUS_MULTIPROC_DIR"]
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def forget_metrics_of(process: BaseProcess, metrics_directory: str) -> None:
+    """A worker exited: its gauges (jobs queued and running) go; what it counted stays in the totals."""
+    if process.pid is not None:
+        mark_process_dead(process.pid, metrics_directory)  # type: ignore[no-untyped-call]
+
+
 def serve_workers(settings: Settings, workers: int) -> int:
     """Run `workers` worker processes until SIGTERM or SIGINT; restart any that dies meanwhile."""
+    with shared_metrics() as metrics_directory:
+        return supervise(settings, workers, metrics_directory)
+
+
+def supervise(settings: Settings, workers: int, metrics_directory: str) -> int:
     context = multiprocessing.get_context("spawn")
     running: list[BaseProcess] = []
     stopping = False
@@ -102,10 +138,12 @@ def serve_workers(settings: Settings, workers: int) -> int:
                 stop(signal.SIGTERM, None)
                 break
             log.warning("inflight: worker %d exited with %s; starting another", process.pid, process.exitcode)
+            forget_metrics_of(process, metrics_directory)
             time.sleep(RESTART_PAUSE_S)
             if not stopping:  # a signal may have come during the pause
                 running[index] = start()
         time.sleep(0.2)
     for process in running:
         process.join(timeout=30)
+        forget_metrics_of(process, metrics_directory)
     return 1 if len(restarts) > MAX_RESTARTS else 0

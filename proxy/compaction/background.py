@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 
 from cachetools import TTLCache
 
+from proxy.compaction.observer import NO_OBSERVER, Observer
+
 log = logging.getLogger("inflight")
 
 
@@ -68,9 +70,10 @@ class JobCounts:
 
 
 class BackgroundSummaries:
-    def __init__(self, *, max_running: int, idle_s: float) -> None:
+    def __init__(self, *, max_running: int, idle_s: float, observer: Observer = NO_OBSERVER) -> None:
         self.max_running = max_running
         self.idle_s = idle_s
+        self.observer = observer  # told the queued and running jobs whenever they change
         self.counts = JobCounts()
         self._jobs: dict[str, Job] = {}
         self._slots = asyncio.Semaphore(max_running)
@@ -106,6 +109,7 @@ class BackgroundSummaries:
         self._jobs[key] = job
         self.counts.started += 1
         job.task = asyncio.create_task(self._run(job, make, land), name=f"summary {key[:40]}")
+        self._changed()
         return job
 
     async def wait(self, job: Job, timeout_s: float) -> bool:
@@ -117,8 +121,16 @@ class BackgroundSummaries:
         return True
 
     def stats(self) -> dict[str, int]:
+        queued, running = self._tally()
+        return {"queued": queued, "running": running, **vars(self.counts)}
+
+    def _tally(self) -> tuple[int, int]:
         running = sum(1 for job in self._jobs.values() if job.running)
-        return {"queued": len(self._jobs) - running, "running": running, **vars(self.counts)}
+        return len(self._jobs) - running, running
+
+    def _changed(self) -> None:
+        queued, running = self._tally()
+        self.observer.jobs_changed(queued=queued, running=running)
 
     async def close(self) -> None:
         """Cancel every job (the server is stopping)."""
@@ -133,6 +145,7 @@ class BackgroundSummaries:
         try:
             async with self._slots:
                 job.running = True
+                self._changed()
                 job.result = await self._unless_idle(job, lambda: self._attempts(job, make))
             await land(job.result)
             self.counts.landed += 1
@@ -158,6 +171,7 @@ class BackgroundSummaries:
         finally:
             if self._jobs.get(job.key) is job:
                 del self._jobs[job.key]
+                self._changed()
             job.done.set()
 
     async def _attempts(self, job: Job, make: Callable[[], Awaitable[object]]) -> object:

@@ -30,8 +30,9 @@ from proxy.compaction.background import BackgroundSummaries, Elsewhere
 from proxy.compaction.compactor import Compactor
 from proxy.compaction.conversation import Conversation
 from proxy.compaction.draft import Budget
+from proxy.compaction.observer import NO_OBSERVER, Observer
 from proxy.compaction.offload import run_sized
-from proxy.compaction.records import Record, RecordStore, best_record, with_record
+from proxy.compaction.records import Record, RecordStore, best_record, new_compaction_id, with_record
 from proxy.compaction.work import Outcome
 
 log = logging.getLogger("inflight")
@@ -42,9 +43,12 @@ POLL_S = 0.05  # how often a turn waiting on another process's summary looks for
 
 
 class ConversationCompactions:
-    def __init__(self, records: RecordStore, jobs: BackgroundSummaries | None = None) -> None:
+    def __init__(
+        self, records: RecordStore, jobs: BackgroundSummaries | None = None, *, observer: Observer = NO_OBSERVER
+    ) -> None:
         self.records = records
         self.jobs = jobs
+        self.observer = observer  # told each record lookup's hit or miss
         self.ahead_jobs = AheadJobs(jobs, records, lock_for=self.lock_for, save=self.save)
         self._recorded: LRUCache[str, bool] = LRUCache(maxsize=100_000)  # keys this process saved records under
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
@@ -74,6 +78,7 @@ class ConversationCompactions:
             if conversation.tokens <= start_at and key not in self._recorded:
                 return None
             record = best_record(await self.records.load(key), conversation.digests)
+            self.observer.record_lookup(hit=record is not None)
             if record is None or record.bare:
                 self.ahead_jobs.start(key, conversation, record, ahead, conversation.messages, conversation.tokens)
                 return None
@@ -93,17 +98,24 @@ class ConversationCompactions:
         async with self.lock_for(key):
             records = await self.records.load(key)
             record = best_record(records, conversation.digests)
+            self.observer.record_lookup(hit=record is not None)
             built = compactor()  # on this loop: its summarizer calls come back here (`offload.on_home_loop`)
 
             def run() -> Awaitable[Outcome | None]:
                 return built.run(conversation, budget=budget, record=record, force=force)
 
             outcome = await run_sized(run, conversation.tokens)
-            if outcome is not None and outcome.record != record:  # a record hit changes nothing: no write
-                # Another process may have landed a summary since the load: keep it (`with_ahead_kept`).
-                new = with_ahead_kept(outcome.record, await self.records.load(key), conversation.digests)
-                outcome.record = new
-                await self.save(key, with_record(records, record, new))
+            if outcome is None:
+                return None, record
+            outcome.previous = record
+            if record is not None and outcome.record == record:  # a record hit changes nothing: no write
+                outcome.compaction_id = record.compaction_id
+                return outcome, record
+            # Another process may have landed a summary since the load: keep it (`with_ahead_kept`).
+            new = with_ahead_kept(outcome.record, await self.records.load(key), conversation.digests)
+            new = dataclasses.replace(new, compaction_id=new_compaction_id())
+            outcome.record, outcome.compaction_id, outcome.fresh = new, new.compaction_id, True
+            await self.save(key, with_record(records, record, new))
             return outcome, record
 
     async def wait_for_summary(
@@ -133,6 +145,8 @@ class ConversationCompactions:
             again, _ = await self.run(key, conversation, compactor, budget=budget, force=False)
             if again is not None and "summary-cached" not in outcome.actions:  # it replayed this turn's own digest
                 again.actions = [action for action in again.actions if action != "summary-cached"]
+            if again is not None:  # what this turn dropped is measured from before it: its ledger was never sent
+                again.previous = outcome.previous
             outcome = again or outcome
         say_how_it_waited(outcome, job, conversation)
         return outcome

@@ -1,14 +1,16 @@
 """Inbound keys: who may spend the upstream key the proxy holds.
 
 With `access.keys` set, every `/v1` request must carry one of them as `Authorization: Bearer …`
-(the upstream gets `upstream.api_key` instead), and `/inflight/*` one of `access.admin_keys`.
-`/healthz` stays open for load balancers. Keys are compared in constant time, each against all.
+(the upstream gets `upstream.api_key` instead), and `/inflight/*` and `/metrics` one of
+`access.admin_keys`. `/healthz` stays open for load balancers. Keys are compared in constant time,
+each against all.
 """
 
 from __future__ import annotations
 
 import hmac
 import ipaddress
+from collections.abc import Callable
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -49,18 +51,21 @@ def accepted(key: bytes | None, keys: tuple[str, ...]) -> bool:
 class AccessGuard:
     """An ASGI wrapper: requests without an accepted key are answered 401 before anything else runs."""
 
-    def __init__(self, app: ASGIApp, access: Access) -> None:
+    def __init__(self, app: ASGIApp, access: Access, *, on_refused: Callable[[str], None] | None = None) -> None:
         self.app = app
         self.access = access
+        self.on_refused = on_refused  # told the path of each request refused (the metrics)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and not is_open(scope["path"]):
-            admin = scope["path"].startswith("/inflight/")
+            admin = scope["path"].startswith("/inflight/") or scope["path"] == "/metrics"
             keys = self.access.admin if admin else self.access.keys
             if keys and not accepted(presented_key(scope), keys):
                 kind = "an admin key" if admin else "one of the proxy's keys"
                 message = f"Incorrect or missing API key: this proxy needs {kind} as 'Authorization: Bearer <key>'."
                 await render(InvalidApiKey(message))(scope, receive, send)
+                if self.on_refused is not None:
+                    self.on_refused(scope["path"])
                 return
         await self.app(scope, receive, send)
 

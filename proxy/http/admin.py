@@ -1,13 +1,15 @@
-"""The proxy's own routes: a health check for load balancers, and what this process has learned."""
+"""The proxy's own routes: a health check for load balancers, what this process has learned, its metrics."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Awaitable, Callable
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from proxy.metrics import Metrics
 from proxy.pipeline import ChatPipeline
 
 
@@ -26,3 +28,14 @@ def stats_route(pipeline: ChatPipeline) -> Callable[[Request], Awaitable[Respons
         return JSONResponse(report | {"summary_jobs": jobs.stats() if jobs is not None else None})
 
     return stats
+
+
+def metrics_route(metrics: Metrics) -> Callable[[Request], Awaitable[Response]]:
+    """`GET /metrics` for Prometheus: every worker's figures (`proxy.metrics`)."""
+
+    async def scrape(request: Request) -> Response:
+        # Off the loop: with several workers this reads each one's file.
+        body, content_type = await asyncio.to_thread(metrics.render, request.headers.get("accept", ""))
+        return Response(body, headers={"content-type": content_type})
+
+    return scrape

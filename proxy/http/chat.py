@@ -150,6 +150,7 @@ class ChatCompletions:
             client_headers = [(k, v) for k, v in client_headers if k.lower() != b"accept-encoding"]
             client_headers.append((b"accept-encoding", b"identity"))
         headers = self.upstream.headers_for(client_headers, rewrite_body=rewritten)
+        exchange.upstream_sending()
         response = await self.upstream.open("POST", target, headers=headers, content=body)
         exchange.upstream_answered()
         return response

@@ -26,12 +26,16 @@ Handler = Callable[[Request, Exchange], Awaitable[Relay | KeepAlive]]
 
 
 class Endpoint:
-    def __init__(self, handler: Handler) -> None:
+    def __init__(
+        self, handler: Handler, *, route: str = "", on_finish: Callable[[Exchange], None] | None = None
+    ) -> None:
         self.handler = handler
+        self.route = route  # the route's template, for the metrics
+        self.on_finish = on_finish  # called with each request's exchange once it is done (the metrics)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
-        exchange = Exchange(scope["method"], scope["path"])
+        exchange = Exchange(scope["method"], scope["path"], self.route, self.on_finish)
         try:
             response = await self.handler(request, exchange)
         except (ClientGone, ClientDisconnect):  # no one to answer; the upstream request is closed already

@@ -29,6 +29,7 @@ class PassThrough:
         elif length:
             content = stream_limited(request, self.limits)
         target = self.upstream.target_for(checked_path(request.scope), request.scope["query_string"])
+        exchange.upstream_sending()
         if content is None:  # nothing left to read from the client: watch for it leaving instead
             async with cancelled_on_disconnect(request.receive):
                 response = await self.upstream.open(request.method, target, headers=headers, content=None)

@@ -6,13 +6,14 @@ wrapped in `ResilientStore`, which keeps serving from memory while it fails.
 
 from __future__ import annotations
 
+from proxy.compaction.observer import NO_OBSERVER, Observer
 from proxy.compaction.records import RecordStore
 from proxy.config import Cache, State
 from proxy.state.memory import MemoryRecordStore
 from proxy.state.resilient import ResilientStore
 
 
-def open_record_store(state: State, cache: Cache) -> RecordStore:
+def open_record_store(state: State, cache: Cache, *, observer: Observer = NO_OBSERVER) -> RecordStore:
     memory = MemoryRecordStore(max_entries=cache.max_entries, max_bytes=cache.max_bytes, ttl_s=cache.ttl_s)
     if state.scheme == "memory":
         return memory
@@ -21,10 +22,11 @@ def open_record_store(state: State, cache: Cache) -> RecordStore:
 
         path = state.url.removeprefix("sqlite:///")
         sqlite = SqliteRecordStore(path, ttl_s=cache.ttl_s, max_bytes=cache.max_bytes)
-        return ResilientStore(sqlite, memory, name=f"sqlite:///{path}")
+        return ResilientStore(sqlite, memory, name=f"sqlite:///{path}", observer=observer)
     from proxy.state.redis import RedisRecordStore  # redis-py is imported only by those who use it
 
-    return ResilientStore(RedisRecordStore(state.url, ttl_s=cache.ttl_s), memory, name="redis")
+    redis = RedisRecordStore(state.url, ttl_s=cache.ttl_s)
+    return ResilientStore(redis, memory, name="redis", observer=observer)
 
 
 __all__ = ["MemoryRecordStore", "ResilientStore", "open_record_store"]

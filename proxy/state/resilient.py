@@ -14,6 +14,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+from proxy.compaction.observer import NO_OBSERVER, Observer
 from proxy.compaction.records import Record, RecordStore
 from proxy.state.memory import MemoryRecordStore
 
@@ -24,10 +25,13 @@ RETRY_AFTER_S = 5.0
 
 
 class ResilientStore:
-    def __init__(self, primary: RecordStore, fallback: MemoryRecordStore, *, name: str) -> None:
+    def __init__(
+        self, primary: RecordStore, fallback: MemoryRecordStore, *, name: str, observer: Observer = NO_OBSERVER
+    ) -> None:
         self.primary = primary
         self.fallback = fallback
         self.name = name
+        self.observer = observer  # told each failure, with the store's kind (`sqlite`, `redis`)
         self.failed_at: float | None = None  # when the shared store last failed (None: it works)
         self.errors = 0
 
@@ -57,6 +61,7 @@ class ResilientStore:
             result = await call(self.primary)
         except Exception as exc:  # whatever the store's client raises: the request goes on without it
             self.errors += 1
+            self.observer.store_error(store=self.name.partition(":")[0])
             if self.failed_at is None:
                 log.warning("[state] %s failed (%s: %s); keeping records in memory", self.name, type(exc).__name__, exc)
             self.failed_at = time.monotonic()

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 
 import httpx
 
 from proxy.compaction import Summarize, SummaryJob
+from proxy.compaction.observer import NO_OBSERVER, Observer
 from proxy.compaction.validation import headings, rejection
 from proxy.config import Compaction, Settings
 from proxy.policy.windows import ContextRegistry
@@ -36,10 +38,13 @@ class SummarizerError(RuntimeError):
 class Summarizer:
     """Posts a non-streaming chat completion to the summarizer's endpoint, trying each model in turn."""
 
-    def __init__(self, client: httpx.AsyncClient, *, base_url: str, timeout_s: float) -> None:
+    def __init__(
+        self, client: httpx.AsyncClient, *, base_url: str, timeout_s: float, observer: Observer = NO_OBSERVER
+    ) -> None:
         self.client = client
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
+        self.observer = observer  # told each model's call: its outcome and how long it took
 
     async def __call__(self, job: SummaryJob, *, models: Sequence[str], authorization: str | None) -> str:
         errors: list[str] = []
@@ -48,13 +53,16 @@ class Summarizer:
         if job.in_place is not None:  # only its own model holds the conversation in its prompt cache
             models = [model for model in models if model == job.in_place.model][:1]
         for model in models:
+            started = time.perf_counter()
             try:
                 text, finish_reason = await self.complete(job, model=model, authorization=authorization)
             except (httpx.HTTPError, SummarizerError, ValueError) as exc:
+                self.observer.summarizer_called(outcome="error", seconds=time.perf_counter() - started)
                 status = getattr(exc, "status", None) or status
                 errors.append(f"{model}: {type(exc).__name__}: {exc}")
                 log.info("[compaction] summarizer %s failed: %s", model, exc)
                 continue
+            seconds = time.perf_counter() - started
             sections = headings(job.prompt)
             rejected = rejection(
                 text,
@@ -62,6 +70,7 @@ class Summarizer:
                 transcript=job.transcript,
                 sections=sections,
             )
+            self.observer.summarizer_called(outcome="ok" if rejected is None else "rejected", seconds=seconds)
             if rejected is None:
                 return text
             errors.append(f"{model}: reply rejected ({rejected})")
@@ -100,9 +109,10 @@ class Summarizers:
     proxy has keys of its own.
     """
 
-    def __init__(self, settings: Settings, client: httpx.AsyncClient) -> None:
+    def __init__(self, settings: Settings, client: httpx.AsyncClient, *, observer: Observer = NO_OBSERVER) -> None:
         self.settings = settings
         self.client = client
+        self.observer = observer
         self._registries: dict[str, ContextRegistry] = {}  # one per summarizer endpoint, discovered once
 
     async def window(self, options: Compaction, model: str) -> int | None:
@@ -124,9 +134,8 @@ class Summarizers:
 
     def __call__(self, options: Compaction, *, model: str, client_authorization: str | None) -> Summarize:
         summarize = options.summarize
-        summarizer = Summarizer(
-            self.client, base_url=summarize.base_url or self.settings.upstream.base_url, timeout_s=summarize.timeout_s
-        )
+        base_url = summarize.base_url or self.settings.upstream.base_url
+        summarizer = Summarizer(self.client, base_url=base_url, timeout_s=summarize.timeout_s, observer=self.observer)
         models = [summarize.model or model, *summarize.fallback_models]
         # With access.keys the client's Authorization is one of the proxy's own keys: never send it on.
         authorization = None if self.settings.access.keys else client_authorization
