@@ -1,0 +1,148 @@
+"""The viewer in a real browser: Debian's chromium, headless, driven by Playwright for Python.
+
+`.ci/run` installs chromium when it is missing and sets INFLIGHT_BROWSER_REQUIRED=1, so there the
+tests cannot quietly skip; on a developer's machine without it they are skipped. Playwright's own
+browser downloads are never used: `executable_path` points at the system's chromium (or at
+INFLIGHT_CHROMIUM). With INFLIGHT_SCREENSHOT set, the conversation view is saved there (the
+README's docs/viewer.png comes from `INFLIGHT_SCREENSHOT=docs/viewer.png pytest tests/viewer -k marker`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+from playwright.sync_api import Browser, ConsoleMessage, Page, expect, sync_playwright
+
+from tests.conftest import ProxyFactory
+from tests.http.test_archive import SETTINGS, archived, replay
+from tests.support.upstream import UpstreamApp
+
+HOSTILE = '<img src="/x" onerror="document.title=1">'  # a session name is the client's text, shown as text
+
+
+def chromium_executable() -> str:
+    found = os.environ.get("INFLIGHT_CHROMIUM") or shutil.which("chromium")
+    if found is None:
+        if os.environ.get("INFLIGHT_BROWSER_REQUIRED") == "1":
+            raise RuntimeError("chromium is not installed (apt-get install chromium)")
+        pytest.skip("chromium is not installed")
+    return found
+
+
+@pytest.fixture
+def browser() -> Iterator[Browser]:
+    executable = chromium_executable()
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable, headless=True)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@dataclass
+class Viewer:
+    """A page on the viewer, recording every request it makes and every error it logs."""
+
+    page: Page
+    requests: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def console(self, message: ConsoleMessage) -> None:
+        if message.type == "error":
+            self.errors.append(message.text)
+
+    def elsewhere(self, origin: str) -> list[str]:
+        return [url for url in self.requests if not url.startswith(origin + "/")]
+
+
+def open_viewer(browser: Browser, proxy_url: str) -> Viewer:
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    viewer = Viewer(page)
+    page.on("request", lambda request: viewer.requests.append(request.url))
+    page.on("console", viewer.console)
+    page.on("pageerror", lambda error: viewer.errors.append(str(error)))
+    page.goto(proxy_url.removesuffix("/v1") + "/inflight/ui")
+    return viewer
+
+
+def origin(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def test_a_marker_opens_the_summary_and_what_was_dropped(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory, browser: Browser, tmp_path: Path
+) -> None:
+    with start_proxy(upstream[1], **SETTINGS) as proxy_url:
+        replay(proxy_url, range(2, 4), **{"x-inflight-session": HOSTILE})
+        replay(proxy_url, range(2, 62))
+        listed = archived(proxy_url, "/inflight/conversations", until=lambda j: len(j["conversations"]) == 2)
+        (conversation,) = [c for c in listed["conversations"] if c["label"] == "gpt-4o"]
+        path = f"/inflight/conversations/{conversation['id']}"
+        view = archived(proxy_url, path, until=lambda j: j["turn_count"] == 60)
+        summarized = [c["id"] for c in view["compactions"] if "summarize" in c["actions"]][-1]
+        entry: Any = archived(proxy_url, f"/inflight/compactions/{summarized}", until=lambda j: j["dropped"])
+
+        viewer = open_viewer(browser, proxy_url)
+        page = viewer.page
+        expect(page.get_by_role("link", name=HOSTILE)).to_be_visible()  # as text: no <img> made of it
+        page.get_by_role("link", name="gpt-4o").click()
+        markers = page.locator("svg circle.marker")
+        expect(markers).to_have_count(len(view["compactions"]))
+        assert len(view["compactions"]) >= 3
+        expect(page.locator("#detail")).to_be_hidden()
+
+        page.locator(f'circle.marker[data-compaction="{summarized}"]').click()
+        detail = page.locator("#detail")
+        expect(detail.locator("pre.summary")).to_contain_text("Summary number")
+        expect(detail.locator("pre.ledger")).to_contain_text("## Ledger")
+        dropped = entry["dropped"][0]["message"]["content"]
+        expect(detail.locator("ol.dropped")).to_contain_text(dropped)
+        expect(page.locator(f'button[data-compaction="{summarized}"]')).to_have_attribute("aria-pressed", "true")
+        page.screenshot(path=os.environ.get("INFLIGHT_SCREENSHOT") or tmp_path / "viewer.png")
+
+        page.go_back()  # the conversation without a compaction open, from the hash
+        expect(detail).to_be_hidden()
+        first = view["compactions"][0]  # and from the keyboard, by the list of compactions under the chart
+        page.locator(f'button[data-compaction="{first["id"]}"]').focus()
+        page.keyboard.press("Enter")
+        expect(detail.locator("h2")).to_contain_text(f"Compaction at turn {first['n']}")
+        expect(detail.locator("ol.dropped li").first).to_contain_text(first["actions"].split(",")[0])
+        assert page.locator("img").count() == 0 and page.title() != "1"
+        assert not viewer.elsewhere(origin(proxy_url)), viewer.requests
+        assert not viewer.errors
+
+
+def test_the_viewer_asks_for_the_admin_key_and_keeps_it_for_the_tab(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory, browser: Browser
+) -> None:
+    keys = {"access": {"keys": ["client-key"], "admin_keys": ["admin-key"]}, "upstream": {"api_key": "sk-up"}}
+    with start_proxy(upstream[1], **SETTINGS, **keys) as proxy_url:
+        replay(proxy_url, range(2, 4), authorization="Bearer client-key")
+        archived(proxy_url, "/inflight/conversations", key="admin-key", until=lambda j: j["conversations"])
+
+        viewer = open_viewer(browser, proxy_url)
+        page = viewer.page
+        key = page.get_by_label("Key")
+        expect(key).to_be_visible()
+        key.fill("client-key")  # a client's key is not an admin key
+        key.press("Enter")
+        expect(page.locator("#key-error")).to_have_text("That key was refused.")
+        key.fill("admin-key")
+        page.get_by_role("button", name="Open the archive").click()
+        expect(page.get_by_role("link", name="gpt-4o")).to_be_visible()
+        expect(key).to_be_hidden()
+
+        page.reload()  # sessionStorage: asked once a tab
+        expect(page.get_by_role("link", name="gpt-4o")).to_be_visible()
+        assert not viewer.elsewhere(origin(proxy_url)), viewer.requests
+        # The browser logs each 401 it was answered; nothing else may go wrong.
+        assert all("401" in error for error in viewer.errors), viewer.errors
