@@ -16,6 +16,7 @@ import xxhash
 
 from proxy.compaction.conversation import Message, pinned
 from proxy.compaction.records import Record
+from proxy.compaction.summary import written_part
 
 LEDGER_CHARS = 100_000  # the ledger as archived: whole, short of a pathological one
 
@@ -53,6 +54,7 @@ def turn_entry(
     actions: str,
     compaction_id: str | None,
     fresh: bool,
+    recorded: bool,
     status: int,
 ) -> dict[str, Any]:
     """One chat request: the client's tokens, what was sent, against which limits, and what was done."""
@@ -65,6 +67,9 @@ def turn_entry(
         "actions": actions,
         "compaction_id": compaction_id,
         "compacted_here": fresh,  # a new compaction on this turn (else none, or a replay of an earlier one)
+        # Where the next compaction comes: with a record in use, masking waits for summarize_at
+        # (`compactor.recompact_at`), so that the prefix the upstream cached stays as it was.
+        "next_at": thresholds.summarize_at if recorded else thresholds.prune_at,
         "status": status,
     }
 
@@ -83,7 +88,7 @@ def compaction_entry(
     record: Record,
 ) -> dict[str, Any]:
     """One compaction: what it replaced and with what."""
-    summary = record.summary.get("content") if record.summary is not None else None
+    summary = record.summary
     return {
         "id": compaction_id,
         "conversation": conversation,
@@ -92,8 +97,10 @@ def compaction_entry(
         "tokens_before": tokens_before,
         "tokens_after": tokens_after,
         "actions": actions,
-        "summary": summary,
+        # The summarizer's text (or the note standing in for it), without the ledger sent after it.
+        "summary": written_part(summary) if summary is not None else None,
         "summary_kind": None if summary is None else "ledger" if record.fallback else "summary",
+        "summary_as_sent": summary.get("content") if summary is not None else None,
         "ledger": record.ledger.render(LEDGER_CHARS) if record.ledger is not None else None,
         "summarized": [record.head_len, record.prefix_len] if record.summary is not None else None,
         "dropped": dropped(messages, previous, record),

@@ -78,6 +78,7 @@ class Archiver:
             actions=headers.get("x-inflight-actions", "none"),
             compaction_id=outcome.compaction_id or None if outcome is not None else None,
             fresh=outcome is not None and outcome.fresh,
+            recorded=outcome is not None and not outcome.record.bare,
             status=status,
         )
         compaction = None

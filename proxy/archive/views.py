@@ -2,8 +2,9 @@
 
 Growth is the client's own tokens from one turn to the next, averaged over the newest turns (a
 turn that shrank, an agent starting over under the same key, is left out). The next compaction
-comes when what is sent passes `prune_at`: what is sent grows as the client's history does, so
-the turns left are the room below `prune_at` over the growth.
+comes when what is sent passes `prune_at`, or `summarize_at` once a compaction's record is in use
+(each turn says which: `next_at`); what is sent grows as the client's history does, so the turns
+left are the room below it over the growth.
 """
 
 from __future__ import annotations
@@ -22,11 +23,12 @@ def average_growth(turns: Sequence[dict[str, Any]]) -> float | None:
 
 
 def turns_left(turns: Sequence[dict[str, Any]], growth: float | None) -> int | None:
-    """Turns before the sent tokens pass `prune_at` at this growth (0: the next one compacts); None: unknown."""
+    """Turns before the sent tokens pass the next compaction's threshold at this growth (0: the next one
+    compacts); None: unknown."""
     if not turns or not growth:
         return None
     last = turns[-1]
-    room = int(last["prune_at"]) - int(last["sent"])
+    room = int(last.get("next_at", last["prune_at"])) - int(last["sent"])
     return max(0, math.floor(room / growth))
 
 

@@ -79,12 +79,15 @@ def test_each_turn_and_each_compaction_is_archived(
         growth = view["average_growth"]
         steps = [b["tokens"] - a["tokens"] for a, b in zip(turns[-21:-1], turns[-20:], strict=True)]
         assert growth == pytest.approx(sum(steps) / 20, abs=0.1)
-        assert view["turns_left"] == max(0, int((turns[-1]["prune_at"] - turns[-1]["sent"]) // growth))
+        assert turns[-1]["next_at"] == turns[-1]["summarize_at"]  # a record is in use: masking waits for it
+        assert view["turns_left"] == max(0, int((turns[-1]["summarize_at"] - turns[-1]["sent"]) // growth))
+        assert turns[0]["next_at"] == turns[0]["prune_at"]
 
         last = archived(proxy_url, f"/inflight/compactions/{made[-1]}", until=lambda j: j["dropped"])
     sent = app.chat_requests()[-1].json()["messages"]
-    assert last["summary"] == sent[2]["content"] and last["summary_kind"] == "summary"
-    assert "Summary number" in last["summary"] and last["ledger"].startswith("## Ledger")
+    assert last["summary_as_sent"] == sent[2]["content"] and last["summary_kind"] == "summary"
+    assert last["summary"].startswith("## Task") and "Summary number" in last["summary"]
+    assert "## Ledger" not in last["summary"] and last["ledger"].startswith("## Ledger")
     messages = agent_conversation(2 + [n for n, i in enumerate(ids) if i == made[-1]][0], output_lines=5)
     start, end = last["summarized"]
     for item in last["dropped"]:  # the client's own messages, as they were sent to the proxy
@@ -185,6 +188,6 @@ def test_summaries_made_in_the_background_are_archived_with_the_turn_that_used_t
         compaction_id = used[-1].headers["x-inflight-compaction-id"]
         entry = archived(proxy_url, f"/inflight/compactions/{compaction_id}")
     sent = [r.json()["messages"] for r in app.chat_requests() if r.json()["messages"][2:3]]
-    assert "Summary number" in entry["summary"] and any(m[2]["content"] == entry["summary"] for m in sent)
+    assert "Summary number" in entry["summary"] and any(m[2]["content"] == entry["summary_as_sent"] for m in sent)
     assert entry["summary_kind"] == "summary" and "summary-precomputed" in entry["actions"].split(",")
     assert any(item["how"] == "summarized" for item in entry["dropped"])
