@@ -39,7 +39,11 @@ def create_app(settings: Settings) -> ASGIApp:
     archive = None
     if settings.archive.enabled:
         store = open_archive(settings.state, settings.archive)
-        archive = Archiver(store, settings_for=lambda model: pipeline.model_settings(model).compaction)
+        archive = Archiver(
+            store,
+            settings_for=lambda model: pipeline.model_settings(model).compaction,
+            on_error=lambda: metrics.store_error(store="archive"),
+        )
 
     @asynccontextmanager
     async def lifespan(app: object) -> AsyncIterator[None]:

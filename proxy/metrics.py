@@ -122,7 +122,10 @@ class Metrics:
             "inflight_record_lookups", "Compaction record lookups, by result.", ["result"], registry=registry
         )
         self.store_errors = Counter(
-            "inflight_store_errors", "Failed calls to the shared record store.", ["store"], registry=registry
+            "inflight_store_errors",
+            "Failed calls to the shared record store (sqlite, redis) or the archive.",
+            ["store"],
+            registry=registry,
         )
 
     def render(self, accept: str) -> tuple[bytes, str]:

@@ -71,16 +71,24 @@ class AccessGuard:
 
 
 def startup_problem(settings: Settings) -> str | None:
-    """Why the proxy must not start as configured, or None: an open relay for its own upstream key."""
-    if settings.access.keys or not settings.upstream.api_key or settings.access.allow_anonymous:
+    """Why the proxy must not start as configured, or None: an open relay for its own upstream key, or an
+    archive of everyone's conversations open to anyone who can reach it."""
+    access, host = settings.access, settings.listen.host
+    if access.allow_anonymous or is_loopback(host):
         return None
-    if is_loopback(settings.listen.host):
-        return None
-    return (
-        f"upstream.api_key is set and the proxy would listen on {settings.listen.host}, so anyone who can reach "
-        "it would spend that key. Set access.keys (the keys clients must send), or listen on 127.0.0.1, or set "
-        "access.allow_anonymous: true if that is really what you want."
-    )
+    if settings.upstream.api_key and not access.keys:
+        return (
+            f"upstream.api_key is set and the proxy would listen on {host}, so anyone who can reach "
+            "it would spend that key. Set access.keys (the keys clients must send), or listen on 127.0.0.1, or set "
+            "access.allow_anonymous: true if that is really what you want."
+        )
+    if settings.archive.enabled and not access.admin:
+        return (
+            f"archive.enabled keeps what clients send, and with no access.admin_keys (nor access.keys) anyone who "
+            f"can reach {host} could read it at /inflight/conversations. Set access.admin_keys, or listen on "
+            "127.0.0.1, or set access.allow_anonymous: true if that is really what you want."
+        )
+    return None
 
 
 def is_loopback(host: str) -> bool:

@@ -98,6 +98,27 @@ def test_an_injected_key_on_a_public_address_needs_keys_or_consent(
     assert startup_problem(no_key) is None  # forwarding each client's own key spends nobody else's
 
 
+@pytest.mark.parametrize(
+    ("host", "access", "refused"),
+    [
+        ("0.0.0.0", {}, True),
+        ("127.0.0.1", {}, False),
+        ("0.0.0.0", {"admin_keys": ["a"]}, False),
+        ("0.0.0.0", {"keys": ["k"]}, False),  # the admin keys are the client keys then
+        ("0.0.0.0", {"keys": ["k"], "admin_keys": []}, True),  # explicitly none
+        ("0.0.0.0", {"allow_anonymous": True}, False),
+    ],
+)
+def test_an_archive_on_a_public_address_needs_admin_keys_or_consent(
+    host: str, access: dict[str, object], refused: bool
+) -> None:
+    upstream = {"api_key": "sk-up"} if access.get("keys") else {}
+    overrides = {"listen": {"host": host}, "archive": {"enabled": True}, "access": access, "upstream": upstream}
+    problem = startup_problem(load_settings(None, overrides=overrides))
+    assert (problem is not None) == refused
+    assert problem is None or "archive.enabled" in problem
+
+
 def test_serve_refuses_to_start_as_an_open_relay(tmp_path: Path) -> None:
     config = tmp_path / "inflight.yaml"
     config.write_text("upstream: {api_key: sk-up}\n")
