@@ -78,8 +78,8 @@ class ConversationCompactions:
             if conversation.tokens <= start_at and key not in self._recorded:
                 return None
             record = best_record(await self.records.load(key), conversation.digests)
-            self.observer.record_lookup(hit=record is not None)
-            if record is None or record.bare:
+            if record is None or record.bare:  # else `run` loads the record again, and counts that lookup
+                self.observer.record_lookup(hit=record is not None)
                 self.ahead_jobs.start(key, conversation, record, ahead, conversation.messages, conversation.tokens)
                 return None
         outcome, record = await self.run(key, conversation, compactor, budget=budget, force=force)
