@@ -9,7 +9,7 @@ truncated, with the summary and ledger sent in their place. Nothing here does I/
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import xxhash
@@ -63,7 +63,12 @@ def turn_entry(
         "model": model,
         "tokens": tokens,
         "sent": sent,
-        **asdict(thresholds),
+        "window": thresholds.window,  # (not `asdict`: it copies deeply, and this runs on every turn)
+        "budget": thresholds.budget,
+        "background_at": thresholds.background_at,
+        "prune_at": thresholds.prune_at,
+        "summarize_at": thresholds.summarize_at,
+        "target": thresholds.target,
         "actions": actions,
         "compaction_id": compaction_id,
         "compacted_here": fresh,  # a new compaction on this turn (else none, or a replay of an earlier one)

@@ -1,9 +1,11 @@
 """Writing the archive without making a request wait for it, and without failing one.
 
-A turn's entries are built when its response starts (its status known) and written by a task of
-their own. A store that fails is logged once a minute and counted (`store_errors`); the request
-never notices. At most `MAX_PENDING` writes wait at once: past that, entries are dropped (and
-counted) rather than held in memory behind a slow store.
+A turn's entries are built when its response starts (its status known) and written a moment later
+by one background task, with every other turn that came meanwhile (one store call, one SQLite
+transaction: a busy proxy does not pay a write per request). A store that fails is logged once a
+minute and counted (`inflight_store_errors_total{store="archive"}`); the request never notices.
+At most `MAX_WAITING` turns wait: past that they are dropped (and counted) rather than held in
+memory behind a slow store.
 """
 
 from __future__ import annotations
@@ -16,15 +18,18 @@ from typing import Any
 
 from proxy.accounting import Accounting, Counted
 from proxy.archive.entries import Thresholds, compaction_entry, conversation_id, conversation_label, turn_entry
-from proxy.archive.store import ArchiveStore
+from proxy.archive.store import ArchiveStore, TurnWrite
 from proxy.config import Compaction
 from proxy.pipeline import Options, key_of
 from proxy.prepared import Prepared
 
 log = logging.getLogger("inflight")
 
-MAX_PENDING = 256
+WRITE_EVERY_S = 0.05  # turns are written in batches: one store call (one transaction) for all that came meanwhile
+MAX_WAITING = 10_000  # turns waiting for a store that is slow: past that they are dropped (and counted)
+MAX_WAITING_COMPACTIONS = 100  # each may hold megabytes of dropped messages
 WARN_EVERY_S = 60.0
+CLOSE_WAIT_S = 5.0
 
 
 def thresholds_of(accounting: Accounting, prepared: Prepared, settings: Compaction) -> Thresholds:
@@ -52,15 +57,17 @@ class Archiver:
         self.store = store
         self.settings_for = settings_for  # a model's compaction settings (its thresholds)
         self.on_error = on_error  # counts a failed write (`inflight_store_errors_total{store="archive"}`)
-        self.dropped = 0  # entries not written: too many writes waiting
-        self._pending: set[asyncio.Task[None]] = set()
+        self.dropped = 0  # entries not written: too many waiting
+        self._turns: list[TurnWrite] = []
+        self._compactions: list[dict[str, Any]] = []
+        self._writer: asyncio.Task[None] | None = None
         self._warned_at = 0.0
 
     def turn(
         self, counted: Counted, accounting: Accounting, options: Options, prepared: Prepared, *, status: int
     ) -> None:
         """Archive one turn (and the compaction made on it), in the background."""
-        if len(self._pending) >= MAX_PENDING:
+        if len(self._turns) >= MAX_WAITING:
             self.dropped += 1
             return
         key = prepared.key or key_of(counted, options)
@@ -95,26 +102,44 @@ class Archiver:
                 previous=outcome.previous,
                 record=outcome.record,
             )
-        task = asyncio.ensure_future(self._write(conversation, conversation_label(key), turn, compaction))
-        self._pending.add(task)
-        task.add_done_callback(self._pending.discard)
+        self._turns.append(TurnWrite(conversation, conversation_label(key), turn))
+        if compaction is not None and len(self._compactions) < MAX_WAITING_COMPACTIONS:
+            self._compactions.append(compaction)
+        elif compaction is not None:
+            self.dropped += 1
+        if self._writer is None:
+            self._writer = asyncio.ensure_future(self._write_soon())
 
-    async def _write(
-        self, conversation: str, label: str, turn: dict[str, Any], compaction: dict[str, Any] | None
-    ) -> None:
+    async def _write_soon(self) -> None:
+        """Write what waits, every `WRITE_EVERY_S` while turns come: one store call for many turns."""
         try:
-            await self.store.add_turn(conversation, label=label, turn=turn)
-            if compaction is not None:
-                await self.store.add_compaction(compaction)
-        except Exception as exc:  # the archive is for looking back: it never costs a request anything
-            if self.on_error is not None:
-                self.on_error()
-            if time.monotonic() - self._warned_at > WARN_EVERY_S:
-                self._warned_at = time.monotonic()
-                log.warning("[archive] write failed (%s: %s); entries are being lost", type(exc).__name__, exc)
+            await asyncio.sleep(WRITE_EVERY_S)
+            await self._write_waiting()
+        finally:
+            self._writer = None
+
+    async def _write_waiting(self) -> None:
+        while self._turns or self._compactions:
+            turns, self._turns = self._turns, []
+            compactions, self._compactions = self._compactions, []
+            try:
+                if turns:
+                    await self.store.add_turns(turns)
+                for compaction in compactions:
+                    await self.store.add_compaction(compaction)
+            except Exception as exc:  # the archive is for looking back: it never costs a request anything
+                if self.on_error is not None:
+                    self.on_error()
+                if time.monotonic() - self._warned_at > WARN_EVERY_S:
+                    self._warned_at = time.monotonic()
+                    log.warning("[archive] write failed (%s: %s); entries are being lost", type(exc).__name__, exc)
 
     async def close(self) -> None:
-        """Finish the writes under way (a few seconds at most), then close the store."""
-        if self._pending:
-            await asyncio.wait(set(self._pending), timeout=5)
+        """Write what waits (a few seconds at most), then close the store."""
+        if self._writer is not None:
+            self._writer.cancel()
+        try:
+            await asyncio.wait_for(self._write_waiting(), CLOSE_WAIT_S)
+        except TimeoutError:
+            log.warning("[archive] %d turns not written at shutdown", len(self._turns))
         await self.store.close()

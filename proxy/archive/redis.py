@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 import redis.asyncio as redis
 
+from proxy.archive.store import TurnWrite
 from proxy.config import Archive
 
 PREFIX = "inflight:arch:"
@@ -29,19 +30,28 @@ class RedisArchive:
         self.ttl_s = max(int(archive.retention_s), 1)
         self.client = redis.Redis.from_url(url, socket_timeout=TIMEOUT_S, socket_connect_timeout=TIMEOUT_S)
 
-    async def add_turn(self, conversation: str, *, label: str, turn: dict[str, Any]) -> None:
-        meta, turns = PREFIX + "conv:" + conversation, PREFIX + "turns:" + conversation
-        number = await self.client.hincrby(meta, "turns", 1)
+    async def add_turns(self, writes: list[TurnWrite]) -> None:
+        async with self.client.pipeline(transaction=False) as pipe:  # the turns' numbers first
+            for write in writes:
+                pipe.hincrby(PREFIX + "conv:" + write.conversation, "turns", 1)
+            numbers = await pipe.execute()
         async with self.client.pipeline(transaction=False) as pipe:
-            pipe.hsetnx(meta, "first", turn["time"])
-            pipe.hsetnx(meta, "compactions", 0)
-            pipe.hset(meta, mapping={"label": label, "model": turn["model"], "last": turn["time"]})
-            pipe.rpush(turns, orjson.dumps({"n": number, **turn}))
-            pipe.ltrim(turns, -self.archive.max_turns, -1)
-            pipe.zadd(INDEX, {conversation: turn["time"]})
+            for write, number in zip(writes, numbers, strict=True):
+                turn, meta, turns = (
+                    write.turn,
+                    PREFIX + "conv:" + write.conversation,
+                    PREFIX + "turns:" + write.conversation,
+                )
+                pipe.hsetnx(meta, "first", turn["time"])
+                pipe.hsetnx(meta, "compactions", 0)
+                pipe.hset(meta, mapping={"label": write.label, "model": turn["model"], "last": turn["time"]})
+                pipe.rpush(turns, orjson.dumps({"n": number, **turn}))
+                pipe.ltrim(turns, -self.archive.max_turns, -1)
+                pipe.zadd(INDEX, {write.conversation: turn["time"]})
+                for key in (meta, turns):
+                    pipe.expire(key, self.ttl_s)
             pipe.zremrangebyscore(INDEX, "-inf", time.time() - self.archive.retention_s)
-            for key in (meta, turns, INDEX):
-                pipe.expire(key, self.ttl_s)
+            pipe.expire(INDEX, self.ttl_s)
             await pipe.execute()
 
     async def add_compaction(self, entry: dict[str, Any]) -> None:

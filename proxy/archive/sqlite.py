@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 
+from proxy.archive.store import TurnWrite
 from proxy.config import Archive
 from proxy.state.sqlite_thread import SqliteThread, transaction
 
@@ -40,8 +41,8 @@ class SqliteArchive:
         self._writes = 0
         self._bytes_since_sweep = 0
 
-    async def add_turn(self, conversation: str, *, label: str, turn: dict[str, Any]) -> None:
-        await self.db.run(lambda db: self._add_turn(db, conversation, label, turn))
+    async def add_turns(self, writes: list[TurnWrite]) -> None:
+        await self.db.run(lambda db: self._add_turns(db, writes))
 
     async def add_compaction(self, entry: dict[str, Any]) -> None:
         body = orjson.dumps(entry)  # in this thread: a compaction's messages may weigh megabytes
@@ -90,27 +91,36 @@ class SqliteArchive:
     async def close(self) -> None:
         await self.db.close()
 
-    def _add_turn(self, db: sqlite3.Connection, conversation: str, label: str, turn: dict[str, Any]) -> None:
-        body = b""
+    def _add_turns(self, db: sqlite3.Connection, writes: list[TurnWrite]) -> None:
+        """All in one transaction, one row update per conversation: a busy proxy writes its turns in batches."""
+        groups: dict[str, list[TurnWrite]] = {}
+        for write in writes:
+            groups.setdefault(write.conversation, []).append(write)
+        rows, trim = [], []
         with transaction(db):
-            (number,) = db.execute(
-                "INSERT INTO archive_conversations (id, label, model, first, last, turns, compactions) "
-                "VALUES (?, ?, ?, ?, ?, 1, 0) ON CONFLICT (id) DO UPDATE SET "
-                "last = excluded.last, model = excluded.model, turns = turns + 1 RETURNING turns",
-                (conversation, label, turn["model"], turn["time"], turn["time"]),
-            ).fetchone()
-            body = orjson.dumps({"n": number, **turn})
-            db.execute(
-                "INSERT INTO archive_turns (conversation, time, body) VALUES (?, ?, ?)",
-                (conversation, turn["time"], body),
-            )
-        if number % 100 == 0:  # now and then, not on every turn: a conversation's oldest turns past max_turns
+            for conversation, group in groups.items():
+                first, last = group[0].turn, group[-1].turn
+                (total,) = db.execute(
+                    "INSERT INTO archive_conversations (id, label, model, first, last, turns, compactions) "
+                    "VALUES (?, ?, ?, ?, ?, ?, 0) ON CONFLICT (id) DO UPDATE SET last = excluded.last, "
+                    "model = excluded.model, turns = turns + excluded.turns RETURNING turns",
+                    (conversation, group[-1].label, last["model"], first["time"], last["time"], len(group)),
+                ).fetchone()
+                start = total - len(group) + 1
+                rows += [
+                    (conversation, w.turn["time"], orjson.dumps({"n": start + i, **w.turn}))
+                    for i, w in enumerate(group)
+                ]
+                if total // 100 > (start - 1) // 100:  # now and then, not every turn: the oldest past max_turns
+                    trim.append(conversation)
+            db.executemany("INSERT INTO archive_turns (conversation, time, body) VALUES (?, ?, ?)", rows)
+        for conversation in trim:
             db.execute(
                 "DELETE FROM archive_turns WHERE rowid IN (SELECT rowid FROM archive_turns WHERE conversation = ? "
                 "ORDER BY time DESC LIMIT -1 OFFSET ?)",
                 (conversation, self.archive.max_turns),
             )
-        self._wrote(db, len(body))
+        self._wrote(db, sum(len(row[2]) for row in rows))
 
     def _wrote(self, db: sqlite3.Connection, size: int) -> None:
         """Sweep every `SWEEP_EVERY` writes, or sooner when big entries came (a compaction may weigh megabytes)."""

@@ -7,14 +7,24 @@ after `archive.retention_s`, and memory and SQLite drop their oldest past `archi
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from proxy.config import Archive, State
 
 
+@dataclass(frozen=True)
+class TurnWrite:
+    """A turn to append to conversation `conversation` (called `label` in the viewer)."""
+
+    conversation: str
+    label: str
+    turn: dict[str, Any]
+
+
 class ArchiveStore(Protocol):
-    async def add_turn(self, conversation: str, *, label: str, turn: dict[str, Any]) -> None:
-        """Append a turn (numbered `n` in its conversation, from 1) and touch the conversation."""
+    async def add_turns(self, writes: list[TurnWrite]) -> None:
+        """Append turns, in order (each numbered `n` in its conversation, from 1), and touch their conversations."""
         ...
 
     async def add_compaction(self, entry: dict[str, Any]) -> None: ...

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from proxy.archive.sqlite import SqliteArchive
-from proxy.archive.store import ArchiveStore, open_archive
+from proxy.archive.store import ArchiveStore, TurnWrite, open_archive
 from proxy.config import Archive, State
 from tests.support.redis import redis_server
 
@@ -23,6 +23,10 @@ MB = 1024 * 1024
 
 def turn(at: float, tokens: int = 100, model: str = "gpt-4o") -> dict[str, Any]:
     return {"time": at, "model": model, "tokens": tokens, "sent": tokens, "actions": "none"}
+
+
+async def add_turn(store: ArchiveStore, conversation: str, label: str, entry: dict[str, Any]) -> None:
+    await store.add_turns([TurnWrite(conversation, label, entry)])
 
 
 @pytest.fixture(params=["memory", "sqlite", "redis"])
@@ -43,8 +47,8 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
 async def test_turns_are_numbered_in_order_and_conversations_listed_latest_first(store: ArchiveStore) -> None:
     now = time.time()
     for n in range(5):
-        await store.add_turn("a", label="agent é", turn=turn(now - 50 + n, tokens=100 * n))
-    await store.add_turn("b", label="gpt-4o", turn=turn(now - 10))
+        await add_turn(store, "a", "agent é", turn(now - 50 + n, tokens=100 * n))
+    await add_turn(store, "b", "gpt-4o", turn(now - 10))
     await store.add_compaction({"id": "c1", "conversation": "a", "time": now, "summary": "## Task ✓", "dropped": []})
     listed = await store.conversations(10)
     assert [(c["id"], c["label"], c["turns"], c["compactions"]) for c in listed] == [
@@ -67,10 +71,20 @@ async def test_turns_are_numbered_in_order_and_conversations_listed_latest_first
     assert await store.compaction("c2") is None
 
 
+async def test_turns_written_together_are_numbered_in_order(store: ArchiveStore) -> None:
+    now = time.time()
+    writes = [TurnWrite("a" if n % 3 else "b", "x", turn(now - 50 + n, tokens=n)) for n in range(15)]
+    await store.add_turns(writes)
+    _, a_turns = await store.conversation("a")
+    _, b_turns = await store.conversation("b")
+    assert [(t["n"], t["tokens"]) for t in a_turns] == list(enumerate([n for n in range(15) if n % 3], 1))
+    assert [t["n"] for t in b_turns] == list(range(1, 6))
+
+
 async def test_a_conversation_keeps_its_newest_turns(store: ArchiveStore) -> None:
     now = time.time()
     for n in range(100):  # max_turns is 10
-        await store.add_turn("a", label="x", turn=turn(now - 100 + n, tokens=n))
+        await add_turn(store, "a", "x", turn(now - 100 + n, tokens=n))
     meta, turns = await store.conversation("a")
     assert meta is not None and meta["turns"] == 100
     assert [t["n"] for t in turns] == list(range(91, 101))
@@ -78,9 +92,9 @@ async def test_a_conversation_keeps_its_newest_turns(store: ArchiveStore) -> Non
 
 async def test_what_is_older_than_the_retention_is_not_shown(store: ArchiveStore) -> None:
     old = time.time() - 3700
-    await store.add_turn("old", label="x", turn=turn(old))
+    await add_turn(store, "old", "x", turn(old))
     await store.add_compaction({"id": "c-old", "conversation": "old", "time": old})
-    await store.add_turn("new", label="x", turn=turn(time.time()))
+    await add_turn(store, "new", "x", turn(time.time()))
     assert [c["id"] for c in await store.conversations(10)] == ["new"]
     assert await store.conversation("old") == (None, [])
 
@@ -102,7 +116,7 @@ async def test_sqlite_drops_its_oldest_entries_past_max_bytes(tmp_path: Path) ->
 async def test_redis_entries_expire_with_the_retention() -> None:
     with redis_server() as url:
         store = open_archive(State(url=url), Archive(enabled=True, retention_s=120))
-        await store.add_turn("a", label="x", turn=turn(time.time()))
+        await add_turn(store, "a", "x", turn(time.time()))
         await store.add_compaction({"id": "c1", "conversation": "a", "time": time.time()})
         import redis.asyncio as redis
 
