@@ -53,15 +53,16 @@ def create_app(settings: Settings) -> ASGIApp:
             yield
         finally:
             try:
+                if archive is not None:
+                    await archive.close()  # first: it writes what waits
                 if pipeline.compactions.jobs is not None:
                     await pipeline.compactions.jobs.close()
                 await pipeline.compactions.records.close()
-                if archive is not None:
-                    await archive.close()
             finally:
                 await upstream.aclose()
                 await summarizer_http.aclose()
 
+    loopback_only = not settings.access.admin and not settings.access.allow_anonymous
     chat_handler = ChatCompletions(pipeline, upstream, limits=settings.limits, archive=archive)
     chat = Endpoint(chat_handler, route="/v1/chat/completions", on_finish=metrics.exchange_done)
     other = Endpoint(PassThrough(upstream, limits=settings.limits), route="/v1/{path}", on_finish=metrics.exchange_done)
@@ -69,7 +70,7 @@ def create_app(settings: Settings) -> ASGIApp:
         JsonRoute("/healthz", healthz, methods=["GET"]),
         JsonRoute("/inflight/stats", stats_route(pipeline), methods=["GET"]),
         JsonRoute("/metrics", metrics_route(metrics), methods=["GET"]),
-        *ArchiveRoutes(archive.store if archive is not None else None).routes(),
+        *ArchiveRoutes(archive.store if archive is not None else None, loopback_only=loopback_only).routes(),
         *Viewer().routes(),
         JsonRoute("/v1/chat/completions", chat, methods=["POST"]),
         JsonRoute("/v1/{path:path}", other, methods=METHODS),

@@ -84,4 +84,7 @@ class Exchange:
             total_ms,
         )
         if self.on_finish is not None:
-            self.on_finish(self)
+            try:
+                self.on_finish(self)
+            except Exception:  # the metrics must not fail a response that is out already
+                log.exception("[metrics] could not observe %s %s", self.method, clean(self.path))

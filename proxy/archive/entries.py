@@ -116,6 +116,7 @@ def dropped(messages: Sequence[Message], previous: Record | None, record: Record
     """The client's messages this compaction took out, oldest first, each with how (what an earlier one
     took out is in that one's entry): summarized into the summary, or masked or truncated in place."""
     out: list[dict[str, Any]] = []
+    summarized: set[int] = set()
     if record.summary is not None:
         start = record.head_len
         if previous is not None and previous.summary is not None:
@@ -123,8 +124,10 @@ def dropped(messages: Sequence[Message], previous: Record | None, record: Record
         for index in range(start, min(record.prefix_len, len(messages))):
             if not pinned(messages[index]):  # system messages of the middle are sent as they are
                 out.append(_dropped(index, messages[index], "summarized"))
+                summarized.add(index)
     for index, replacement in sorted(record.replaced.items()):
-        if index < record.prefix_len and record.summary is not None or index >= len(messages):
+        # A head message (or a pinned one of the middle) may be truncated: it is sent, so it counts.
+        if index in summarized or index >= len(messages):
             continue
         before = previous.replaced.get(index) if previous is not None else None
         if before is None or before.kind != replacement.kind:

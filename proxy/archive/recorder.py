@@ -57,7 +57,7 @@ class Archiver:
         self.store = store
         self.settings_for = settings_for  # a model's compaction settings (its thresholds)
         self.on_error = on_error  # counts a failed write (`inflight_store_errors_total{store="archive"}`)
-        self.dropped = 0  # entries not written: too many waiting
+        self.dropped = 0  # entries not written: too many waiting, a failed write, a bug of ours
         self._turns: list[TurnWrite] = []
         self._compactions: list[dict[str, Any]] = []
         self._writer: asyncio.Task[None] | None = None
@@ -66,10 +66,18 @@ class Archiver:
     def turn(
         self, counted: Counted, accounting: Accounting, options: Options, prepared: Prepared, *, status: int
     ) -> None:
-        """Archive one turn (and the compaction made on it), in the background."""
+        """Archive one turn (and the compaction made on it), in the background. Never raises."""
         if len(self._turns) >= MAX_WAITING:
-            self.dropped += 1
+            self._lost("too many turns waiting for the store")
             return
+        try:
+            self._take(counted, accounting, options, prepared, status=status)
+        except Exception as exc:  # a bug of ours in the archive must not cost the client its response
+            self._lost(f"a turn could not be archived ({type(exc).__name__}: {exc})", exc_info=True)
+
+    def _take(
+        self, counted: Counted, accounting: Accounting, options: Options, prepared: Prepared, *, status: int
+    ) -> None:
         key = prepared.key or key_of(counted, options)
         settings = self.settings_for(accounting.model)
         now = time.time()
@@ -106,7 +114,7 @@ class Archiver:
         if compaction is not None and len(self._compactions) < MAX_WAITING_COMPACTIONS:
             self._compactions.append(compaction)
         elif compaction is not None:
-            self.dropped += 1
+            self._lost("too many compactions waiting for the store")
         if self._writer is None:
             self._writer = asyncio.ensure_future(self._write_soon())
 
@@ -128,18 +136,28 @@ class Archiver:
                 for compaction in compactions:
                     await self.store.add_compaction(compaction)
             except Exception as exc:  # the archive is for looking back: it never costs a request anything
-                if self.on_error is not None:
-                    self.on_error()
-                if time.monotonic() - self._warned_at > WARN_EVERY_S:
-                    self._warned_at = time.monotonic()
-                    log.warning("[archive] write failed (%s: %s); entries are being lost", type(exc).__name__, exc)
+                self._lost(f"the store failed ({type(exc).__name__}: {exc})", count=len(turns) + len(compactions))
+
+    def _lost(self, why: str, *, count: int = 1, exc_info: bool = False) -> None:
+        """Entries not archived (`count`): one store error more (`inflight_store_errors_total{store="archive"}`),
+        logged once a minute."""
+        self.dropped += count
+        if self.on_error is not None:
+            self.on_error()
+        if time.monotonic() - self._warned_at > WARN_EVERY_S:
+            self._warned_at = time.monotonic()
+            log.warning("[archive] entries lost: %s", why, exc_info=exc_info)
 
     async def close(self) -> None:
         """Write what waits (a few seconds at most), then close the store."""
-        if self._writer is not None:
-            self._writer.cancel()
         try:
-            await asyncio.wait_for(self._write_waiting(), CLOSE_WAIT_S)
+            await asyncio.wait_for(self._flush(), CLOSE_WAIT_S)
         except TimeoutError:
             log.warning("[archive] %d turns not written at shutdown", len(self._turns))
-        await self.store.close()
+        finally:
+            await self.store.close()
+
+    async def _flush(self) -> None:
+        if self._writer is not None:
+            await asyncio.shield(self._writer)  # the batch it holds is written, not dropped
+        await self._write_waiting()

@@ -34,7 +34,8 @@ class RedisArchive:
         async with self.client.pipeline(transaction=False) as pipe:  # the turns' numbers first
             for write in writes:
                 pipe.hincrby(PREFIX + "conv:" + write.conversation, "turns", 1)
-            numbers = await pipe.execute()
+                pipe.expire(PREFIX + "conv:" + write.conversation, self.ttl_s)  # never a key without a TTL
+            numbers = (await pipe.execute())[::2]
         async with self.client.pipeline(transaction=False) as pipe:
             for write, number in zip(writes, numbers, strict=True):
                 turn, meta, turns = (
@@ -59,6 +60,7 @@ class RedisArchive:
         async with self.client.pipeline(transaction=False) as pipe:
             pipe.set(PREFIX + "cmp:" + entry["id"], body, ex=self.ttl_s)
             pipe.hincrby(PREFIX + "conv:" + entry["conversation"], "compactions", 1)
+            pipe.expire(PREFIX + "conv:" + entry["conversation"], self.ttl_s)
             await pipe.execute()
 
     async def conversations(self, limit: int) -> list[dict[str, Any]]:
@@ -76,16 +78,23 @@ class RedisArchive:
             pipe.hmget(PREFIX + "conv:" + conversation, FIELDS)
             pipe.lrange(PREFIX + "turns:" + conversation, 0, -1)
             row, turns = await pipe.execute()
-        if row[0] is None or float(row[FIELDS.index("last")] or 0) <= time.time() - self.archive.retention_s:
+        since = time.time() - self.archive.retention_s
+        if row[0] is None or float(row[FIELDS.index("last")] or 0) <= since:
             return None, []
-        return _meta(conversation, row), [orjson.loads(body) for body in turns]
+        return _meta(conversation, row), await asyncio.to_thread(_turns, turns, since)
 
-    async def compaction(self, compaction_id: str) -> dict[str, Any] | None:
+    async def compaction(self, compaction_id: str) -> bytes | None:
         body = await self.client.get(PREFIX + "cmp:" + compaction_id)
-        return orjson.loads(body) if body is not None else None
+        return body if isinstance(body, bytes) else None
 
     async def close(self) -> None:
         await self.client.aclose()
+
+
+def _turns(bodies: list[bytes], since: float) -> list[dict[str, Any]]:
+    """The turns within the retention, in order (workers may push them out of order). Off the loop."""
+    turns = [turn for turn in (orjson.loads(body) for body in bodies) if turn["time"] > since]
+    return sorted(turns, key=lambda turn: turn["n"])
 
 
 def _meta(conversation: str, row: list[bytes | None]) -> dict[str, Any]:

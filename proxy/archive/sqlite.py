@@ -45,9 +45,8 @@ class SqliteArchive:
         await self.db.run(lambda db: self._add_turns(db, writes))
 
     async def add_compaction(self, entry: dict[str, Any]) -> None:
-        body = orjson.dumps(entry)  # in this thread: a compaction's messages may weigh megabytes
-
         def add(db: sqlite3.Connection) -> None:
+            body = orjson.dumps(entry)  # in the store's thread: a compaction's messages may weigh megabytes
             with transaction(db):
                 db.execute(
                     "INSERT OR REPLACE INTO archive_compactions (id, conversation, time, body) VALUES (?, ?, ?, ?)",
@@ -72,21 +71,22 @@ class SqliteArchive:
             query = f"SELECT {', '.join(COLUMNS)} FROM archive_conversations WHERE id = ? AND last > ?"
             row = db.execute(query, (conversation, since)).fetchone()
             turns = db.execute(
-                "SELECT body FROM archive_turns WHERE conversation = ? AND time > ? ORDER BY time, rowid",
+                "SELECT body FROM archive_turns WHERE conversation = ? AND time > ?",
                 (conversation, since),
             ).fetchall()
-            return row, [orjson.loads(body) for (body,) in turns]  # parsed here, off the event loop
+            parsed = sorted((orjson.loads(body) for (body,) in turns), key=lambda turn: turn["n"])  # off the loop
+            return row, parsed
 
         row, turns = await self.db.run(read)
         if row is None:
             return None, []
         return dict(zip(COLUMNS, row, strict=True)), turns
 
-    async def compaction(self, compaction_id: str) -> dict[str, Any] | None:
+    async def compaction(self, compaction_id: str) -> bytes | None:
         since = time.time() - self.archive.retention_s
         query = "SELECT body FROM archive_compactions WHERE id = ? AND time > ?"
         row = await self.db.run(lambda db: db.execute(query, (compaction_id, since)).fetchone())
-        return orjson.loads(row[0]) if row is not None else None
+        return bytes(row[0]) if row is not None else None
 
     async def close(self) -> None:
         await self.db.close()

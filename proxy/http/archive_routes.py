@@ -17,6 +17,7 @@ from starlette.routing import BaseRoute
 from proxy.archive.store import ArchiveStore
 from proxy.archive.views import conversation_summary, conversation_view
 from proxy.errors import BadRequest, NotFound, ProxyError
+from proxy.http.access import is_loopback
 from proxy.http.errors import render
 from proxy.http.routes import JsonRoute
 
@@ -32,15 +33,38 @@ class ArchiveUnavailable(ProxyError):
     code = "archive_unavailable"
 
 
+class NotForThisHost(ProxyError):
+    status_code = 403
+    error_type = "invalid_request_error"
+    code = "loopback_only"
+
+
+def addressed_to_loopback(request: Request) -> bool:
+    """Whether the request names this machine in its Host header (a browser page that rebinds its own
+    hostname to 127.0.0.1 still sends that hostname)."""
+    host = request.headers.get("host", "")
+    name = host[1:].partition("]")[0] if host.startswith("[") else host.rpartition(":")[0] or host
+    return is_loopback(name)
+
+
 def json_response(data: object) -> Response:
-    return Response(orjson.dumps(data), media_type="application/json", headers={"cache-control": "no-store"})
+    body = data if isinstance(data, bytes) else orjson.dumps(data)
+    return Response(body, media_type="application/json", headers={"cache-control": "no-store"})
 
 
-def answered(handler: Handler) -> Handler:
-    """Our errors in OpenAI's shape; a store that fails (Redis down, a damaged file) is a 503 saying so."""
+def answered(handler: Handler, *, loopback_only: bool) -> Handler:
+    """Our errors in OpenAI's shape; a store that fails (Redis down, a damaged file) is a 503 saying so.
+
+    `loopback_only` (no admin keys): only requests addressed to localhost are answered, so that a web
+    page whose hostname is rebound to 127.0.0.1 cannot read the archive from a developer's browser."""
 
     async def answer(request: Request) -> Response:
         try:
+            if loopback_only and not addressed_to_loopback(request):
+                raise NotForThisHost(
+                    "this proxy has no admin keys, so its archive answers only requests addressed to localhost "
+                    "(set access.admin_keys to reach it under another name)"
+                )
             return await handler(request)
         except ProxyError as exc:
             return render(exc)
@@ -52,14 +76,18 @@ def answered(handler: Handler) -> Handler:
 
 
 class ArchiveRoutes:
-    def __init__(self, store: ArchiveStore | None) -> None:
+    def __init__(self, store: ArchiveStore | None, *, loopback_only: bool) -> None:
         self._store = store
+        self.loopback_only = loopback_only
 
     def routes(self) -> list[BaseRoute]:
+        local = self.loopback_only
         return [
-            JsonRoute("/inflight/conversations", answered(self.conversations), methods=["GET"]),
-            JsonRoute("/inflight/conversations/{id}", answered(self.conversation), methods=["GET"]),
-            JsonRoute("/inflight/compactions/{id}", answered(self.compaction), methods=["GET"]),
+            JsonRoute("/inflight/conversations", answered(self.conversations, loopback_only=local), methods=["GET"]),
+            JsonRoute(
+                "/inflight/conversations/{id}", answered(self.conversation, loopback_only=local), methods=["GET"]
+            ),
+            JsonRoute("/inflight/compactions/{id}", answered(self.compaction, loopback_only=local), methods=["GET"]),
         ]
 
     @property

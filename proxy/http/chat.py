@@ -117,11 +117,13 @@ class ChatCompletions:
         exchange.note_all({"refused_by": held.refusal.upstream, "retry_limit": aim.limit})
         if aim.blind:
             exchange.note("retry_aim", "blind")
-        return await self.retry(call, aim)
+        return await self.retry(call, aim, refused=prepared)
 
-    async def retry(self, call: ChatCall, aim: RetryAim) -> Relay:
+    async def retry(self, call: ChatCall, aim: RetryAim, *, refused: Prepared) -> Relay:
         """Once: the original request compacted again against what the refusal taught us."""
         prepared = await self.prepare(call, retry=aim)
+        if prepared.outcome is not None and refused.outcome is not None and refused.outcome.fresh:
+            prepared.outcome.previous = refused.outcome.previous  # what was dropped is counted from before both
         call.exchange.headers["x-inflight-actions"] += ",retry"
         call.exchange.headers["x-inflight-retried"] = "1"
         response = await self.send(

@@ -48,6 +48,14 @@ def test_a_later_compaction_lists_only_what_it_took_out_itself() -> None:
     ]
 
 
+def test_a_truncated_head_or_pinned_message_is_dropped_content_too() -> None:
+    messages = conversation(16)
+    record = Record(2, 8, b"", SUMMARY, 10, replaced={1: mask(1, "truncate"), 5: mask(5, "truncate"), 9: mask(9)})
+    found = [(item["index"], item["how"]) for item in dropped(messages, None, record)]
+    assert (1, "truncated") in found and (5, "truncated") in found and (9, "masked") in found
+    assert [index for index, how in found if how == "summarized"] == [2, 3, 4, 6, 7]
+
+
 def test_conversation_ids_are_short_and_labels_readable() -> None:
     session, head = "session:agent/1 <x>", "head:gpt-4o:" + "ab" * 16
     assert conversation_label(session) == "agent/1 <x>" and conversation_label(head) == "gpt-4o"

@@ -6,13 +6,15 @@ import time
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 
 from proxy.compaction.conversation import pinned
 from tests.compaction.test_compactor import agent_conversation
 from tests.conftest import ProxyFactory
+from tests.fixtures.refusals import REFUSALS
 from tests.support.servers import free_port
-from tests.support.upstream import UpstreamApp
+from tests.support.upstream import Scripted, UpstreamApp
 
 # Budget 3000 (a quarter of the window is reserved); summaries made on the turn that needs one.
 SETTINGS: dict[str, Any] = {
@@ -198,3 +200,36 @@ def test_summaries_made_in_the_background_are_archived_with_the_turn_that_used_t
     assert "Summary number" in entry["summary"] and any(m[2]["content"] == entry["summary_as_sent"] for m in sent)
     assert entry["summary_kind"] == "summary" and "summary-precomputed" in entry["actions"].split(",")
     assert any(item["how"] == "summarized" for item in entry["dropped"])
+
+
+def test_a_retried_turn_archives_what_both_attempts_dropped(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    app, url = upstream
+    refusal = REFUSALS[0]  # OpenAI's context_length_exceeded
+    app.script.append(Scripted(status=refusal.status, body=orjson.dumps(refusal.body)))
+    with start_proxy(url, **SETTINGS) as proxy_url:
+        (response,) = replay(proxy_url, range(60, 61))
+        assert response.headers["x-inflight-retried"] == "1"
+        entry = archived(proxy_url, f"/inflight/compactions/{response.headers['x-inflight-compaction-id']}")
+        view = archived(proxy_url, "/inflight/conversations", until=lambda j: j["conversations"])
+    first, second = app.chat_requests()
+    assert first.json()["messages"] != second.json()["messages"]  # both attempts were compacted
+    summarized = [item["index"] for item in entry["dropped"] if item["how"] == "summarized"]
+    assert summarized[0] == 2 and entry["summarized"] == [2, summarized[-1] + 1]  # from the head, not the first try
+    assert view["conversations"][0]["turn_count"] == 1 and view["conversations"][0]["compaction_count"] == 1
+
+
+def test_without_admin_keys_the_archive_answers_only_requests_addressed_to_localhost(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    with start_proxy(upstream[1], **SETTINGS) as proxy_url:
+        base = proxy_url.removesuffix("/v1")
+        rebound = httpx.get(base + "/inflight/conversations", headers={"host": "attacker.example:8787"})
+        assert rebound.status_code == 403 and rebound.json()["error"]["code"] == "loopback_only"
+        for host in ("localhost:8787", "127.0.0.1", "[::1]:8787"):
+            assert httpx.get(base + "/inflight/conversations", headers={"host": host}).status_code == 200
+    keys = {"access": {"admin_keys": ["admin-key"]}}
+    with start_proxy(upstream[1], **SETTINGS, **keys) as proxy_url:  # with a key, any name will do
+        headers = {"host": "inflight.internal", "authorization": "Bearer admin-key"}
+        assert httpx.get(proxy_url.removesuffix("/v1") + "/inflight/conversations", headers=headers).status_code == 200
