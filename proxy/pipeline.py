@@ -156,9 +156,8 @@ class ChatPipeline:
             # answers (or clamps max_tokens) as it sees fit.
             untouched.fields["budget"] = "none"
             return untouched
-        key = ""
         try:
-            key = key_of(counted, options)
+            key = untouched.key = key_of(counted, options)
             outcome = await self.compact(counted, accounting, options, key=key, retry=retry)
         except Exception as exc:  # a bug of ours must not cost the user the request
             log.exception("[compaction] failed for %s; forwarding the request unchanged", accounting.model)

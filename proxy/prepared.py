@@ -22,7 +22,7 @@ class Prepared:
     fields: dict[str, object] = field(default_factory=dict)  # for the request's log line
     outcome: Outcome | None = None
     too_long: str | None = None  # why it cannot fit even compacted: the body is our best effort, sent anyway
-    key: str = ""  # the conversation's key, when it was compacted
+    key: str = ""  # the conversation's key, once compaction looked at the request (the archive reuses it)
 
 
 def as_sent(counted: Counted, accounting: Accounting, *, limit: int) -> Prepared:

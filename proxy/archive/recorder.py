@@ -19,6 +19,7 @@ from typing import Any
 from proxy.accounting import Accounting, Counted
 from proxy.archive.entries import Thresholds, compaction_entry, conversation_id, conversation_label, turn_entry
 from proxy.archive.store import ArchiveStore, TurnWrite
+from proxy.compaction import Budget
 from proxy.config import Compaction
 from proxy.pipeline import Options, key_of
 from proxy.prepared import Prepared
@@ -33,16 +34,16 @@ CLOSE_WAIT_S = 5.0
 
 
 def thresholds_of(accounting: Accounting, prepared: Prepared, settings: Compaction) -> Thresholds:
-    """The turn's limits in the upstream's tokens: its budget (or the retry's limit) times each fraction."""
-    limit = prepared.limit
+    """The turn's limits in the upstream's tokens: its budget (or the retry's limit) and the thresholds of it."""
+    budget = Budget.of(prepared.limit, settings)
     background_at = settings.summarize.background_at
     return Thresholds(
         window=accounting.limits.context_window,
-        budget=limit,
-        background_at=int(limit * background_at) if background_at is not None else None,
-        prune_at=int(limit * settings.prune_at),
-        summarize_at=int(limit * settings.summarize_at),
-        target=int(limit * settings.target),
+        budget=budget.limit,
+        background_at=int(budget.limit * background_at) if background_at is not None else None,
+        prune_at=budget.prune_at,
+        summarize_at=budget.summarize_at,
+        target=budget.target,
     )
 
 

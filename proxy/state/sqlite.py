@@ -10,14 +10,10 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Callable
-from typing import TypeVar
 
 from proxy.compaction.records import Record
 from proxy.state.codec import decode, encode
 from proxy.state.sqlite_thread import SqliteThread, transaction
-
-T = TypeVar("T")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS records (key TEXT PRIMARY KEY, body BLOB NOT NULL, expires REAL NOT NULL);
@@ -36,24 +32,21 @@ class SqliteRecordStore:
         self._saves = 0
 
     async def load(self, key: str) -> list[Record]:
-        body = await self._run(lambda db: self._load(db, key))
+        body = await self.db.run(lambda db: self._load(db, key))
         return decode(body) if body is not None else []
 
     async def save(self, key: str, records: list[Record]) -> None:
         body = encode(records)
-        await self._run(lambda db: self._save(db, key, body))
+        await self.db.run(lambda db: self._save(db, key, body))
 
     async def lease(self, name: str, owner: str, ttl_s: float) -> bool:
-        return await self._run(lambda db: self._lease(db, name, owner, ttl_s))
+        return await self.db.run(lambda db: self._lease(db, name, owner, ttl_s))
 
     async def release(self, name: str, owner: str) -> None:
-        await self._run(lambda db: db.execute("DELETE FROM leases WHERE name = ? AND owner = ?", (name, owner)))
+        await self.db.run(lambda db: db.execute("DELETE FROM leases WHERE name = ? AND owner = ?", (name, owner)))
 
     async def close(self) -> None:
         await self.db.close()
-
-    async def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
-        return await self.db.run(work)
 
     def _load(self, db: sqlite3.Connection, key: str) -> bytes | None:
         now = time.time()
