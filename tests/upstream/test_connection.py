@@ -211,10 +211,11 @@ def test_an_https_upstream_is_verified_and_used(
 
 
 async def test_a_connection_whose_reading_was_paused_is_not_reused() -> None:
-    # A body a little over the pause threshold arrives whole and nobody reads it, so the connection
-    # stops reading the socket with the body complete in its buffer; then the response is closed (a
-    # client that left). Reading that connection is still paused, so it must not serve another request.
-    big = b"y" * (HIGH_WATER + 100_000)
+    # A body one byte over the pause threshold arrives and nobody reads it: the connection stops reading
+    # the socket exactly when its last byte lands, so the body is complete in the buffer whatever the
+    # chunking; then the response is closed (a client that left). Reading that connection is still
+    # paused, so it must not serve another request.
+    big = b"y" * (HIGH_WATER + 1)
     served: list[int] = []
 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, number: int) -> None:
