@@ -50,4 +50,4 @@ def test_clients_that_leave_before_the_headers_release_their_upstream_slots(
                 response = client.post(f"{proxy_url}/chat/completions", content=BODY)
                 durations.append(time.monotonic() - started)
                 assert response.status_code == 200, response.text
-    assert max(durations) < 1.0, durations
+    assert max(durations) < 2.0, durations  # none waited out the pool (2 s) for a slot a departed client held
