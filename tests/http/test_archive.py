@@ -15,6 +15,7 @@ from tests.conftest import ProxyFactory
 from tests.fixtures.refusals import REFUSALS
 from tests.support.servers import free_port
 from tests.support.upstream import Scripted, UpstreamApp
+from tests.support.waiting import wait_until
 
 # Budget 3000 (a quarter of the window is reserved); summaries made on the turn that needs one.
 SETTINGS: dict[str, Any] = {
@@ -171,11 +172,8 @@ def test_an_archive_store_that_fails_costs_no_request(
         down = admin(proxy_url, "/inflight/conversations")
         assert down.status_code == 503 and down.json()["error"]["code"] == "archive_unavailable"
         failed = 'inflight_store_errors_total{store="archive"} '
-        for _ in range(200):  # the writes fail in the background, a moment after the responses
-            metrics = admin(proxy_url, "/metrics").text
-            if failed in metrics:
-                break
-            time.sleep(0.025)
+        wait_until(lambda: failed in admin(proxy_url, "/metrics").text)  # the writes fail a moment after the replies
+        metrics = admin(proxy_url, "/metrics").text
         assert float(metrics.split(failed)[1].split()[0]) >= 1
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -14,6 +13,7 @@ from proxy.tokens import TokenCounter
 from tests.compaction.test_compactor import agent_conversation
 from tests.conftest import ProxyFactory
 from tests.support.upstream import UpstreamApp
+from tests.support.waiting import wait_until
 
 BUDGET = 6000  # an 8,000-token window less the reserve (a quarter of it)
 CONFIG: dict[str, Any] = {"models": {"gpt-4o": {"context_window": 8000}}}
@@ -42,13 +42,6 @@ def post(proxy_url: str, messages: list[dict[str, Any]], **headers: str) -> http
 def jobs(proxy_url: str) -> dict[str, int]:
     stats = httpx.get(proxy_url.removesuffix("/v1") + "/inflight/stats").json()
     return stats["summary_jobs"]  # type: ignore[no-any-return]
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
 
 
 def test_a_summary_is_made_ahead_and_used_at_once_on_the_crossing_turn(

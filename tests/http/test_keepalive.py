@@ -84,9 +84,8 @@ def test_a_request_with_compaction_off_is_never_kept_alive(
 ) -> None:
     app, url = upstream
     with start_proxy(url, **CONFIG) as proxy_url:
-        body = {"model": "gpt-4o", "messages": conversation_at(0.9), "stream": True}
         headers = {"x-inflight-compaction": "off", "x-scenario": "slow"}  # the upstream takes 3 s to answer
-        response = httpx.post(f"{proxy_url}/chat/completions", json=body, headers=headers, timeout=30)
+        response = stream(proxy_url, **headers)
     assert "x-inflight-keepalive" not in response.headers
     assert response.content == bytes(app.chat_requests()[0].sent)
 

@@ -15,11 +15,12 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.http.test_background import TOOLS, conversation_at, wait_until
+from tests.http.test_background import TOOLS, conversation_at
 from tests.support.processes import ROOT, inflight, wait_for_port
 from tests.support.redis import redis_server
 from tests.support.servers import free_port, serve
 from tests.support.upstream import UpstreamApp
+from tests.support.waiting import wait_until
 
 BUDGET = 6000
 
