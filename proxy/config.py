@@ -150,6 +150,11 @@ class State(Section):
         return self.url.split("://", 1)[0]
 
     @property
+    def sqlite_path(self) -> str:
+        """The database file of a `sqlite:///PATH` URL (relative to the working directory unless absolute)."""
+        return self.url.removeprefix("sqlite:///")
+
+    @property
     def shared(self) -> bool:
         """Whether other processes see these records (so `--workers` may be more than one)."""
         return self.scheme != "memory"

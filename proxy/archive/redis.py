@@ -13,14 +13,13 @@ import time
 from typing import Any
 
 import orjson
-import redis.asyncio as redis
 
 from proxy.archive.store import TurnWrite
 from proxy.config import Archive
+from proxy.state.redis import connect
 
 PREFIX = "inflight:arch:"
 INDEX = PREFIX + "index"
-TIMEOUT_S = 0.5
 FIELDS = ("label", "model", "first", "last", "turns", "compactions")
 
 
@@ -28,7 +27,7 @@ class RedisArchive:
     def __init__(self, url: str, archive: Archive) -> None:
         self.archive = archive
         self.ttl_s = max(int(archive.retention_s), 1)
-        self.client = redis.Redis.from_url(url, socket_timeout=TIMEOUT_S, socket_connect_timeout=TIMEOUT_S)
+        self.client = connect(url)
 
     async def add_turns(self, writes: list[TurnWrite]) -> None:
         async with self.client.pipeline(transaction=False) as pipe:  # the turns' numbers first

@@ -52,5 +52,4 @@ def open_archive(state: State, archive: Archive) -> ArchiveStore:
     from proxy.archive.sqlite import SqliteArchive
     from proxy.state.sqlite_thread import MEMORY
 
-    path = state.url.removeprefix("sqlite:///") if state.scheme == "sqlite" else MEMORY
-    return SqliteArchive(path, archive)
+    return SqliteArchive(state.sqlite_path if state.scheme == "sqlite" else MEMORY, archive)

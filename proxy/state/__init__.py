@@ -20,9 +20,8 @@ def open_record_store(state: State, cache: Cache, *, observer: Observer = NO_OBS
     if state.scheme == "sqlite":
         from proxy.state.sqlite import SqliteRecordStore
 
-        path = state.url.removeprefix("sqlite:///")
-        sqlite = SqliteRecordStore(path, ttl_s=cache.ttl_s, max_bytes=cache.max_bytes)
-        return ResilientStore(sqlite, memory, name=f"sqlite:///{path}", observer=observer)
+        sqlite = SqliteRecordStore(state.sqlite_path, ttl_s=cache.ttl_s, max_bytes=cache.max_bytes)
+        return ResilientStore(sqlite, memory, name=state.url, observer=observer)
     from proxy.state.redis import RedisRecordStore  # redis-py is imported only by those who use it
 
     redis = RedisRecordStore(state.url, ttl_s=cache.ttl_s)

@@ -19,12 +19,18 @@ TIMEOUT_S = 0.5
 RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end"
 
 
+def connect(url: str) -> redis.Redis:
+    """A client that gives up on a silent server within `TIMEOUT_S` and pings a connection idle for 30 s
+    before using it (so a dead one is replaced first): the records' store and the archive's alike."""
+    return redis.Redis.from_url(
+        url, socket_timeout=TIMEOUT_S, socket_connect_timeout=TIMEOUT_S, health_check_interval=30
+    )
+
+
 class RedisRecordStore:
     def __init__(self, url: str, *, ttl_s: float) -> None:
         self.ttl_s = max(int(ttl_s), 1)
-        self.client = redis.Redis.from_url(
-            url, socket_timeout=TIMEOUT_S, socket_connect_timeout=TIMEOUT_S, health_check_interval=30
-        )
+        self.client = connect(url)
 
     async def load(self, key: str) -> list[Record]:
         body = await self.client.getex(RECORD_PREFIX + key, ex=self.ttl_s)
