@@ -17,12 +17,12 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
-import orjson
 from starlette.types import Receive, Scope, Send
 
 from proxy.errors import ProxyError
 from proxy.exchange import Exchange
 from proxy.http.disconnect import disconnected
+from proxy.http.errors import body_of, error_body
 from proxy.upstream.relay import Relay
 
 log = logging.getLogger("inflight")
@@ -69,20 +69,18 @@ class KeepAlive:
             relay = self.work.result()
         except ProxyError as exc:
             self.exchange.note("error", exc.code or exc.error_type)
-            error = {"message": exc.message, "type": exc.error_type, "param": exc.param, "code": exc.code}
-            await self._end(send, error_event(orjson.dumps({"error": error})))
+            await self._end(send, error_event(body_of(exc)))
             return
         except Exception as exc:  # a bug of ours, after the 200: still an answer in OpenAI's shape, and logged
             log.exception("internal error while a keep-alive stream waited")
             self.exchange.note("error", type(exc).__name__)
-            error = {"message": f"inflight internal error: {type(exc).__name__}", "type": "server_error"}
-            await self._end(send, error_event(orjson.dumps({"error": error | {"param": None, "code": None}})))
+            await self._end(send, error_event(body_of(ProxyError(f"inflight internal error: {type(exc).__name__}"))))
             return
         if relay.status != 200:  # the upstream's error, as an event: the 200 is out already
             try:
                 body = b"".join([chunk async for chunk in relay.chunks])
             except Exception as exc:
-                body = orjson.dumps({"error": {"message": f"upstream error {relay.status}", "type": "upstream_error"}})
+                body = error_body(f"upstream error {relay.status}", error_type="upstream_error")
                 self.exchange.note("upstream_stream_error", type(exc).__name__)
             finally:
                 await relay.close()
