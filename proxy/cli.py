@@ -23,11 +23,11 @@ from proxy.errors import BadRequest
 from proxy.evaluation import Compacted, SizedSummarizers, replay, report, totals
 from proxy.http.access import startup_problem
 from proxy.http.intake import parse_object
-from proxy.http.server import uvicorn_options
+from proxy.http.server import prepare_process, uvicorn_options
 from proxy.pipeline import ChatPipeline, Options, build_pipeline
 from proxy.prepared import Prepared
 from proxy.upstream.summarizer import Summarizers, summarizer_client
-from proxy.workers import GIL_SWITCH_INTERVAL_S, check_workers, serve_workers
+from proxy.workers import check_workers, serve_workers
 
 
 class CommandError(Exception):
@@ -53,9 +53,7 @@ def serve(args: argparse.Namespace) -> int:
     if problem is not None:
         raise ConfigError(problem)
     check_workers(settings, args.workers)
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
-    )
+    prepare_process(settings)
     logging.getLogger("inflight").info(
         "inflight listening on http://%s:%d/v1 -> %s",
         settings.listen.host,
@@ -64,9 +62,6 @@ def serve(args: argparse.Namespace) -> int:
     )
     if args.workers > 1:
         return serve_workers(settings, args.workers)
-    # Counting runs in worker threads; with the default 5 ms GIL switch interval, a counting thread
-    # could hold up the event loop (and every small request) for that long.
-    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     uvicorn.run(create_app(settings), host=settings.listen.host, port=settings.listen.port, **uvicorn_options(settings))
     return 0
 

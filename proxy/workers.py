@@ -18,7 +18,6 @@ import os
 import shutil
 import signal
 import socket
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -31,11 +30,10 @@ from prometheus_client.multiprocess import mark_process_dead
 
 from proxy.app import create_app
 from proxy.config import ConfigError, Settings
-from proxy.http.server import uvicorn_options
+from proxy.http.server import prepare_process, uvicorn_options
 
 log = logging.getLogger("inflight")
 
-GIL_SWITCH_INTERVAL_S = 0.0005
 RESTART_PAUSE_S = 1.0
 MAX_RESTARTS, CRASH_WINDOW_S = 5, 60
 
@@ -67,10 +65,7 @@ def listening_socket(host: str, port: int) -> socket.socket:
 
 def run_worker(settings: Settings) -> None:
     """One worker: its own socket on the shared port, its own app and event loop."""
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
-    )
-    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+    prepare_process(settings)
     sock = listening_socket(settings.listen.host, settings.listen.port)
     config = uvicorn.Config(create_app(settings), **uvicorn_options(settings))
     uvicorn.Server(config).run(sockets=[sock])

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -26,6 +27,8 @@ from proxy.config import Limits, Settings
 from proxy.http.errors import error_body
 
 log = logging.getLogger("inflight")
+
+GIL_SWITCH_INTERVAL_S = 0.0005
 
 
 def header_timeout_response(timeout_s: float) -> bytes:
@@ -91,6 +94,18 @@ class BoundedHttpProtocol(HttpToolsProtocol):
 def bounded_protocol(limits: Limits) -> type[BoundedHttpProtocol]:
     """The protocol class for one server: uvicorn instantiates it per connection, with no arguments of ours."""
     return type("BoundedHttpProtocol", (BoundedHttpProtocol,), {"header_timeout_s": limits.client_header_timeout_s})
+
+
+def prepare_process(settings: Settings) -> None:
+    """What a serving process (`inflight serve`, or each of its `--workers`) sets before uvicorn starts.
+
+    Its log lines to stderr at `log_level`; and a short GIL switch interval: counting runs in worker
+    threads, and with Python's default of 5 ms a counting thread could hold up the event loop (and
+    every small request) that long."""
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
 
 
 def uvicorn_options(settings: Settings) -> dict[str, Any]:
