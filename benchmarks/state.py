@@ -34,13 +34,13 @@ from benchmarks.compaction import record_hit_latency
 from benchmarks.conversations import grow
 from benchmarks.harness import CHAT_REQUEST, median, percentile, table
 from benchmarks.overhead import concurrent
-from proxy.compaction.records import Record, RecordStore
-from proxy.config_file import load_settings
-from proxy.pipeline import Options, build_pipeline
-from proxy.state.codec import encode
-from proxy.state.memory import MemoryRecordStore
-from proxy.state.redis import RedisRecordStore
-from proxy.state.sqlite import SqliteRecordStore
+from proxy.compaction.record import Record, RecordStore
+from proxy.config import load_settings
+from proxy.pipeline.engine import Options, build_pipeline
+from proxy.records.codec import encode
+from proxy.records.memory import MemoryRecordStore
+from proxy.records.redis import RedisRecordStore
+from proxy.records.sqlite import SqliteRecordStore
 from tests.support.processes import fake_upstream, inflight
 from tests.support.redis import redis_server
 

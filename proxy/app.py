@@ -9,22 +9,22 @@ from contextlib import asynccontextmanager
 from starlette.routing import Router
 from starlette.types import ASGIApp
 
+from proxy.archive import open_archive
 from proxy.archive.recorder import Archiver
-from proxy.archive.store import open_archive
 from proxy.config import Settings
 from proxy.http.access import AccessGuard
 from proxy.http.admin import healthz, metrics_route, stats_route
 from proxy.http.archive_routes import ArchiveRoutes
-from proxy.http.chat import ChatCompletions
+from proxy.http.conversations import ChatCompletions
 from proxy.http.endpoint import Endpoint
 from proxy.http.passthrough import PassThrough
 from proxy.http.routes import JsonRoute, not_found
 from proxy.http.viewer import Viewer
-from proxy.metrics import Metrics
-from proxy.pipeline import build_pipeline
+from proxy.metrics.prometheus import Metrics
+from proxy.pipeline.engine import build_pipeline
+from proxy.pipeline.summarizer import Summarizers, summarizer_client
 from proxy.tokens import FALLBACK_ENCODING, load_encoding
 from proxy.upstream.client import UpstreamClient
-from proxy.upstream.summarizer import Summarizers, summarizer_client
 
 METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "HEAD"]
 

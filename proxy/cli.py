@@ -15,19 +15,18 @@ import orjson
 import uvicorn
 
 from proxy import __version__
-from proxy.accounting import Counted
 from proxy.app import create_app
-from proxy.config import ConfigError, Settings
-from proxy.config_file import load_settings
+from proxy.config import ConfigError, Settings, load_settings
 from proxy.errors import BadRequest
-from proxy.evaluation import Compacted, SizedSummarizers, replay, report, totals
 from proxy.http.access import startup_problem
 from proxy.http.intake import parse_object
 from proxy.http.server import prepare_process, uvicorn_options
-from proxy.pipeline import ChatPipeline, Options, build_pipeline
-from proxy.prepared import Prepared
-from proxy.upstream.summarizer import Summarizers, summarizer_client
-from proxy.workers import check_workers, serve_workers
+from proxy.http.workers import check_workers, serve_workers
+from proxy.pipeline.accounting import Counted
+from proxy.pipeline.engine import ChatPipeline, Options, build_pipeline
+from proxy.pipeline.evaluation import Compacted, SizedSummarizers, replay, report, totals
+from proxy.pipeline.outgoing import Prepared
+from proxy.pipeline.summarizer import Summarizers, summarizer_client
 
 
 class CommandError(Exception):

@@ -1,4 +1,4 @@
-"""The errors the proxy itself answers with. Plain exceptions: `proxy.http.errors` renders them.
+"""The errors the proxy itself answers with. Plain exceptions: `proxy.http.error_response` renders them.
 
 Each carries the fields of OpenAI's error shape (`{"error": {"message", "type", "param", "code"}}`)
 and its HTTP status, so the one renderer at the edge needs nothing else.

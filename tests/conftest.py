@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from proxy.app import create_app
-from proxy.config_file import load_settings
+from proxy.config import load_settings
 from proxy.http.server import uvicorn_options
 from tests.support.servers import serve
 from tests.support.upstream import UpstreamApp

@@ -14,7 +14,7 @@ WEB_STACK = {"starlette", "httpx", "httpcore", "uvicorn", "httptools"}
 def test_the_pure_core_imports_no_web_stack() -> None:
     # A fresh interpreter: this test process has imported everything already.
     code = (
-        "import sys, proxy.tokens, proxy.compaction, proxy.policy, proxy.pipeline;"
+        "import sys, proxy.tokens, proxy.compaction, proxy.policy, proxy.pipeline.engine;"
         "import proxy.policy.windows, proxy.policy.calibration, proxy.policy.refusals, proxy.policy.retry;"
         f"print(sorted(set({sorted(WEB_STACK)!r}) & set(sys.modules)))"
     )

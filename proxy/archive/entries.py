@@ -15,8 +15,8 @@ from typing import Any
 import xxhash
 
 from proxy.compaction.conversation import Message, pinned
-from proxy.compaction.records import Record
-from proxy.compaction.summary import written_part
+from proxy.compaction.record import Record
+from proxy.compaction.summary_job import written_part
 
 LEDGER_CHARS = 100_000  # the ledger as archived: whole, short of a pathological one
 

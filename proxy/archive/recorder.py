@@ -16,13 +16,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from proxy.accounting import Accounting, Counted
 from proxy.archive.entries import Thresholds, compaction_entry, conversation_id, conversation_label, turn_entry
 from proxy.archive.store import ArchiveStore, TurnWrite
 from proxy.compaction import Budget
 from proxy.config import Compaction
-from proxy.pipeline import Options, key_of
-from proxy.prepared import Prepared
+from proxy.pipeline.accounting import Accounting, Counted
+from proxy.pipeline.engine import Options, key_of
+from proxy.pipeline.outgoing import Prepared
 
 log = logging.getLogger("inflight")
 

@@ -16,7 +16,7 @@ import orjson
 
 from proxy.archive.store import TurnWrite
 from proxy.config import Archive
-from proxy.state.redis import connect
+from proxy.records.redis import connect
 
 PREFIX = "inflight:arch:"
 INDEX = PREFIX + "index"

@@ -16,7 +16,7 @@ import orjson
 
 from proxy.archive.store import TurnWrite
 from proxy.config import Archive
-from proxy.state.sqlite_thread import SqliteThread, transaction
+from proxy.records.sqlite_thread import SqliteThread, transaction
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS archive_conversations (

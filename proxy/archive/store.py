@@ -1,16 +1,9 @@
-"""Where the archive lives: beside the compaction records that `state.url` names, with its own retention.
-
-`memory://` keeps it in an in-process SQLite database (lost on restart, like the records);
-`sqlite:///…` in tables of that same file; `redis://` under `inflight:arch:*` keys. Entries go
-after `archive.retention_s`, and memory and SQLite drop their oldest past `archive.max_bytes`.
-"""
+"""What an archive store does (`ArchiveStore`) and what it is given to keep (`TurnWrite`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Protocol
-
-from proxy.config import Archive, State
 
 
 @dataclass(frozen=True)
@@ -42,14 +35,3 @@ class ArchiveStore(Protocol):
         ...
 
     async def close(self) -> None: ...
-
-
-def open_archive(state: State, archive: Archive) -> ArchiveStore:
-    if state.scheme == "redis" or state.scheme == "rediss":
-        from proxy.archive.redis import RedisArchive  # redis-py is imported only by those who use it
-
-        return RedisArchive(state.url, archive)
-    from proxy.archive.sqlite import SqliteArchive
-    from proxy.state.sqlite_thread import MEMORY
-
-    return SqliteArchive(state.sqlite_path if state.scheme == "sqlite" else MEMORY, archive)

@@ -1,14 +1,14 @@
 """Compaction: pure functions over message lists (no HTTP here; counting and the summarizer are passed in)."""
 
-from proxy.compaction.ahead import SummaryAhead
+from proxy.compaction.background.ahead import SummaryAhead
 from proxy.compaction.compactor import Compactor, build_compactor
 from proxy.compaction.conversation import Conversation, head_length
 from proxy.compaction.draft import Budget
-from proxy.compaction.offload import on_home_loop
-from proxy.compaction.records import Record, RecordStore, conversation_key
-from proxy.compaction.runner import ConversationCompactions
-from proxy.compaction.summary import Summarize, SummaryJob
-from proxy.compaction.work import Outcome
+from proxy.compaction.per_conversation import ConversationCompactions
+from proxy.compaction.record import Record, RecordStore, conversation_key
+from proxy.compaction.stage import Outcome
+from proxy.compaction.summary_job import Summarize, SummaryJob
+from proxy.offload import on_home_loop
 
 __all__ = [
     "Budget",

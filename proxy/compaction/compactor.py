@@ -17,10 +17,10 @@ from proxy.compaction.conversation import (
     observation_regex,
 )
 from proxy.compaction.draft import Budget, Draft
-from proxy.compaction.records import Record
+from proxy.compaction.record import Record
+from proxy.compaction.stage import Outcome, Stage, Work
 from proxy.compaction.stages import build_stages
-from proxy.compaction.summary import Summarize
-from proxy.compaction.work import Outcome, Stage, Work
+from proxy.compaction.summary_job import Summarize
 from proxy.config import Compaction
 
 

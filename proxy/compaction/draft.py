@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from proxy.compaction.conversation import Conversation, Message, pinned
 from proxy.compaction.ledger import Ledger
-from proxy.compaction.records import Precomputed, Record, Replacement, prefix_hash
+from proxy.compaction.record import Precomputed, Record, Replacement, prefix_hash
 from proxy.config import Compaction
 
 

@@ -10,8 +10,8 @@ from proxy.compaction.conversation import Message, pinned, turn_starts
 from proxy.compaction.draft import Budget
 from proxy.compaction.facts import facts_of
 from proxy.compaction.ledger import Ledger
-from proxy.compaction.summary import clip, summary_message
-from proxy.compaction.work import Work
+from proxy.compaction.stage import Work
+from proxy.compaction.summary_job import clip, summary_message
 from proxy.config import Summarize as SummarizeSettings
 
 

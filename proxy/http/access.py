@@ -16,7 +16,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from proxy.config import Access, Settings
 from proxy.errors import ProxyError
-from proxy.http.errors import render
+from proxy.http.error_response import render
 
 OPEN_PATHS = frozenset({"/healthz"})
 VIEWER = "/inflight/ui"  # static files that hold no data: the page asks for an admin key before any JSON

@@ -9,8 +9,8 @@ from collections.abc import Awaitable, Callable
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from proxy.metrics import Metrics
-from proxy.pipeline import ChatPipeline
+from proxy.metrics.prometheus import Metrics
+from proxy.pipeline.engine import ChatPipeline
 
 
 async def healthz(request: Request) -> Response:
@@ -31,7 +31,7 @@ def stats_route(pipeline: ChatPipeline) -> Callable[[Request], Awaitable[Respons
 
 
 def metrics_route(metrics: Metrics) -> Callable[[Request], Awaitable[Response]]:
-    """`GET /metrics` for Prometheus: every worker's figures (`proxy.metrics`)."""
+    """`GET /metrics` for Prometheus: every worker's figures (`proxy.metrics.prometheus`)."""
 
     async def scrape(request: Request) -> Response:
         # Off the loop: with several workers this reads each one's file.

@@ -18,7 +18,7 @@ from proxy.archive.store import ArchiveStore
 from proxy.archive.views import conversation_summary, conversation_view
 from proxy.errors import BadRequest, NotFound, ProxyError
 from proxy.http.access import is_loopback
-from proxy.http.errors import render
+from proxy.http.error_response import render
 from proxy.http.routes import JsonRoute
 
 DEFAULT_LIMIT, MAX_LIMIT = 100, 1000

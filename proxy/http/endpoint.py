@@ -14,11 +14,11 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.types import Receive, Scope, Send
 
 from proxy.errors import ProxyError
-from proxy.exchange import Exchange
 from proxy.http.disconnect import ClientGone
-from proxy.http.errors import render
+from proxy.http.error_response import render
+from proxy.http.exchange import Exchange
 from proxy.http.keepalive import KeepAlive
-from proxy.upstream.relay import Relay
+from proxy.http.relay import Relay
 
 log = logging.getLogger("inflight")
 

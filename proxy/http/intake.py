@@ -13,11 +13,11 @@ from typing import Any
 
 import orjson
 
-from proxy.accounting import Counted
 from proxy.errors import BadRequest
-from proxy.heavy import HEAVY_BYTES, in_thread
 from proxy.http.body import decompress, is_identity
-from proxy.pipeline import ChatPipeline
+from proxy.offload import HEAVY_BYTES, in_thread
+from proxy.pipeline.accounting import Counted
+from proxy.pipeline.engine import ChatPipeline
 from proxy.tokens import THREAD_THRESHOLD_BYTES, is_loaded
 
 

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from starlette.types import Receive, Scope, Send
 
 from proxy.errors import ProxyError
-from proxy.exchange import Exchange
 from proxy.http.disconnect import disconnected
-from proxy.http.errors import body_of, error_body
-from proxy.upstream.relay import Relay
+from proxy.http.error_response import body_of, error_body
+from proxy.http.exchange import Exchange
+from proxy.http.relay import Relay
 
 log = logging.getLogger("inflight")
 

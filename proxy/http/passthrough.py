@@ -5,12 +5,12 @@ from __future__ import annotations
 from starlette.requests import Request
 
 from proxy.config import Limits
-from proxy.exchange import Exchange
 from proxy.http.body import declared_length, stream_limited
 from proxy.http.disconnect import cancelled_on_disconnect
+from proxy.http.exchange import Exchange
+from proxy.http.relay import Relay, relay
 from proxy.http.target import checked_path
 from proxy.upstream.client import UpstreamClient
-from proxy.upstream.relay import Relay, relay
 
 
 class PassThrough:

@@ -11,7 +11,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from proxy.errors import MethodNotAllowed, NotFound
-from proxy.http.errors import render
+from proxy.http.error_response import render
 
 
 class JsonRoute(Route):

@@ -24,7 +24,7 @@ from typing import Any
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from proxy.config import Limits, Settings
-from proxy.http.errors import error_body
+from proxy.http.error_response import error_body
 
 log = logging.getLogger("inflight")
 

@@ -14,7 +14,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute
 
 from proxy.errors import NotFound
-from proxy.http.errors import render
+from proxy.http.error_response import render
 from proxy.http.routes import JsonRoute
 
 FILES = {"index.html": "text/html; charset=utf-8", "viewer.css": "text/css", "viewer.js": "text/javascript"}

@@ -7,7 +7,7 @@ from urllib.parse import urlsplit
 
 from proxy.config import Upstream as UpstreamSettings
 from proxy.upstream.connection import Outgoing
-from proxy.upstream.errors import upstream_errors
+from proxy.upstream.exceptions import upstream_errors
 from proxy.upstream.headers import CREDENTIALS, RawHeaders, filter_headers, request_headers
 from proxy.upstream.pool import ConnectionPool, Timeouts
 from proxy.upstream.response import Response

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import cast
 
-from proxy.upstream.errors import ConnectError, ConnectTimeout, WriteError, WriteTimeout
+from proxy.upstream.exceptions import ConnectError, ConnectTimeout, WriteError, WriteTimeout
 from proxy.upstream.headers import RawHeaders
 from proxy.upstream.reader import ResponseReader
 from proxy.upstream.response import Response

@@ -11,7 +11,7 @@ import asyncio
 from dataclasses import dataclass
 
 from proxy.upstream.connection import Connection, Outgoing, open_connection
-from proxy.upstream.errors import PoolTimeout, RemoteProtocolError, WriteError
+from proxy.upstream.exceptions import PoolTimeout, RemoteProtocolError, WriteError
 from proxy.upstream.response import Response
 from proxy.upstream.tls import tls_context
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import httptools
 
-from proxy.upstream.errors import ReadError, RemoteProtocolError
+from proxy.upstream.exceptions import ReadError, RemoteProtocolError
 from proxy.upstream.headers import RawHeaders
 from proxy.upstream.response import Response
 

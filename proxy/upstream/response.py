@@ -11,7 +11,7 @@ from collections import deque
 from collections.abc import AsyncIterator
 from typing import Protocol
 
-from proxy.upstream.errors import ReadTimeout
+from proxy.upstream.exceptions import ReadTimeout
 from proxy.upstream.headers import RawHeaders
 
 HIGH_WATER = 1024 * 1024  # buffered body bytes at which the upstream socket stops being read

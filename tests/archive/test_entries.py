@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.archive.entries import conversation_id, conversation_label, dropped
-from proxy.compaction.records import Record, Replacement
+from proxy.compaction.record import Record, Replacement
 
 SUMMARY = {"role": "user", "content": "[Previous conversation summary]\n## Task\nfix it"}
 

@@ -9,9 +9,8 @@ import orjson
 from proxy.archive.recorder import Archiver
 from proxy.archive.sqlite import SqliteArchive
 from proxy.archive.store import ArchiveStore
-from proxy.config import Archive
-from proxy.config_file import load_settings
-from proxy.pipeline import Options, build_pipeline
+from proxy.config import Archive, load_settings
+from proxy.pipeline.engine import Options, build_pipeline
 from tests.compaction.test_compactor import agent_conversation
 
 

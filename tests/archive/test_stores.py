@@ -14,8 +14,8 @@ from typing import Any
 import orjson
 import pytest
 
+from proxy.archive import ArchiveStore, TurnWrite, open_archive
 from proxy.archive.sqlite import SqliteArchive
-from proxy.archive.store import ArchiveStore, TurnWrite, open_archive
 from proxy.config import Archive, State
 from tests.support.redis import redis_server
 

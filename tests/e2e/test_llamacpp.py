@@ -18,7 +18,7 @@ import pytest
 
 from proxy.app import create_app
 from proxy.compaction.conversation import problems
-from proxy.config_file import load_settings
+from proxy.config import load_settings
 from proxy.tokens import TokenCounter
 from tests.e2e.agent import N_CTX, Turn, llama_server, model_path, run_agent, tool_outputs
 from tests.support.servers import free_port, read_body, serve

@@ -10,8 +10,7 @@ import httpx
 import openai
 import pytest
 
-from proxy.config import ConfigError
-from proxy.config_file import load_settings
+from proxy.config import ConfigError, load_settings
 from proxy.http.access import accepted, startup_problem
 from tests.conftest import ProxyFactory
 from tests.support.upstream import UpstreamApp

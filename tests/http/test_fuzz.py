@@ -41,7 +41,7 @@ async def anything_goes(scope: dict[str, Any], receive: Any, send: Any) -> None:
 @pytest.fixture(scope="module")
 def fuzz_proxy() -> Iterator[httpx.Client]:
     from proxy.app import create_app
-    from proxy.config_file import load_settings
+    from proxy.config import load_settings
     from proxy.http.server import uvicorn_options
 
     with serve(anything_goes) as upstream_url:

@@ -8,7 +8,7 @@ import httpx
 import openai
 import pytest
 
-from proxy.config_file import load_settings
+from proxy.config import load_settings
 from proxy.policy.windows import ContextRegistry, parse_model_list, reserve_for
 from tests.conftest import ProxyFactory
 from tests.support.upstream import UpstreamApp

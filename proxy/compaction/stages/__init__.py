@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from proxy.compaction.stage import Stage
 from proxy.compaction.stages.digest import DigestStage
 from proxy.compaction.stages.last_resort import LastResortStage
 from proxy.compaction.stages.mask import MaskStage
 from proxy.compaction.stages.precomputed import PrecomputedStage
 from proxy.compaction.stages.summarize import SummarizeStage
 from proxy.compaction.stages.truncate import TruncateStage
-from proxy.compaction.summary import Summarize
-from proxy.compaction.work import Stage
+from proxy.compaction.summary_job import Summarize
 from proxy.config import Compaction
 
 
@@ -29,7 +29,7 @@ def build_stages(
 ) -> list[Stage]:
     """The stages for one model's `compaction:` settings; without a summarizer, the digest does its job.
 
-    `background`: summaries are made by background jobs (`proxy.compaction.background`), and the
+    `background`: summaries are made by background jobs (`proxy.compaction.background.scheduler`), and the
     compaction only puts in place one made ahead, first; else the summarizer is called here, after masking."""
     if background:  # a summary made ahead first: when it is put in place, the tail may need no masking at all
         stages: list[Stage] = [PrecomputedStage(settings.summarize)]

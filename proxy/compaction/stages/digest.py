@@ -7,8 +7,8 @@ outcomes, files, errors and names, verbatim. An earlier LLM summary's text is ke
 from __future__ import annotations
 
 from proxy.compaction.middle import due_cut, grown_ledger, replace_middle
-from proxy.compaction.summary import written_part
-from proxy.compaction.work import Work
+from proxy.compaction.stage import Work
+from proxy.compaction.summary_job import written_part
 from proxy.config import Summarize as SummarizeSettings
 
 NO_SUMMARY_NOTE = (

@@ -9,9 +9,9 @@ not fit, the request cannot be made to fit and the outcome says so.
 from __future__ import annotations
 
 from proxy.compaction.conversation import last_user_index, pinned, text_of
-from proxy.compaction.records import Replacement
+from proxy.compaction.record import Replacement
+from proxy.compaction.stage import Work
 from proxy.compaction.stages.truncate import Limits, truncate_message
-from proxy.compaction.work import Work
 
 LAST_RESORT_MIN_BYTES = 256
 MIN_TOKENS = 32

@@ -21,8 +21,8 @@ from proxy.compaction.conversation import (
     text_of,
 )
 from proxy.compaction.facts import facts_note, text_commands
-from proxy.compaction.records import Replacement
-from proxy.compaction.work import Work
+from proxy.compaction.record import Replacement
+from proxy.compaction.stage import Work
 from proxy.config import Mask as MaskSettings
 
 TOOL_PRUNED = "[tool output pruned:"

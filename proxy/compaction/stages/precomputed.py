@@ -10,7 +10,7 @@ for it): from then on the conversation carries the LLM summary instead of the di
 from __future__ import annotations
 
 from proxy.compaction.middle import grown_ledger, replace_middle
-from proxy.compaction.work import Work
+from proxy.compaction.stage import Work
 from proxy.config import Summarize as SummarizeSettings
 
 PRECOMPUTED = "summary-precomputed"

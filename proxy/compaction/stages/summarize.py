@@ -14,8 +14,9 @@ from dataclasses import dataclass
 
 from proxy.compaction.conversation import Message
 from proxy.compaction.middle import due_cut, grown_ledger, max_summary_tokens, replace_middle, span
+from proxy.compaction.stage import Work
 from proxy.compaction.stages.digest import NO_SUMMARY_NOTE
-from proxy.compaction.summary import (
+from proxy.compaction.summary_job import (
     LEDGER_CHARS,
     InPlace,
     Summarize,
@@ -26,7 +27,6 @@ from proxy.compaction.summary import (
     render_transcript,
     written_part,
 )
-from proxy.compaction.work import Work
 from proxy.config import Summarize as SummarizeSettings
 
 log = logging.getLogger("inflight")

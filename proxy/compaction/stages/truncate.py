@@ -11,8 +11,8 @@ from typing import Any
 
 from proxy.compaction.conversation import Message, protected
 from proxy.compaction.facts import facts_note
-from proxy.compaction.records import Replacement
-from proxy.compaction.work import Work
+from proxy.compaction.record import Replacement
+from proxy.compaction.stage import Work
 from proxy.config import Truncate as TruncateSettings
 
 

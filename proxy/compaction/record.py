@@ -1,0 +1,129 @@
+"""Compaction records: how a conversation was rewritten, so that the next turn is rewritten the same way.
+
+Every turn the client resends its full, uncompacted history. A record says which prefix of that
+history was replaced (its length and a hash of its messages), by which summary, and which later
+messages were masked or truncated into what. Re-applying it costs no LLM call and produces the
+same bytes as last turn, so the upstream's prompt cache keeps hitting.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+import xxhash
+
+from proxy.compaction.conversation import Message
+from proxy.compaction.ledger import Ledger
+
+MAX_RECORDS_PER_KEY = 8  # conversations that share a head (same system prompt and task) get one each
+
+
+@dataclass(frozen=True)
+class Replacement:
+    """Original message `digest` is sent as `message` (`tokens` long)."""
+
+    digest: bytes
+    message: Message
+    tokens: int
+    kind: Literal["truncate", "mask"]
+
+
+@dataclass(frozen=True)
+class Precomputed:
+    """A summary made ahead by a background job (`proxy.compaction.background`), waiting for the turn that needs it.
+
+    It covers the conversation up to message `cut` (whose first `cut` digests hash to `cut_hash`),
+    earlier summaries included, so any record of the same conversation that summarizes less, or
+    holds only a local digest, can take it in place of its own.
+    """
+
+    cut: int
+    cut_hash: bytes
+    text: str
+    base: int = 0  # the prefix_len of the record it was made from
+    ledger: Ledger | None = None  # that record's ledger with the facts up to `cut`, worked out ahead too
+    calls: int = field(default=0, compare=False)  # what it cost to make, for the log
+    made_ms: float = field(default=0.0, compare=False)
+
+    def usable(self, *, head_len: int, prefix_len: int, fallback: bool, digests: Sequence[bytes]) -> bool:
+        """Whether it summarizes this conversation further than the record does (or replaces its digest)."""
+        if not head_len < self.cut <= len(digests) or prefix_hash(digests[: self.cut]) != self.cut_hash:
+            return False
+        return self.cut > prefix_len or fallback
+
+
+@dataclass(frozen=True)
+class Record:
+    head_len: int
+    prefix_len: int  # original messages [head_len, prefix_len) are replaced by `summary`
+    prefix_hash: bytes
+    summary: Message | None = None
+    summary_tokens: int = 0
+    fallback: bool = False  # the summary is a local digest, not an LLM summary
+    replaced: dict[int, Replacement] = field(default_factory=dict)
+    ledger: Ledger | None = None  # the facts of everything the summary replaced, grown at each compaction
+    ahead: Precomputed | None = None  # the summary the next compaction will use, made in the background
+    # Which compaction made it (`x-inflight-compaction-id`, the archive): a replay of it is the same record.
+    compaction_id: str = field(default="", compare=False)
+
+    def matches(self, digests: Sequence[bytes]) -> bool:
+        return self.prefix_len <= len(digests) and prefix_hash(digests[: self.prefix_len]) == self.prefix_hash
+
+    @property
+    def bare(self) -> bool:
+        """Nothing is rewritten: the record only holds a summary made ahead of the first compaction."""
+        return self.summary is None and not self.replaced
+
+    def ahead_usable(self, digests: Sequence[bytes]) -> bool:
+        if self.ahead is None:
+            return False
+        return self.ahead.usable(
+            head_len=self.head_len, prefix_len=self.prefix_len, fallback=self.fallback, digests=digests
+        )
+
+
+def new_compaction_id() -> str:
+    return secrets.token_hex(8)
+
+
+def prefix_hash(digests: Sequence[bytes]) -> bytes:
+    return xxhash.xxh3_128_digest(b"".join(digests))
+
+
+def conversation_key(*, session: str | None, model: str, head_digests: Sequence[bytes]) -> str:
+    """The client's `x-inflight-session` when it sends one, else the model and the head's hash."""
+    if session:
+        return f"session:{session}"
+    return f"head:{model}:{prefix_hash(head_digests).hex()}"
+
+
+def best_record(records: Sequence[Record], digests: Sequence[bytes]) -> Record | None:
+    """Of the records kept under a key, the one covering the longest prefix of these messages."""
+    matching = [r for r in records if r.matches(digests)]
+    return max(matching, key=lambda r: (r.prefix_len, len(r.replaced)), default=None)
+
+
+def with_record(records: Sequence[Record], old: Record | None, new: Record) -> list[Record]:
+    """`new` replaces the record it extends (or joins the others), newest last, bounded."""
+    kept = [r for r in records if r is not old and r != new]
+    return [*kept, new][-MAX_RECORDS_PER_KEY:]
+
+
+class RecordStore(Protocol):
+    """Where records live (`proxy.records` has the implementations: memory, SQLite, Redis).
+
+    A lease is how processes that share a store agree that one of them runs a conversation's
+    background summary: held by `owner` until released or `ttl_s` runs out."""
+
+    async def load(self, key: str) -> list[Record]: ...
+
+    async def save(self, key: str, records: list[Record]) -> None: ...
+
+    async def lease(self, name: str, owner: str, ttl_s: float) -> bool: ...
+
+    async def release(self, name: str, owner: str) -> None: ...
+
+    async def close(self) -> None: ...

@@ -1,0 +1,61 @@
+"""What compaction stages share: the `Work` they read and extend, the `Outcome`, the `Stage` interface.
+
+A stage decides from the `Work` whether it has anything to do, changes the draft, and says what
+it did in the outcome. Adding a stage is a new module in `proxy.compaction.stages` and a line in
+its `build_stages`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from proxy.compaction.conversation import Conversation, Message
+from proxy.compaction.draft import Budget, Draft
+from proxy.compaction.record import Record
+
+
+@dataclass
+class Outcome:
+    """What a compaction produced and did: the messages to send, the record to keep, the figures to log."""
+
+    messages: list[Message]
+    tokens_before: int
+    tokens_after: int
+    actions: list[str]
+    record: Record
+    fits: bool
+    messages_replaced: int = 0
+    summarizer_ms: float | None = None
+    summarizer_calls: int = 0
+    notes: dict[str, str] = field(default_factory=dict)  # what went wrong on the way, for the log line
+    compaction_id: str = ""  # the compaction whose record this is (a replay keeps the id of the one it replays)
+    fresh: bool = False  # a new compaction (a new record saved), not a replay of the stored one
+    previous: Record | None = None  # the record it started from, to tell what this compaction dropped
+
+
+@dataclass
+class Work:
+    """One compaction of one conversation: what every stage reads and extends."""
+
+    conversation: Conversation
+    draft: Draft
+    budget: Budget
+    outcome: Outcome
+    count_message: Callable[[Message], int]
+    force: bool = False
+    latest_request: int | None = None  # the user message no stage but the last resort touches
+    prune: bool = False  # truncate and mask are due (decided once, before either runs)
+    middle_replaced: bool = False  # a summary (or the digest fallback) replaced the middle this time
+
+    @property
+    def tokens(self) -> int:
+        return self.draft.tokens(self.conversation)
+
+    def summary_due(self) -> bool:
+        return not self.middle_replaced and (self.force or self.tokens > self.budget.summarize_at)
+
+
+class Stage(Protocol):
+    async def run(self, work: Work) -> None: ...

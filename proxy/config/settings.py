@@ -1,0 +1,275 @@
+"""Settings: the sections of the one YAML file, validated once at start-up (`proxy.config.loading` reads it).
+
+Every section is a frozen pydantic model that forbids unknown keys, so a typo in the YAML is an
+error naming the key instead of a setting silently ignored. `proxy.config.loading.load_settings` is the only loader.
+"""
+
+from __future__ import annotations
+
+import base64
+import fnmatch
+from dataclasses import dataclass
+from typing import Any, Literal
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
+
+from proxy.config.compaction import OBSERVATION_PATTERN, Cache, Compaction, Mask, Summarize, Truncate
+from proxy.config.section import Section
+
+__all__ = [
+    "OBSERVATION_PATTERN",
+    "Access",
+    "Archive",
+    "Cache",
+    "Compaction",
+    "ConfigError",
+    "Limits",
+    "Listen",
+    "Mask",
+    "ModelSettings",
+    "Section",
+    "Settings",
+    "State",
+    "Summarize",
+    "Truncate",
+    "Upstream",
+]
+
+
+class ConfigError(ValueError):
+    """A configuration problem, worded for the person who edits the YAML."""
+
+
+class Listen(Section):
+    host: str = "127.0.0.1"
+    port: int = Field(8787, ge=0, le=65535)
+
+
+class Upstream(Section):
+    base_url: str = "https://api.openai.com/v1"
+    api_key: str = ""
+    connect_timeout_s: float = Field(10, gt=0)
+    read_timeout_s: float = Field(600, gt=0)
+    max_connections: int = Field(512, ge=1)
+
+    # `user:pass@` taken out of base_url, base64-encoded: sent as `Authorization: Basic`, never as part
+    # of the URL (which reaches the Host header, error messages and the log).
+    basic_auth: str = Field("", exclude=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _credentials_out_of_url(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not isinstance(data.get("base_url"), str) or "@" not in data["base_url"]:
+            return data
+        parts = urlsplit(data["base_url"])
+        if parts.username is None and parts.password is None:
+            return data
+        userinfo = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}".encode()
+        clean = urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+        return {**data, "base_url": clean, "basic_auth": base64.b64encode(userinfo).decode("ascii")}
+
+    @model_validator(mode="after")
+    def _one_authorization(self) -> Upstream:
+        if self.basic_auth and self.api_key:
+            raise ValueError(
+                "upstream.base_url carries user:password and upstream.api_key is set; both would be the "
+                "Authorization header: keep one"
+            )
+        return self
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError(f"expected an http:// or https:// URL, got {value!r}")
+        return value.rstrip("/")
+
+    @field_validator("api_key", mode="before")
+    @classmethod
+    def _empty_key(cls, value: object) -> object:
+        # `api_key: ${OPENAI_API_KEY:-}` interpolates to an empty YAML value, which YAML reads as null.
+        return "" if value is None else value
+
+
+class Limits(Section):
+    """What one client may make the proxy hold: request bodies (as sent and once decompressed) and time.
+
+    The timeouts bound how long a client that sends slowly or not at all (a slow loris) keeps a
+    connection: its headers, its body, and the wait for its next request on a kept-alive connection.
+    The wait for the upstream's answer is `upstream.read_timeout_s`, not these.
+    """
+
+    max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024)
+    client_header_timeout_s: float = Field(30, gt=0)  # first byte of a request to the end of its headers
+    client_body_timeout_s: float = Field(300, gt=0)  # end of the headers to the last byte of the body
+    client_idle_timeout_s: int = Field(30, ge=1)  # a connection with no request in progress (uvicorn's own)
+
+
+class Access(Section):
+    """Who may use the proxy: client keys for `/v1`, admin keys for `/inflight/*` (`/healthz` stays open)."""
+
+    keys: tuple[str, ...] = ()
+    admin_keys: tuple[str, ...] | None = None  # None: the same as `keys`
+    allow_anonymous: bool = False  # inject `upstream.api_key` for anyone who can reach a public address
+
+    @field_validator("keys", "admin_keys", mode="before")
+    @classmethod
+    def _drop_empty(cls, value: object) -> object:
+        # `- ${INFLIGHT_KEY:-}` interpolates to an empty entry when the variable is unset: not a key.
+        if isinstance(value, list | tuple):
+            return tuple(key for key in value if key not in (None, ""))
+        return value
+
+    @property
+    def admin(self) -> tuple[str, ...]:
+        return self.keys if self.admin_keys is None else self.admin_keys
+
+
+class State(Section):
+    """Where compaction records and background summaries are kept (`proxy.records`).
+
+    `memory://`: this process only, lost on restart. `sqlite:///inflight.db` (relative) or
+    `sqlite:////var/lib/inflight/inflight.db` (absolute): a file, kept across restarts and shared by
+    workers on one machine. `redis://host:6379/0`: shared by every worker and replica."""
+
+    url: str = "memory://"
+
+    @field_validator("url")
+    @classmethod
+    def _known_scheme(cls, value: str) -> str:
+        scheme = value.split("://", 1)[0] if "://" in value else ""
+        if scheme not in ("memory", "sqlite", "redis", "rediss"):
+            raise ValueError(f"expected memory://, sqlite:///PATH or redis://HOST:PORT/DB, got {value!r}")
+        if scheme == "sqlite" and (not value.startswith("sqlite:///") or not value.removeprefix("sqlite:///")):
+            raise ValueError(f"expected sqlite:///relative/path.db or sqlite:////absolute/path.db, got {value!r}")
+        return value
+
+    @property
+    def scheme(self) -> str:
+        return self.url.split("://", 1)[0]
+
+    @property
+    def sqlite_path(self) -> str:
+        """The database file of a `sqlite:///PATH` URL (relative to the working directory unless absolute)."""
+        return self.url.removeprefix("sqlite:///")
+
+    @property
+    def shared(self) -> bool:
+        """Whether other processes see these records (so `--workers` may be more than one)."""
+        return self.scheme != "memory"
+
+
+class Archive(Section):
+    """What each compaction dropped, and every turn's tokens, kept for `/inflight/ui` (`proxy.archive`).
+
+    Off by default: it keeps what clients sent. Stored where `state.url` points (memory, the SQLite
+    file, Redis), with a retention of its own."""
+
+    enabled: bool = False
+    retention_s: float = Field(7 * 24 * 3600, gt=0)
+    max_bytes: int = Field(256 * 1024 * 1024, ge=1024 * 1024)  # memory and SQLite; Redis: its own maxmemory
+    max_turns: int = Field(10_000, ge=10)  # per conversation; older turns go first
+
+
+Encoding = Literal["o200k_base", "cl100k_base"]
+
+
+class ModelEntry(Section):
+    context_window: int | None = Field(None, ge=256)
+    max_output_tokens: int | None = Field(None, ge=1)
+    encoding: Encoding | None = None
+    # A partial `compaction:` block; merged over the global one by `Settings.compaction_for`.
+    compaction: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    compaction: Compaction
+    encoding: str | None  # the `models:` entry's encoding override
+
+
+class Settings(Section):
+    listen: Listen = Listen()
+    upstream: Upstream = Upstream()
+    access: Access = Access()
+    limits: Limits = Limits()
+    default_context_window: int = Field(128000, ge=256)
+    discover_context_window: bool = True
+    models: dict[str, ModelEntry] = {}
+    compaction: Compaction = Compaction()
+    state: State = State()
+    archive: Archive = Archive()
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # Each `models.<glob>.compaction` merged over the global block once, here, not on every request.
+    _compactions: dict[str, Compaction] = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _keys_need_an_upstream_key(self) -> Settings:
+        if self.access.keys and not self.upstream.api_key:
+            raise ValueError(
+                "access.keys is set, so clients send the proxy's keys, not the upstream's: "
+                "set upstream.api_key to the key the proxy uses upstream"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _model_overrides_valid(self) -> Settings:
+        for pattern, entry in self.models.items():
+            if entry.compaction is not None:
+                try:
+                    self._compactions[pattern] = _merge_compaction(self.compaction, entry.compaction)
+                except ValidationError as exc:
+                    raise ValueError(f"models.{pattern}.compaction: {_first_error(exc)}") from exc
+        return self
+
+    def model_entry(self, model: str) -> ModelEntry | None:
+        pattern = self._pattern_for(model)
+        return None if pattern is None else self.models[pattern]
+
+    def encoding_override(self, model: str) -> str | None:
+        entry = self.model_entry(model)
+        return entry.encoding if entry else None
+
+    def compaction_for(self, model: str) -> Compaction:
+        pattern = self._pattern_for(model)
+        return self.compaction if pattern is None else self._compactions.get(pattern, self.compaction)
+
+    def _pattern_for(self, model: str) -> str | None:
+        """The `models:` key for this model: an exact name wins over any glob, else the first glob that matches."""
+        if model in self.models:
+            return model
+        return next((pattern for pattern in self.models if fnmatch.fnmatchcase(model, pattern)), None)
+
+    def for_model(self, model: str) -> ModelSettings:
+        """Everything configured for one model, resolved at once (callers cache it: it walks the globs)."""
+        return ModelSettings(self.compaction_for(model), self.encoding_override(model))
+
+
+def _merge_compaction(base: Compaction, override: dict[str, Any]) -> Compaction:
+    return Compaction.model_validate(deep_merge(base.model_dump(), override))
+
+
+def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _first_error(exc: ValidationError) -> str:
+    error = exc.errors()[0]
+    return describe(error)
+
+
+def describe(error: Any) -> str:
+    location = ".".join(str(part) for part in error["loc"])
+    message = error["msg"]
+    if error["type"] == "extra_forbidden":
+        message = "unknown key (check the spelling; see the YAML reference in README.md)"
+    elif "input" in error and error["type"] != "missing" and not isinstance(error["input"], dict):
+        message = f"{message}, got {error['input']!r}"
+    return f"{location}: {message}" if location else message

@@ -1,0 +1,201 @@
+"""POST /v1/chat/completions: read, count, budget, compact if needed, send, relay; retry once if refused.
+
+Each step is one call into the module that owns it; this file only puts them in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+from starlette.requests import Request
+
+from proxy.archive.recorder import Archiver
+from proxy.config import Limits
+from proxy.errors import UpstreamUnreachable
+from proxy.http.body import read_limited
+from proxy.http.disconnect import cancelled_on_disconnect
+from proxy.http.exchange import Exchange
+from proxy.http.hold import Held, hold_until_known
+from proxy.http.intake import read_chat
+from proxy.http.keepalive import KeepAlive
+from proxy.http.relay import Relay, prepend, relay, tap
+from proxy.http.target import checked_path
+from proxy.pipeline.accounting import Accounting, Counted
+from proxy.pipeline.engine import ChatPipeline, Options
+from proxy.pipeline.outgoing import Prepared
+from proxy.policy.calibration import UsageReader
+from proxy.policy.retry import RetryAim
+from proxy.policy.windows import FetchModels
+from proxy.upstream.client import UpstreamClient
+from proxy.upstream.headers import header_value, is_event_stream
+from proxy.upstream.response import Response
+
+log = logging.getLogger("inflight")
+
+
+@dataclass
+class ChatCall:
+    """One counted chat request on its way: what the steps after intake, and a retry, need."""
+
+    request: Request
+    exchange: Exchange  # the log line and the x-inflight-* headers
+    counted: Counted
+    accounting: Accounting
+    options: Options
+    identity: bool = False  # ask the upstream for an unencoded body (a keep-alive stream sent its headers)
+
+
+class ChatCompletions:
+    def __init__(
+        self, pipeline: ChatPipeline, upstream: UpstreamClient, *, limits: Limits, archive: Archiver | None = None
+    ) -> None:
+        self.pipeline = pipeline
+        self.upstream = upstream
+        self.limits = limits
+        self.archive = archive  # `archive.enabled`: every counted turn, and what its compaction dropped
+
+    async def __call__(self, request: Request, exchange: Exchange) -> Relay | KeepAlive:
+        encoding = request.headers.get("content-encoding", "")
+        intake = await read_chat(
+            await read_limited(request, self.limits), encoding, self.pipeline, limit=self.limits.max_body_bytes
+        )
+        model = intake.payload.get("model")
+        exchange.note("model", model if isinstance(model, str) else "-")
+        async with cancelled_on_disconnect(request.receive):  # the body is read: now watch for the client leaving
+            if intake.counted is None:  # not ours to judge: the upstream answers whatever this is with its own error
+                return relay(await self.send(request, exchange, intake.raw, rewritten=False), exchange)
+            accounting = await self.pipeline.account(intake.counted, discovery(self.upstream, request))
+            exchange.note_all(accounting.log_fields())
+            call = ChatCall(request, exchange, intake.counted, accounting, options_of(request))
+            interval = self.keepalive_after(call)
+            if interval is None:
+                return await self.respond(call, await self.prepare(call))
+            preparing = asyncio.ensure_future(self.prepare(call))
+            try:
+                await asyncio.wait_for(asyncio.shield(preparing), interval)
+            except TimeoutError:  # still compacting: begin the stream, and keep it alive until it is sent
+                call.identity = True  # the headers go out now, with no Content-Encoding: the upstream must send none
+                return KeepAlive(asyncio.ensure_future(self.respond_when(preparing, call)), interval, exchange)
+            except BaseException:
+                preparing.cancel()
+                raise
+            return await self.respond(call, preparing.result())
+
+    def keepalive_after(self, call: ChatCall) -> float | None:
+        """For a streaming request that may be compacted, `summarize.keepalive_after_s` of its model (else None)."""
+        if call.counted.payload.get("stream") is not True or not self.pipeline.compacts(
+            call.counted.model, call.options
+        ):
+            return None
+        return self.pipeline.model_settings(call.counted.model).compaction.summarize.keepalive_after_s
+
+    async def respond_when(self, preparing: asyncio.Future[Prepared], call: ChatCall) -> Relay:
+        return await self.respond(call, await preparing)
+
+    async def respond(self, call: ChatCall, prepared: Prepared) -> Relay:
+        """From the prepared body to the relay of the upstream's answer (a retry included)."""
+        request, exchange, accounting = call.request, call.exchange, call.accounting
+        response = await self.send(
+            request, exchange, prepared.body, rewritten=prepared.rewritten, identity=call.identity
+        )
+        if not self.pipeline.compacts(call.counted.model, call.options) or prepared.too_long:
+            # A retry could only shrink it to the same floor: a refusal of this one goes to the client as it is.
+            return self.relay_with_usage(call, response, prepared)
+        try:
+            stream = call.counted.payload.get("stream") is True
+            held = await hold_until_known(response, event_stream=stream, host=self.upstream.host)
+        except BaseException:
+            await response.aclose()
+            raise
+        exchange.upstream_answered()  # for a held response: when its first event (or its error) was in
+        if held.refusal is None:
+            return self.relay_with_usage(call, response, prepared, held=held)
+        await response.aclose()
+        aim = self.pipeline.learn(accounting, held.refusal, prepared, call.counted.payload)
+        exchange.note_all({"refused_by": held.refusal.upstream, "retry_limit": aim.limit})
+        if aim.blind:
+            exchange.note("retry_aim", "blind")
+        return await self.retry(call, aim, refused=prepared)
+
+    async def retry(self, call: ChatCall, aim: RetryAim, *, refused: Prepared) -> Relay:
+        """Once: the original request compacted again against what the refusal taught us."""
+        prepared = await self.prepare(call, retry=aim)
+        if prepared.outcome is not None and refused.outcome is not None and refused.outcome.fresh:
+            prepared.outcome.previous = refused.outcome.previous  # what was dropped is counted from before both
+        call.exchange.headers["x-inflight-actions"] += ",retry"
+        call.exchange.headers["x-inflight-retried"] = "1"
+        response = await self.send(
+            call.request, call.exchange, prepared.body, rewritten=prepared.rewritten, identity=call.identity
+        )
+        return self.relay_with_usage(call, response, prepared)
+
+    async def prepare(self, call: ChatCall, *, retry: RetryAim | None = None) -> Prepared:
+        """The body to send (compacted if needed); its headers and log fields go on the exchange."""
+        pipeline = self.pipeline
+        prepared = await pipeline.prepare(call.counted, call.accounting, call.options, retry=retry)
+        call.exchange.headers = dict(prepared.headers)
+        call.exchange.note_all(prepared.fields)
+        if prepared.too_long is not None:
+            # Fail open: our count may be wrong, and only the upstream knows. Its answer is the client's.
+            log.warning("[compaction] %s", prepared.too_long)
+            call.exchange.note("fits", "no")
+        return prepared
+
+    async def send(
+        self, request: Request, exchange: Exchange, body: bytes, *, rewritten: bool, identity: bool = False
+    ) -> Response:
+        target = self.upstream.target_for(checked_path(request.scope), request.scope["query_string"])
+        client_headers = request.scope["headers"]
+        if identity:
+            client_headers = [(k, v) for k, v in client_headers if k.lower() != b"accept-encoding"]
+            client_headers.append((b"accept-encoding", b"identity"))
+        headers = self.upstream.headers_for(client_headers, rewrite_body=rewritten)
+        exchange.upstream_sending()
+        response = await self.upstream.open("POST", target, headers=headers, content=body)
+        exchange.upstream_answered()
+        return response
+
+    def relay_with_usage(
+        self, call: ChatCall, response: Response, prepared: Prepared, *, held: Held | None = None
+    ) -> Relay:
+        """Relay unchanged, reading `usage.prompt_tokens` on the way to calibrate this model's estimates."""
+        chunks = response.aiter_raw() if held is None else prepend(held.chunks, held.rest)
+        if self.archive is not None:
+            self.archive.turn(call.counted, call.accounting, call.options, prepared, status=response.status)
+        if response.status != 200:
+            return relay(response, call.exchange, chunks=chunks)
+        reader = UsageReader(
+            event_stream=is_event_stream(response.headers),
+            content_encoding=header_value(response.headers, b"content-encoding"),
+        )
+        calibration, model = self.pipeline.calibration, call.accounting.model
+
+        def calibrate() -> None:
+            actual = reader.finish()
+            if actual is not None:
+                calibration.record(model, estimate=prepared.sent_tokens, actual=actual)
+
+        return relay(response, call.exchange, chunks=tap(chunks, reader.feed, calibrate))
+
+
+def discovery(upstream: UpstreamClient, request: Request) -> FetchModels:
+    """Fetches the upstream's model list with this client's credentials (used once per process)."""
+    credentials = upstream.credential_headers(request.scope["headers"])
+
+    async def fetch_models() -> bytes:
+        status, body = await upstream.fetch("/v1/models", headers=credentials)
+        if status != 200:
+            raise UpstreamUnreachable(f"GET /v1/models answered {status}")
+        return body
+
+    return fetch_models
+
+
+def options_of(request: Request) -> Options:
+    return Options(
+        mode=request.headers.get("x-inflight-compaction", "").strip().lower(),
+        session=request.headers.get("x-inflight-session"),
+        authorization=request.headers.get("authorization"),
+    )

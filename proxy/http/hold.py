@@ -1,0 +1,55 @@
+"""Reading just enough of a response to tell whether it is a context-length refusal worth a retry.
+
+An error body is read whole (bounded); a stream up to its first event. What was read is kept and
+relayed first when the response is not a refusal, so the client still gets every byte.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from proxy.policy.refusals import MAX_BODY as MAX_ERROR_BODY
+from proxy.policy.refusals import Refusal, detect, detect_event, first_event
+from proxy.upstream.exceptions import upstream_errors
+from proxy.upstream.headers import header_value, is_event_stream
+from proxy.upstream.response import Response as UpstreamResponse
+
+
+@dataclass
+class Held:
+    """What was read of a response before deciding whether to retry it; the relay sends it first."""
+
+    chunks: list[bytes]
+    rest: AsyncIterator[bytes]
+    refusal: Refusal | None = None
+
+
+async def hold_until_known(response: UpstreamResponse, *, event_stream: bool, host: str) -> Held:
+    """Read an error body whole, or a stream up to its first event. A 2xx JSON body is never held."""
+    rest = response.aiter_raw()
+    chunks: list[bytes] = []
+    encoding = header_value(response.headers, b"content-encoding")
+    if response.status >= 400:
+        size = 0
+        async with upstream_errors(host):
+            async for chunk in rest:
+                chunks.append(chunk)
+                size += len(chunk)
+                if size > MAX_ERROR_BODY:
+                    return Held(chunks, rest)
+        return Held(chunks, rest, detect(response.status, b"".join(chunks), content_encoding=encoding))
+    if response.status != 200 or not event_stream or not is_event_stream(response.headers) or encoding:
+        return Held(chunks, rest)
+    buffer = b""
+    async with upstream_errors(host):
+        async for chunk in rest:
+            chunks.append(chunk)
+            buffer += chunk
+            event = first_event(buffer)
+            if event is not None:
+                return Held(chunks, rest, detect_event(event))
+    if not buffer.strip():
+        # llama-cpp-python answers an overlong streaming request with 200 and a stream with no event at all.
+        return Held(chunks, rest, Refusal("llama-cpp-python-stream"))
+    return Held(chunks, rest, detect_event(buffer))

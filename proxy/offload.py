@@ -1,0 +1,114 @@
+"""Work that must not run on the event loop: big bodies parsed and counted, big compactions run.
+
+Two lanes. Worker threads keep CPU work off the event loop, but they share the GIL with it: with
+six threads counting at once, the loop waits its turn behind all of them, and every small request
+with it. So work on big requests (a body of megabytes) queues for one thread of its own, the heavy
+lane; the loop competes with that one thread only, and the rest of the default pool stays free for
+ordinary requests. Big requests wait for each other, which they would do anyway on a machine with
+fewer cores than requests.
+
+A compaction is mostly counting (tiktoken over truncated outputs, placeholders and summaries) and
+building the new message list: for a 30 MB request, seconds of CPU. On the event loop those are
+seconds in which no other request, not even `/healthz`, moves. So a big compaction's coroutine runs
+in a worker thread, on an event loop of its own. Its one piece of I/O, the summarizer call, goes
+back to the server's loop (whose connections it uses) and is awaited from the thread
+(`on_home_loop`). A small compaction stays on the loop: a thread and a loop cost about 0.4 ms, more
+than it does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import threading
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Generic, ParamSpec, TypeVar
+
+P = ParamSpec("P")
+T = TypeVar("T")
+A = TypeVar("A")
+
+HEAVY_BYTES = 1 << 20  # a body this big goes to the heavy lane
+HEAVY_TOKENS = HEAVY_BYTES // 4  # and so does a conversation this long
+
+_LANE = ThreadPoolExecutor(max_workers=1, thread_name_prefix="inflight-heavy")
+
+
+async def in_thread(heavy: bool, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+    """`fn(*args, **kwargs)` in a worker thread: the heavy lane's one thread, or the default pool's."""
+    if not heavy:
+        return await asyncio.to_thread(fn, *args, **kwargs)
+    return await asyncio.get_running_loop().run_in_executor(_LANE, functools.partial(fn, *args, **kwargs))
+
+
+# Below this many tokens a compaction is cheap enough to run where it is.
+OFFLOAD_AT_TOKENS = 16_384
+
+
+def on_home_loop(call: Callable[[A], Awaitable[T]]) -> Callable[[A], Awaitable[T]]:
+    """`call`, callable from any thread's loop: it always runs on the loop it was wrapped on."""
+    home = asyncio.get_running_loop()
+
+    async def call_at_home(argument: A) -> T:
+        if asyncio.get_running_loop() is home:
+            return await call(argument)
+
+        async def at_home() -> T:
+            return await call(argument)
+
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(at_home(), home))
+
+    return call_at_home
+
+
+class WorkerRun(Generic[T]):
+    """One piece of work on its own loop in a worker thread, which the server's loop can cancel."""
+
+    def __init__(self, work: Callable[[], Awaitable[T]]) -> None:
+        self.work = work
+        self.lock = threading.Lock()
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.task: asyncio.Future[T] | None = None
+        self.cancelled = False
+
+    async def main(self) -> T:
+        with self.lock:
+            self.loop, self.task = asyncio.get_running_loop(), asyncio.ensure_future(self.work())
+            if self.cancelled:
+                self.task.cancel()
+        return await self.task
+
+    def cancel(self) -> None:
+        """Stop the work at its next await (a summary call); the thread itself cannot be interrupted."""
+        with self.lock:
+            self.cancelled = True
+            if self.loop is not None and self.task is not None:
+                self.loop.call_soon_threadsafe(self.task.cancel)
+
+
+async def in_worker_thread(work: Callable[[], Awaitable[T]], *, heavy: bool = False) -> T:
+    """Await `work()` run on a new event loop in a worker thread. Cancelling the caller cancels the work."""
+    run = WorkerRun(work)
+    future = asyncio.ensure_future(in_thread(heavy, asyncio.run, run.main()))
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        run.cancel()
+        # Nobody awaits it any more: its end (cancelled, or an error) must not be logged as unretrieved.
+        future.add_done_callback(lambda done: done.cancelled() or done.exception())
+        raise
+
+
+async def run_sized(work: Callable[[], Awaitable[T]], tokens: int) -> T:
+    """`work()` here when it is small; in a worker thread (the heavy lane when huge) when it is not."""
+    if tokens < OFFLOAD_AT_TOKENS:
+        return await work()
+    return await in_worker_thread(work, heavy=tokens >= HEAVY_TOKENS)
+
+
+async def call_sized(work: Callable[[], T], tokens: int) -> T:
+    """`work()` (plain CPU work, no awaits) here when small; in a worker thread (the heavy lane when huge) when not."""
+    if tokens < OFFLOAD_AT_TOKENS:
+        return work()
+    return await in_thread(tokens >= HEAVY_TOKENS, work)

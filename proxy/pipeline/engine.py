@@ -1,0 +1,246 @@
+"""Everything between a parsed chat request and the bytes sent upstream: count, budget, compact.
+
+The server's chat handler and the `inflight count` / `inflight compact` commands go through this
+one object, so they cannot disagree. No HTTP here: model discovery and the summarizer are passed
+in as callables.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from cachetools import LRUCache
+
+from proxy.compaction import (
+    Budget,
+    Conversation,
+    ConversationCompactions,
+    Outcome,
+    Summarize,
+    conversation_key,
+    head_length,
+)
+from proxy.compaction.background.scheduler import BackgroundSummaries
+from proxy.config import Compaction, ModelSettings, Settings
+from proxy.metrics.observer import NO_OBSERVER, Observer
+from proxy.pipeline.accounting import Accounting, Counted
+from proxy.pipeline.outgoing import Prepared, as_sent, rewritten
+from proxy.pipeline.parts import CompactionParts, summarizer_window
+from proxy.policy.calibration import Calibration
+from proxy.policy.refusals import Refusal
+from proxy.policy.retry import RetryAim, retry_limit
+from proxy.policy.windows import ContextRegistry, FetchModels, budget_for
+from proxy.records import open_record_store
+from proxy.tokens import EncodingChoice, TokenCounter, choose_encoding
+
+log = logging.getLogger("inflight")
+
+
+class SummarizerFactory(Protocol):
+    """The summarizer for one request: its model's compaction settings, its model, the client's key."""
+
+    def __call__(self, options: Compaction, *, model: str, client_authorization: str | None) -> Summarize: ...
+
+    async def window(self, options: Compaction, model: str) -> int | None:
+        """The summarizer model's window as its own endpoint says (None: not a separate endpoint, or silent)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Options:
+    """What the client asked of the proxy for this request (the `x-inflight-*` request headers)."""
+
+    mode: str = ""  # "off": forward untouched, never retry; "force": compact even if it fits
+    session: str | None = None
+    authorization: str | None = None  # the client's, for the summarizer when no key is configured
+
+
+class ChatPipeline:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        counter: TokenCounter,
+        registry: ContextRegistry,
+        calibration: Calibration,
+        compactions: ConversationCompactions,
+        summarizers: SummarizerFactory | None,
+    ) -> None:
+        self.settings = settings
+        self.counter = counter
+        self.registry = registry
+        self.calibration = calibration
+        self.compactions = compactions
+        self.summarizers = summarizers
+        self._models: LRUCache[str, ModelSettings] = LRUCache(maxsize=4096)
+
+    def model_settings(self, model: str) -> ModelSettings:
+        """The config for `model` (a glob walk, so cached: it is asked several times a request)."""
+        found = self._models.get(model)
+        if found is None:
+            found = self._models[model] = self.settings.for_model(model)
+        return found
+
+    def count(self, raw: bytes, payload: dict[str, Any]) -> Counted | None:
+        """The request counted, or None when it is no chat request we can count. CPU only: may run in a thread."""
+        model = payload.get("model")
+        messages = payload.get("messages")
+        if not isinstance(model, str) or not is_message_list(messages):
+            return None
+        choice = self.encoding_for(model)
+        try:
+            return Counted(raw, payload, model, choice, self.counter.count_request(payload, choice.name))
+        except Exception as exc:  # e.g. nested deeper than orjson writes (254) though it reads it (1024)
+            log.warning(
+                "[tokens] cannot count this %s request (%s: %s); forwarding it as sent", model, type(exc).__name__, exc
+            )
+            return None
+
+    def encoding_for(self, model: str) -> EncodingChoice:
+        return choose_encoding(model, self.model_settings(model).encoding)
+
+    async def account(self, counted: Counted, fetch_models: FetchModels | None) -> Accounting:
+        """The request's window, budget and calibration; `fetch_models` None: no discovery (offline)."""
+        model = counted.model
+        if fetch_models is None:
+            limits = self.registry.resolve(model)
+        else:
+            limits = await self.registry.resolve_async(model, fetch_models)
+        reserve_tokens = self.model_settings(model).compaction.reserve_tokens
+        return Accounting(
+            model=model,
+            encoding=counted.encoding.name,
+            exact=counted.encoding.exact,
+            limits=limits,
+            budget=budget_for(counted.payload, reserve_tokens=reserve_tokens, context_window=limits.context_window),
+            raw_tokens=counted.count.total,
+            ratio=1.0 if counted.encoding.exact else self.calibration.ratio(model),
+            estimated=counted.count.estimated,
+        )
+
+    def compacts(self, model: str, options: Options) -> bool:
+        """Whether this request may be rewritten and retried at all."""
+        return self.model_settings(model).compaction.enabled and options.mode != "off"
+
+    async def prepare(
+        self,
+        counted: Counted,
+        accounting: Accounting,
+        options: Options,
+        *,
+        retry: RetryAim | None = None,
+    ) -> Prepared:
+        """The client's bytes when the request fits; else the compacted body. Never fails for our own bugs.
+
+        A `retry` aim replaces the accounted budget.
+        """
+        prepared = await self._prepare(counted, accounting, options, retry=retry)
+        degraded = getattr(self.compactions.records, "degraded", False)  # the shared store failed: records in memory
+        if degraded and self.compacts(counted.model, options):
+            prepared.headers["x-inflight-state"] = "degraded"
+            prepared.fields["state"] = "degraded"
+        return prepared
+
+    async def _prepare(
+        self, counted: Counted, accounting: Accounting, options: Options, *, retry: RetryAim | None
+    ) -> Prepared:
+        limit = retry.limit if retry is not None else accounting.budget
+        untouched = as_sent(counted, accounting, limit=limit)
+        if not self.compacts(counted.model, options):
+            return untouched
+        if accounting.budget <= 0:
+            # max_tokens alone fills the window: not the prompt's fault. Forward it as sent; the upstream
+            # answers (or clamps max_tokens) as it sees fit.
+            untouched.fields["budget"] = "none"
+            return untouched
+        try:
+            key = untouched.key = key_of(counted, options)
+            outcome = await self.compact(counted, accounting, options, key=key, retry=retry)
+        except Exception as exc:  # a bug of ours must not cost the user the request
+            log.exception("[compaction] failed for %s; forwarding the request unchanged", accounting.model)
+            untouched.fields["compaction_error"] = type(exc).__name__
+            untouched.headers["x-inflight-actions"] = "error"
+            return untouched
+        if outcome is None or (outcome.actions == ["none"] and outcome.fits):  # nothing changed: the client's bytes
+            return untouched
+        return rewritten(counted, accounting, outcome, limit=limit, key=key)
+
+    async def compact(
+        self, counted: Counted, accounting: Accounting, options: Options, *, key: str, retry: RetryAim | None
+    ) -> Outcome | None:
+        settings = self.model_settings(accounting.model).compaction
+        count = counted.count
+        conversation = Conversation(counted.payload["messages"], count.messages, count.digests, count.fixed)
+        own_units = int((retry.limit if retry else accounting.budget) / accounting.ratio)  # compaction's units
+        budget = Budget.exactly(own_units) if retry and retry.blind else Budget.of(own_units, settings)
+        force = options.mode == "force"  # a retry needs no push: what it retries is over its limit
+        background = self.compactions.jobs is not None and self.summarizers is not None
+        background = background and settings.summarize.background_at is not None
+        start_at = int(budget.limit * (settings.summarize.background_at or 1)) if background else budget.prune_at
+        due = force or conversation.tokens > min(budget.prune_at, start_at)  # else no summary is near: no need to ask
+        summary_window = await summarizer_window(self, settings, accounting.model, ask=due)
+        parts = CompactionParts(self, settings, accounting, options, int(summary_window / accounting.ratio))
+        # No job for a retry (the turn it retries saw to that), nor for a request under every threshold.
+        wanted = background and due and not retry
+        ahead = parts.ahead(budget, start_at, counted.payload.get("tools")) if wanted else None
+        compactor = functools.partial(parts.compactor, background=background)
+        return await self.compactions.compact(
+            key, conversation, compactor=compactor, budget=budget, force=force, ahead=ahead
+        )
+
+    def learn(self, accounting: Accounting, refusal: Refusal, prepared: Prepared, payload: dict[str, Any]) -> RetryAim:
+        """Record what the refusal says; the (calibrated) budget to compact the retry against."""
+        learned_budget = None
+        if refusal.context_window:
+            self.registry.learn(accounting.model, refusal.context_window)
+            reserve_tokens = self.model_settings(accounting.model).compaction.reserve_tokens
+            learned_budget = budget_for(payload, reserve_tokens=reserve_tokens, context_window=refusal.context_window)
+        if refusal.prompt_tokens and prepared.sent_tokens:
+            self.calibration.record(accounting.model, estimate=prepared.sent_tokens, actual=refusal.prompt_tokens)
+        previous = accounting.budget if not prepared.rewritten else prepared.limit
+        return retry_limit(
+            previous=previous,
+            learned_budget=learned_budget,
+            sent=accounting.calibrated(prepared.sent_tokens),
+            upstream_prompt=refusal.prompt_tokens,
+        )
+
+
+def is_message_list(messages: object) -> bool:
+    return isinstance(messages, list) and all(isinstance(m, dict) for m in messages)
+
+
+def build_pipeline(
+    settings: Settings,
+    *,
+    summarizers: SummarizerFactory | None,
+    background: bool = False,
+    observer: Observer = NO_OBSERVER,
+) -> ChatPipeline:
+    """A pipeline with fresh state (counts, windows, calibration, records): the server's, or a command's.
+
+    `background`: summaries are made by background jobs (the server); a command makes them in line.
+    `observer`: told record lookups, job counts and store errors (the server's metrics)."""
+    jobs = None
+    if background:
+        summarize = settings.compaction.summarize
+        idle_s = settings.compaction.cache.ttl_s
+        jobs = BackgroundSummaries(max_running=summarize.max_concurrent_jobs, idle_s=idle_s, observer=observer)
+    records = open_record_store(settings.state, settings.compaction.cache, observer=observer)
+    return ChatPipeline(
+        settings,
+        counter=TokenCounter(),
+        registry=ContextRegistry(settings),
+        calibration=Calibration(),
+        compactions=ConversationCompactions(records, jobs, observer=observer),
+        summarizers=summarizers,
+    )
+
+
+def key_of(counted: Counted, options: Options) -> str:
+    """The conversation's key: the client's session, else its model and head (system prompt and task)."""
+    head = counted.count.digests[: head_length(counted.payload["messages"])]
+    return conversation_key(session=options.session, model=counted.model, head_digests=head)

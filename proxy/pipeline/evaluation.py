@@ -1,0 +1,232 @@
+"""`inflight eval`: replay conversations through the pipeline offline and say what each compaction kept.
+
+Each trace (a chat-completion request body) is replayed turn by turn, as an agent would send it:
+the request for a turn is every message up to a user or tool message after the head. Turns share
+one pipeline, so compaction records carry over as they do in the server. For every request that
+was compacted it reports tokens before and after, the actions, and what survived:
+
+- the task (the head's last user message) and the latest user request, verbatim;
+- the facts of the messages the compaction dropped or replaced (`compaction.facts`: file paths,
+  error lines, commands, names), each looked for in the compacted request's text;
+- placeholders that name a call other than the one their result answers;
+- summarizer requests larger than the summarizer's window.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from proxy.compaction import Summarize, SummaryJob, head_length
+from proxy.compaction.conversation import (
+    Message,
+    calls_of_results,
+    describe_call,
+    latest_request_index,
+    observation_regex,
+    text_of,
+)
+from proxy.compaction.facts import command_of, facts_of
+from proxy.compaction.stages.mask import TOOL_PRUNED
+from proxy.config import Compaction
+from proxy.pipeline.engine import ChatPipeline, Options, SummarizerFactory
+from proxy.pipeline.parts import summarizer_window
+
+KINDS = ("paths", "errors", "commands", "names")
+
+
+@dataclass
+class Retention:
+    found: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
+    kept: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
+    missing: dict[str, list[str]] = field(default_factory=lambda: {kind: [] for kind in KINDS})
+
+    def add(self, other: Retention) -> None:
+        for kind in KINDS:
+            self.found[kind] += other.found[kind]
+            self.kept[kind] += other.kept[kind]
+            self.missing[kind] += other.missing[kind]
+
+    def share(self, kind: str) -> float | None:
+        return self.kept[kind] / self.found[kind] if self.found[kind] else None
+
+
+@dataclass
+class Compacted:
+    trace: str
+    turn: int
+    tokens_before: int
+    tokens_after: int
+    actions: str
+    task_kept: bool
+    request_kept: bool
+    wrong_placeholders: int
+    retention: Retention
+
+
+class SizedSummarizers:
+    """A summarizer factory that counts its requests against the summarizer's window."""
+
+    def __init__(self, inner: SummarizerFactory, pipeline_of: list[ChatPipeline]) -> None:
+        self.inner, self.pipeline_of = inner, pipeline_of
+        self.calls = 0
+        self.oversize = 0
+
+    def __call__(self, options: Compaction, *, model: str, client_authorization: str | None) -> Summarize:
+        summarize = self.inner(options, model=model, client_authorization=client_authorization)
+        pipeline = self.pipeline_of[0]
+        summary_model = options.summarize.model or model
+        encoding = pipeline.counter.encoding(pipeline.encoding_for(summary_model).name)
+
+        async def sized(job: SummaryJob) -> str:
+            window = await summarizer_window(pipeline, options, summary_model)
+            self.calls += 1
+            sent = sum(len(encoding.encode_ordinary(m["content"])) + 4 for m in job.messages()) + job.max_tokens
+            self.oversize += sent > window
+            return await summarize(job)
+
+        return sized
+
+    async def window(self, options: Compaction, model: str) -> int | None:
+        return await self.inner.window(options, model)
+
+
+def turns(messages: Sequence[Message]) -> list[int]:
+    """Prefix lengths an agent sends: each ends with a user or tool message after the head."""
+    head = head_length(messages)
+    ends = [i + 1 for i in range(head, len(messages)) if messages[i].get("role") in ("user", "tool")]
+    ends = [end for end in ends if end == len(messages) or messages[end].get("role") != "tool"]  # whole tool batches
+    return [head, *ends] if head and head not in ends else ends
+
+
+def plain_text(messages: Sequence[Message]) -> str:
+    """What a model reads of these messages: their text, and each tool call as the command it runs."""
+    parts = [text_of(m.get("content")) for m in messages]
+    for message in messages:
+        for call in message.get("tool_calls") or []:
+            if isinstance(call, dict) and isinstance(call.get("function"), dict):
+                parts.append(command_of(call["function"]))
+    return "\n".join(parts)
+
+
+def retention(dropped: Sequence[Message], sent_text: str) -> Retention:
+    facts = facts_of(dropped)
+    found = {
+        "paths": list(facts.files),
+        "errors": list(facts.errors),
+        "commands": list(facts.commands),
+        "names": list(facts.identifiers),
+    }
+    result = Retention()
+    for kind, items in found.items():
+        for item in items:
+            result.found[kind] += 1
+            if item in sent_text:
+                result.kept[kind] += 1
+            else:
+                result.missing[kind].append(item)
+    return result
+
+
+def wrong_placeholders(original: Sequence[Message], sent: Sequence[Message]) -> int:
+    """Masked results whose placeholder names another call than the one before them that they answer.
+
+    The tool results sent are the last ones of the original, in order (a summary only removes
+    older ones), so they are matched from the end.
+    """
+    expected = calls_of_results(original)
+    original_results = [i for i, m in enumerate(original) if m.get("role") == "tool"]
+    sent_results = [m for m in sent if m.get("role") == "tool"]
+    wrong = 0
+    for index, message in zip(reversed(original_results), reversed(sent_results), strict=False):
+        content = message.get("content")
+        if isinstance(content, str) and content.startswith(TOOL_PRUNED):
+            wrong += describe_call(expected.get(index)) not in content
+    return wrong
+
+
+async def replay(pipeline: ChatPipeline, name: str, body: dict[str, Any]) -> list[Compacted]:
+    messages: list[Message] = body["messages"]
+    head = messages[: head_length(messages)]
+    task = next((m for m in reversed(head) if m.get("role") == "user"), None)
+    out: list[Compacted] = []
+    for turn, end in enumerate(turns(messages)):
+        request = {**body, "messages": messages[:end]}
+        counted = pipeline.count(orjson.dumps(request), request)
+        if counted is None:
+            continue
+        accounting = await pipeline.account(counted, None)
+        prepared = await pipeline.prepare(counted, accounting, Options(session=f"eval:{name}"))
+        outcome = prepared.outcome
+        if outcome is None or not prepared.rewritten:
+            continue
+        sent = outcome.messages
+        text = plain_text(sent)
+        dropped = [m for m in request["messages"] if m not in sent]
+        pattern = observation_regex(pipeline.model_settings(counted.model).compaction.mask.observation_pattern)
+        index = latest_request_index(request["messages"], pattern)
+        latest = None if index is None else request["messages"][index]  # a request, not an observation
+        out.append(
+            Compacted(
+                trace=name,
+                turn=turn,
+                tokens_before=outcome.tokens_before,
+                tokens_after=outcome.tokens_after,
+                actions=",".join(outcome.actions),
+                task_kept=task is None or task in sent,
+                request_kept=latest is None or latest in sent,
+                wrong_placeholders=wrong_placeholders(request["messages"], sent),
+                retention=retention(dropped, text),
+            )
+        )
+    return out
+
+
+def totals(results: Sequence[Compacted]) -> dict[str, Any]:
+    """The figures the goals are stated in, over every compacted request."""
+    retained = Retention()
+    for result in results:
+        retained.add(result.retention)
+    n = len(results)
+    return {
+        "compacted_requests": n,
+        "task_kept": sum(r.task_kept for r in results) / n if n else None,
+        "latest_request_kept": sum(r.request_kept for r in results) / n if n else None,
+        **{f"{kind}_kept": retained.share(kind) for kind in KINDS},
+        **{f"{kind}_found": retained.found[kind] for kind in KINDS},
+        "wrong_placeholders": sum(r.wrong_placeholders for r in results),
+        "missing": {kind: retained.missing[kind][:10] for kind in KINDS},
+    }
+
+
+def percent(share: float | None) -> str:
+    return "-" if share is None else f"{100 * share:.0f}%"
+
+
+def report(results: Sequence[Compacted], *, window: int, summarizer_calls: int, oversize: int) -> str:
+    """A table per compacted request, then the totals."""
+    lines = [
+        f"window {window:,} tokens",
+        "| trace | turn | tokens | actions | task | request | paths | errors | commands | names | wrong masks |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        shares = [percent(r.retention.share(kind)) for kind in KINDS]
+        lines.append(
+            f"| {r.trace} | {r.turn} | {r.tokens_before:,} -> {r.tokens_after:,} | {r.actions} | "
+            f"{'yes' if r.task_kept else 'NO'} | {'yes' if r.request_kept else 'NO'} | {' | '.join(shares)} | "
+            f"{r.wrong_placeholders} |"
+        )
+    t = totals(results)
+    lines.append("")
+    lines.append(
+        f"{t['compacted_requests']} compacted requests: task kept {percent(t['task_kept'])}, latest request kept "
+        f"{percent(t['latest_request_kept'])}; of the dropped messages' facts kept: "
+        + ", ".join(f"{kind} {percent(t[f'{kind}_kept'])} (of {t[f'{kind}_found']})" for kind in KINDS)
+        + f"; wrong placeholders {t['wrong_placeholders']}; summarizer requests {summarizer_calls}, "
+        f"larger than its window {oversize}"
+    )
+    return "\n".join(lines)

@@ -1,0 +1,68 @@
+"""What the pipeline hands the server: the body to send upstream, and the headers and log fields about it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import orjson
+
+from proxy.compaction import Outcome
+from proxy.pipeline.accounting import Accounting, Counted
+
+
+@dataclass
+class Prepared:
+    """The body to send upstream and what the proxy says about it."""
+
+    body: bytes
+    rewritten: bool
+    sent_tokens: int  # our uncalibrated count of what is sent, for calibration
+    limit: int  # the budget it was prepared against
+    headers: dict[str, str]
+    fields: dict[str, object] = field(default_factory=dict)  # for the request's log line
+    outcome: Outcome | None = None
+    too_long: str | None = None  # why it cannot fit even compacted: the body is our best effort, sent anyway
+    key: str = ""  # the conversation's key, once compaction looked at the request (the archive reuses it)
+
+
+def as_sent(counted: Counted, accounting: Accounting, *, limit: int) -> Prepared:
+    """The client's own bytes, with the headers that say nothing was done to them."""
+    tokens = str(accounting.calibrated(counted.count.total))
+    headers = accounting.headers() | {
+        "x-inflight-tokens-before": tokens,
+        "x-inflight-tokens-after": tokens,
+        "x-inflight-actions": "none",
+    }
+    return Prepared(counted.raw, False, counted.count.total, limit, headers)
+
+
+def rewritten(counted: Counted, accounting: Accounting, outcome: Outcome, *, limit: int, key: str) -> Prepared:
+    """The compacted body, with the headers and log fields that say what was done to it."""
+    before, after = accounting.calibrated(outcome.tokens_before), accounting.calibrated(outcome.tokens_after)
+    actions = ",".join(outcome.actions)
+    headers = accounting.headers() | {
+        "x-inflight-tokens-before": str(before),
+        "x-inflight-tokens-after": str(after),
+        "x-inflight-actions": actions,
+    }
+    if outcome.compaction_id:  # which compaction this is, or which one a record hit replays (the archive's id)
+        headers["x-inflight-compaction-id"] = outcome.compaction_id
+    fields: dict[str, object] = {
+        "actions": actions,
+        "compaction": outcome.compaction_id or "-",
+        "compacted": f"{before}->{after}/{limit}",
+        "key": key[:48],
+        "replaced": outcome.messages_replaced,
+        "summarizer_calls": outcome.summarizer_calls,
+        "summarizer_ms": f"{outcome.summarizer_ms:.0f}" if outcome.summarizer_ms is not None else "-",
+    }
+    fields |= outcome.notes
+    too_long = None
+    if not outcome.fits:
+        too_long = (
+            f"This request needs at least {after:,} prompt tokens after compaction (it had {before:,}), but "
+            f"{accounting.model} allows {limit:,} ({accounting.limits.context_window:,}-token context window "
+            "minus the tokens reserved for the reply). Shorten the system prompt, the tools or the last message."
+        )
+    body = orjson.dumps({**counted.payload, "messages": outcome.messages})
+    return Prepared(body, True, outcome.tokens_after, limit, headers, fields, outcome, too_long, key)

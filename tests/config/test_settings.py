@@ -1,0 +1,99 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from proxy.config import ConfigError, interpolate_env, load_settings
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "inflight.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_defaults_without_file() -> None:
+    settings = load_settings(None)
+    assert (settings.listen.host, settings.listen.port) == ("127.0.0.1", 8787)
+    assert settings.upstream.base_url == "https://api.openai.com/v1"
+    assert settings.upstream.read_timeout_s == 600 and settings.upstream.max_connections == 512
+
+
+def test_example_config_loads(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("INFLIGHT_STATE_URL", raising=False)
+    settings = load_settings(ROOT / "config" / "inflight.yaml")
+    assert settings.upstream.api_key == ""
+    assert settings.state.url == "sqlite:///inflight.db" and settings.compaction.summarize.background_at == 0.6
+
+
+def test_env_interpolation_with_defaults() -> None:
+    env = {"KEY": "sk-1", "EMPTY": ""}
+    assert interpolate_env("a: ${KEY}", env) == "a: sk-1"
+    assert interpolate_env("a: ${MISSING:-fallback}", env) == "a: fallback"
+    assert interpolate_env("a: ${EMPTY:-x}", env) == "a: x"
+    assert interpolate_env("a: ${MISSING:-}", env) == "a: "
+    with pytest.raises(ConfigError, match="MISSING is not set"):
+        interpolate_env("a: ${MISSING}", env)
+
+
+def test_env_in_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("INFLIGHT_TEST_PORT", "9999")
+    settings = load_settings(write(tmp_path, "listen: {port: ${INFLIGHT_TEST_PORT}}\n"))
+    assert settings.listen.port == 9999
+
+
+def test_unknown_key_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_settings(write(tmp_path, "upstream:\n  base_ulr: http://x/v1\n"))
+    assert "upstream.base_ulr: unknown key" in str(info.value)
+    assert "inflight.yaml" in str(info.value)
+
+
+def test_bad_value_is_named_with_value(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_settings(write(tmp_path, "compaction:\n  prune_at: 1.7\n"))
+    assert "compaction.prune_at" in str(info.value) and "1.7" in str(info.value)
+
+
+def test_bad_url_and_not_a_mapping(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="upstream.base_url"):
+        load_settings(write(tmp_path, "upstream: {base_url: ftp://x}\n"))
+    with pytest.raises(ConfigError, match="expected a mapping"):
+        load_settings(write(tmp_path, "- a\n- b\n"))
+
+
+def test_overrides_win_over_file(tmp_path: Path) -> None:
+    path = write(tmp_path, "listen: {host: 0.0.0.0, port: 1}\nupstream: {base_url: http://a/v1}\n")
+    settings = load_settings(path, overrides={"listen": {"port": 2}, "upstream": {"base_url": "http://b/v1/"}})
+    assert (settings.listen.host, settings.listen.port, settings.upstream.base_url) == ("0.0.0.0", 2, "http://b/v1")
+
+
+def test_cli_reports_config_error(tmp_path: Path) -> None:
+    path = write(tmp_path, "listen: {prot: 1}\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "proxy", "serve", "--config", str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 2
+    assert "listen.prot: unknown key" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_variable_on_a_comment_line_is_not_required(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("INFLIGHT_SURELY_UNSET", raising=False)
+    text = "upstream:\n  # api_key: ${INFLIGHT_SURELY_UNSET}\n  api_key: ''\n"
+    assert load_settings(write(tmp_path, text)).upstream.api_key == ""
+
+
+def test_a_summarizer_prompt_file_must_be_there_and_have_sections(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read the summarizer prompt"):
+        load_settings(None, overrides={"compaction": {"summarize": {"prompt_file": str(tmp_path / "missing.md")}}})
+    flat = tmp_path / "flat.md"
+    flat.write_text("Summarize the conversation.")
+    with pytest.raises(ConfigError, match="names no sections"):
+        load_settings(None, overrides={"compaction": {"summarize": {"prompt_file": str(flat)}}})

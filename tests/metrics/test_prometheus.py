@@ -1,0 +1,98 @@
+"""`Metrics` as the rest of the proxy feeds it: finished exchanges, background jobs, a failing store."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+from proxy.compaction.background.scheduler import BackgroundSummaries
+from proxy.config import Cache, State
+from proxy.http.exchange import Exchange
+from proxy.metrics.prometheus import Metrics, route_of
+from proxy.records import open_record_store
+
+
+def value(metrics: Metrics, name: str, **labels: str) -> float:
+    found = metrics.registry.get_sample_value(name, labels)
+    return 0.0 if found is None else found
+
+
+def finished(metrics: Metrics, status: int, headers: dict[str, str]) -> None:
+    exchange = Exchange("POST", "/v1/chat/completions", "/v1/chat/completions", metrics.exchange_done)
+    exchange.status, exchange.headers = status, headers
+    exchange.finish()
+    exchange.finish()  # counted once
+
+
+def test_an_exchange_is_counted_once_with_what_its_headers_say() -> None:
+    metrics = Metrics()
+    compacted = {"x-inflight-actions": "truncate,mask,fallback,retry", "x-inflight-retried": "1"}
+    finished(metrics, 200, compacted | {"x-inflight-tokens-before": "9000", "x-inflight-tokens-after": "2500"})
+    finished(metrics, 200, {"x-inflight-actions": "none", "x-inflight-tokens-before": "10"})
+    finished(metrics, 400, {"x-inflight-actions": "error", "x-inflight-tokens-before": "10"})
+    route = "/v1/chat/completions"
+    assert value(metrics, "inflight_requests_total", route=route, status="200") == 2
+    assert value(metrics, "inflight_requests_total", route=route, status="400") == 1
+    for action in ("truncate", "mask", "fallback", "retry", "error"):
+        assert value(metrics, "inflight_compactions_total", action=action) == 1
+    assert value(metrics, "inflight_compactions_total", action="none") == 0
+    assert value(metrics, "inflight_summarizer_fallbacks_total") == value(metrics, "inflight_retries_total") == 1
+    assert value(metrics, "inflight_compaction_tokens_sum", side="before") == 9000  # only the compacted one
+    assert value(metrics, "inflight_compaction_tokens_sum", side="after") == 2500
+    assert value(metrics, "inflight_added_latency_seconds_count", route=route) == 0  # no upstream answered these
+
+
+def test_the_proxys_time_is_what_the_upstream_requests_did_not_take() -> None:
+    exchange = Exchange("POST", "/v1/chat/completions")
+    for _ in range(2):  # a refused request, then its retry
+        time.sleep(0.01)  # the proxy's own work
+        exchange.upstream_sending()
+        time.sleep(0.03)
+        exchange.upstream_answered()  # the headers
+        time.sleep(0.03)
+        exchange.upstream_answered()  # a held first event
+    assert exchange.answered_at is not None and exchange.added_s is not None
+    total = exchange.answered_at - exchange.started
+    assert 0.12 <= exchange.upstream_s < total
+    assert exchange.added_s == total - exchange.upstream_s
+    assert 0.02 <= exchange.added_s < exchange.upstream_s
+
+
+def test_routes_are_a_few_labels_never_raw_paths() -> None:
+    assert route_of("/v1/chat/completions") == "/v1/chat/completions"
+    assert route_of("/v1/models/gpt-4o") == "/v1/{path}"
+    assert route_of("/inflight/conversations/abc") == "/inflight/{path}"
+    assert route_of("/metrics") == "/metrics"
+    assert route_of("/wp-admin/login.php") == "other"
+
+
+async def test_background_jobs_report_queued_and_running() -> None:
+    metrics = Metrics()
+    jobs = BackgroundSummaries(max_running=1, idle_s=60, observer=metrics)
+    release = asyncio.Event()
+
+    async def make() -> object:
+        await release.wait()
+        return None
+
+    async def land(result: object) -> None:
+        pass
+
+    started = [jobs.start(key, b"", make, land) for key in ("a", "b")]
+    await asyncio.sleep(0)  # the first job takes the only slot
+    assert value(metrics, "inflight_summary_jobs", state="running") == 1
+    assert value(metrics, "inflight_summary_jobs", state="queued") == 1
+    release.set()
+    await asyncio.gather(*(job.done.wait() for job in started if job is not None))
+    assert value(metrics, "inflight_summary_jobs", state="running") == 0
+    assert value(metrics, "inflight_summary_jobs", state="queued") == 0
+
+
+async def test_a_failing_store_reports_each_error(tmp_path: Path) -> None:
+    metrics = Metrics()
+    (tmp_path / "a-directory").mkdir()
+    store = open_record_store(State(url=f"sqlite:///{tmp_path}/a-directory"), Cache(), observer=metrics)
+    assert await store.load("k") == []  # the file cannot be opened: memory answers
+    assert value(metrics, "inflight_store_errors_total", store="sqlite") == 1
+    await store.close()
