@@ -116,16 +116,19 @@ def main() -> None:
     args = parser.parse_args()
     for number, window in enumerate(args.window):
         config = f'models: {{"{SMALL_MODEL}": {{context_window: {window}}}, "gpt-4o": {{context_window: 100000}}}}\n'
-        with fake_upstream("--window", f"{SMALL_MODEL}={window}") as direct, httpx.Client(timeout=60) as client:
-            with inflight(direct, config) as proxied:
-                rows = [replay(name, body, direct, proxied, client) for name, body in load_traces().items()]
-                header = ["trace", "turns", "fail direct", "fail inflight", "tokens direct", "tokens inflight"]
-                print(f"context window {window:,} tokens")
-                print(table(rows, [*header, "summarizer calls", "record hits", "prefix stable"]))
-                print()
-                if number == len(args.window) - 1:
-                    latency = record_hit_latency(direct, proxied, client, args.hits)
-                    print(table(latency, ["turns", "n", "added p50 ms", "added p99 ms"]))
+        with (
+            fake_upstream("--window", f"{SMALL_MODEL}={window}") as direct,
+            httpx.Client(timeout=60) as client,
+            inflight(direct, config) as proxied,
+        ):
+            rows = [replay(name, body, direct, proxied, client) for name, body in load_traces().items()]
+            header = ["trace", "turns", "fail direct", "fail inflight", "tokens direct", "tokens inflight"]
+            print(f"context window {window:,} tokens")
+            print(table(rows, [*header, "summarizer calls", "record hits", "prefix stable"]))
+            print()
+            if number == len(args.window) - 1:
+                latency = record_hit_latency(direct, proxied, client, args.hits)
+                print(table(latency, ["turns", "n", "added p50 ms", "added p99 ms"]))
 
 
 if __name__ == "__main__":

@@ -65,7 +65,7 @@ def replay(body: dict[str, Any], direct: str, proxied: str, think: float, verbos
                 previous = sent
             if SUMMARY_ACTIONS & set(actions):
                 crossing_ms.append(added)
-            elif "summary-cached" in actions or actions in (["mask"], ["truncate"]) and previous is not None:
+            elif "summary-cached" in actions or (actions in (["mask"], ["truncate"]) and previous is not None):
                 hit_ms.append(added)
             jobs = client.get(stats_url).json()["summary_jobs"] or {}
             before, after = response.headers["x-inflight-tokens-before"], response.headers["x-inflight-tokens-after"]

@@ -122,11 +122,13 @@ def main() -> None:
     parser.add_argument("--archive", action="store_true", help="with archive.enabled (memory://)")
     args = parser.parse_args()
     config = "archive:\n  enabled: true\n" if args.archive else ""
-    with fake_upstream("--stream-chunks", str(EVENTS), "--stream-interval", str(INTERVAL_S)) as direct:
-        with inflight(direct, config) as proxied:
-            print(f"upstream {direct}, proxy {proxied}; {args.requests} sequential pairs, {args.streams} stream pairs")
-            print(f"archive {'on' if args.archive else 'off'}")
-            asyncio.run(measure(direct, proxied, args))
+    with (
+        fake_upstream("--stream-chunks", str(EVENTS), "--stream-interval", str(INTERVAL_S)) as direct,
+        inflight(direct, config) as proxied,
+    ):
+        print(f"upstream {direct}, proxy {proxied}; {args.requests} sequential pairs, {args.streams} stream pairs")
+        print(f"archive {'on' if args.archive else 'off'}")
+        asyncio.run(measure(direct, proxied, args))
 
 
 if __name__ == "__main__":

@@ -34,13 +34,18 @@ from benchmarks.compaction import record_hit_latency
 from benchmarks.conversations import grow
 from benchmarks.harness import CHAT_REQUEST, median, percentile, table
 from benchmarks.overhead import concurrent
+from proxy.compaction import ConversationCompactions
 from proxy.compaction.record import Record, RecordStore
 from proxy.config import load_settings
-from proxy.pipeline.engine import Options, build_pipeline
+from proxy.formats import CHAT_COMPLETIONS
+from proxy.pipeline.engine import Options, Pipeline
+from proxy.policy.calibration import Calibration
+from proxy.policy.windows import ContextRegistry
 from proxy.records.codec import encode
 from proxy.records.memory import MemoryRecordStore
 from proxy.records.redis import RedisRecordStore
 from proxy.records.sqlite import SqliteRecordStore
+from proxy.tokens import TokenCounter
 from tests.support.processes import fake_upstream, inflight
 from tests.support.redis import redis_server
 
@@ -61,18 +66,26 @@ def record_of_128k() -> tuple[str, list[Record]]:
     """The key and records a 128k-token conversation's compaction leaves (ledger only: no summarizer)."""
     body = grow(128_000)
     body["model"] = "gpt-4o"
-    pipeline = build_pipeline(load_settings(None), summarizers=None)
+    settings = load_settings(None)
+    cache = settings.compaction.cache
+    store = MemoryRecordStore(max_entries=cache.max_entries, max_bytes=cache.max_bytes, ttl_s=cache.ttl_s)
+    pipeline = Pipeline(
+        settings,
+        counter=TokenCounter(),
+        registry=ContextRegistry(settings),
+        calibration=Calibration(),
+        compactions=ConversationCompactions(store),
+        summarizers=None,
+    )
     raw = orjson.dumps(body)
 
     async def compact() -> None:
-        counted = pipeline.count(raw, orjson.loads(raw))
+        counted = pipeline.count(raw, orjson.loads(raw), CHAT_COMPLETIONS)
         assert counted is not None
         accounting = await pipeline.account(counted, None)
         await pipeline.prepare(counted, accounting, Options(session="bench"))
 
     asyncio.run(compact())
-    store = pipeline.compactions.records
-    assert isinstance(store, MemoryRecordStore)
     key = "session:bench"
     return key, asyncio.run(store.load(key))
 

@@ -135,18 +135,17 @@ def load_process(url: str, ready: Event, stop: Event, sent: Synchronized[int]) -
 
 def loop_table(seconds: float) -> None:
     config = 'models: {"gpt-4o*": {context_window: 1000000}}\n'  # count only: nothing to compact here
-    with fake_upstream() as direct:
-        with inflight(direct, config) as proxied:
-            url = f"{proxied}/chat/completions"
-            quiet = asyncio.run(small_latencies(url, seconds))
-            ready, stop, sent = multiprocessing.Event(), multiprocessing.Event(), multiprocessing.Value("i", 0)
-            loader = multiprocessing.Process(target=load_process, args=(url, ready, stop, sent))
-            loader.start()
-            ready.wait()
-            time.sleep(1.0)
-            busy = asyncio.run(small_latencies(url, seconds))
-            stop.set()
-            loader.join(timeout=30)
+    with fake_upstream() as direct, inflight(direct, config) as proxied:
+        url = f"{proxied}/chat/completions"
+        quiet = asyncio.run(small_latencies(url, seconds))
+        ready, stop, sent = multiprocessing.Event(), multiprocessing.Event(), multiprocessing.Value("i", 0)
+        loader = multiprocessing.Process(target=load_process, args=(url, ready, stop, sent))
+        loader.start()
+        ready.wait()
+        time.sleep(1.0)
+        busy = asyncio.run(small_latencies(url, seconds))
+        stop.set()
+        loader.join(timeout=30)
     rows = [
         ["alone", len(quiet), f"{percentile(quiet, 50):.2f}", f"{percentile(quiet, 99):.2f}", "-"],
         ["with 200k-token counts", len(busy), f"{percentile(busy, 50):.2f}", f"{percentile(busy, 99):.2f}", sent.value],

@@ -10,19 +10,20 @@ from starlette.routing import Router
 from starlette.types import ASGIApp
 
 from proxy.archive import open_archive
-from proxy.archive.recorder import Archiver
 from proxy.config import Settings
+from proxy.formats import CHAT_COMPLETIONS
 from proxy.http.access import AccessGuard
 from proxy.http.admin import healthz, metrics_route, stats_route
 from proxy.http.archive_routes import ArchiveRoutes
-from proxy.http.conversations import ChatCompletions
+from proxy.http.conversations import Conversations
 from proxy.http.endpoint import Endpoint
 from proxy.http.passthrough import PassThrough
 from proxy.http.routes import JsonRoute, not_found
 from proxy.http.viewer import Viewer
 from proxy.metrics.prometheus import Metrics
+from proxy.pipeline.archiving import Archiver
 from proxy.pipeline.engine import build_pipeline
-from proxy.pipeline.summarizer import Summarizers, summarizer_client
+from proxy.pipeline.summarizer import Summarizers
 from proxy.tokens import FALLBACK_ENCODING, load_encoding
 from proxy.upstream.client import UpstreamClient
 
@@ -32,9 +33,8 @@ METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "HEAD"]
 def create_app(settings: Settings) -> ASGIApp:
     """Build a proxy app; everything it holds lives in objects it owns, nothing in module globals."""
     upstream = UpstreamClient(settings.upstream)
-    summarizer_http = summarizer_client()
     metrics = Metrics()
-    summarizers = Summarizers(settings, summarizer_http, observer=metrics)
+    summarizers = Summarizers(settings, upstream, observer=metrics)
     pipeline = build_pipeline(settings, summarizers=summarizers, background=True, observer=metrics)
     archive = None
     if settings.archive.enabled:
@@ -55,16 +55,14 @@ def create_app(settings: Settings) -> ASGIApp:
             try:
                 if archive is not None:
                     await archive.close()  # first: it writes what waits
-                if pipeline.compactions.jobs is not None:
-                    await pipeline.compactions.jobs.close()
-                await pipeline.compactions.records.close()
+                await pipeline.aclose()
             finally:
+                await summarizers.aclose()
                 await upstream.aclose()
-                await summarizer_http.aclose()
 
     loopback_only = not settings.access.admin and not settings.access.allow_anonymous
-    chat_handler = ChatCompletions(pipeline, upstream, limits=settings.limits, archive=archive)
-    chat = Endpoint(chat_handler, route="/v1/chat/completions", on_finish=metrics.exchange_done)
+    chat_handler = Conversations(CHAT_COMPLETIONS, pipeline, upstream, limits=settings.limits, archive=archive)
+    chat = Endpoint(chat_handler, route="/v1/chat/completions", on_finish=metrics.exchange_done, wire=CHAT_COMPLETIONS)
     other = Endpoint(PassThrough(upstream, limits=settings.limits), route="/v1/{path}", on_finish=metrics.exchange_done)
     routes = [
         JsonRoute("/healthz", healthz, methods=["GET"]),

@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import httpx
 import orjson
 import uvicorn
 
@@ -18,15 +17,17 @@ from proxy import __version__
 from proxy.app import create_app
 from proxy.config import ConfigError, Settings, load_settings
 from proxy.errors import BadRequest
+from proxy.formats import CHAT_COMPLETIONS
 from proxy.http.access import startup_problem
 from proxy.http.intake import parse_object
 from proxy.http.server import prepare_process, uvicorn_options
 from proxy.http.workers import check_workers, serve_workers
 from proxy.pipeline.accounting import Counted
-from proxy.pipeline.engine import ChatPipeline, Options, build_pipeline
+from proxy.pipeline.engine import Options, Pipeline, build_pipeline
 from proxy.pipeline.evaluation import Compacted, SizedSummarizers, replay, report, totals
 from proxy.pipeline.outgoing import Prepared
-from proxy.pipeline.summarizer import Summarizers, summarizer_client
+from proxy.pipeline.summarizer import Summarizers
+from proxy.upstream.client import UpstreamClient
 
 
 class CommandError(Exception):
@@ -67,7 +68,7 @@ def serve(args: argparse.Namespace) -> int:
 
 def read_request(path: str) -> dict[str, Any]:
     try:
-        data = sys.stdin.buffer.read() if path == "-" else open(path, "rb").read()
+        data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
     except OSError as exc:
         raise CommandError(f"cannot read {path}: {exc.strerror}") from exc
     try:
@@ -76,20 +77,19 @@ def read_request(path: str) -> dict[str, Any]:
         raise CommandError(f"{path}: {exc.message}") from exc
 
 
-def offline_pipeline(settings: Settings, client: httpx.AsyncClient | None) -> ChatPipeline:
+def offline_pipeline(settings: Settings, summarizers: Summarizers | None) -> Pipeline:
     """The server's pipeline without a server: no discovery, records only for this run."""
-    return build_pipeline(settings, summarizers=Summarizers(settings, client) if client else None)
+    return build_pipeline(settings, summarizers=summarizers)
 
 
-def counted_request(args: argparse.Namespace, pipeline: ChatPipeline) -> tuple[dict[str, Any], Counted]:
+def counted_request(args: argparse.Namespace, pipeline: Pipeline) -> tuple[dict[str, Any], Counted]:
     """The request file, counted as `--model` (default: its own model)."""
     payload = read_request(args.file)
     model = args.model or payload.get("model")
     if not isinstance(model, str):
         raise CommandError(f"{args.file} names no model; pass --model")
-    counted = pipeline.count(
-        orjson.dumps(payload), {**payload, "model": model, "messages": payload.get("messages", [])}
-    )
+    body = {**payload, "model": model, "messages": payload.get("messages", [])}
+    counted = pipeline.count(orjson.dumps(payload), body, CHAT_COMPLETIONS)
     if counted is None:
         raise CommandError(f"{args.file}: messages must be a list of objects")
     return payload, counted
@@ -142,13 +142,20 @@ def compact(args: argparse.Namespace) -> int:
 
 
 async def _compact(args: argparse.Namespace, settings: Settings) -> tuple[dict[str, Any], Prepared]:
-    async with summarizer_client() as client:
-        pipeline = offline_pipeline(settings, None if args.no_llm else client)
+    upstream = UpstreamClient(settings.upstream)
+    summarizers = None if args.no_llm else Summarizers(settings, upstream)
+    pipeline = offline_pipeline(settings, summarizers)
+    try:
         payload, counted = counted_request(args, pipeline)
         accounting = await pipeline.account(counted, None)
         key = os.environ.get("OPENAI_API_KEY", "")
         options = Options(mode="force", authorization=f"Bearer {key}" if key else None)
         return payload, await pipeline.prepare(counted, accounting, options)
+    finally:
+        await pipeline.aclose()
+        if summarizers is not None:
+            await summarizers.aclose()
+        await upstream.aclose()
 
 
 def evaluate(args: argparse.Namespace) -> int:
@@ -174,15 +181,21 @@ def evaluate(args: argparse.Namespace) -> int:
 async def _evaluate(
     settings: Settings, traces: dict[str, dict[str, Any]], *, use_llm: bool
 ) -> tuple[list[Compacted], int, int]:
-    async with summarizer_client() as client:
-        holder: list[ChatPipeline] = []
-        sized = SizedSummarizers(Summarizers(settings, client), holder) if use_llm else None
-        pipeline = build_pipeline(settings, summarizers=sized)
-        holder.append(pipeline)
+    upstream = UpstreamClient(settings.upstream)
+    holder: list[Pipeline] = []
+    summarizers = Summarizers(settings, upstream)
+    sized = SizedSummarizers(summarizers, holder) if use_llm else None
+    pipeline = build_pipeline(settings, summarizers=sized)
+    holder.append(pipeline)
+    try:
         results: list[Compacted] = []
         for path, body in traces.items():
             results += await replay(pipeline, Path(path).stem, body)
         return results, (sized.calls if sized else 0), (sized.oversize if sized else 0)
+    finally:
+        await pipeline.aclose()
+        await summarizers.aclose()
+        await upstream.aclose()
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,36 +1,181 @@
-"""The layout's promises: a pure core that imports no web stack, and modules small enough to read."""
+"""The layout's promises, checked on the source: layers that import only downwards, and no cycles.
+
+Layers, from the top:
+- the edge (`proxy.app`, `proxy.cli`, `proxy.http`): HTTP and the command line; may use anything;
+- the pipeline (`proxy.pipeline`): count, account, compact, send, learn; never the edge;
+- the wire formats (`proxy.formats`) and the upstream transport (`proxy.upstream`): used by the
+  pipeline and the edge; a format uses only the core, the transport only its settings and errors;
+- the core (tokens, compaction, policy, records, archive, metrics, config, offload, errors):
+  imports nothing above it, and no web stack.
+
+Every import counts: module-level, function-local and under `TYPE_CHECKING`.
+"""
 
 from __future__ import annotations
 
 import ast
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 PROXY = Path(__file__).resolve().parents[1] / "proxy"
 WEB_STACK = {"starlette", "httpx", "httpcore", "uvicorn", "httptools"}
 
+EDGE, PIPELINE, FORMATS, UPSTREAM, CORE = "edge", "pipeline", "formats", "upstream", "core"
+LAYER_OF = {
+    "proxy.app": EDGE,
+    "proxy.cli": EDGE,
+    "proxy.__main__": EDGE,
+    "proxy.http": EDGE,
+    "proxy.pipeline": PIPELINE,
+    "proxy.formats": FORMATS,
+    "proxy.upstream": UPSTREAM,
+    "proxy": CORE,  # __version__ only
+    "proxy.archive": CORE,
+    "proxy.compaction": CORE,
+    "proxy.config": CORE,
+    "proxy.errors": CORE,
+    "proxy.metrics": CORE,
+    "proxy.offload": CORE,
+    "proxy.policy": CORE,
+    "proxy.records": CORE,
+    "proxy.tokens": CORE,
+    "proxy.viewer": CORE,
+}
+MAY_IMPORT = {
+    EDGE: {EDGE, PIPELINE, FORMATS, UPSTREAM, CORE},
+    PIPELINE: {PIPELINE, FORMATS, UPSTREAM, CORE},
+    FORMATS: {FORMATS, CORE},
+    UPSTREAM: {UPSTREAM, CORE},
+    CORE: {CORE},
+}
+# The transport needs its settings and raises the proxy's errors; nothing else of the core.
+UPSTREAM_MAY_USE = ("proxy.upstream", "proxy.config", "proxy.errors")
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for path in sorted(PROXY.rglob("*.py")):
+        parts = path.relative_to(PROXY.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found[name] = path
+    return found
+
+
+MODULES = modules()
+
+
+def imports_of(name: str, path: Path) -> Iterator[str]:
+    """Every proxy module `name` imports, wherever the import stands in the file."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names if alias.name.split(".")[0] == "proxy")
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, *([node.module] if node.module else [])])
+            if base.split(".")[0] != "proxy":
+                continue
+            for alias in node.names:
+                submodule = f"{base}.{alias.name}"
+                yield submodule if submodule in MODULES else base
+
+
+GRAPH = {name: sorted(set(imports_of(name, path))) for name, path in MODULES.items()}
+
+
+def layer_of(module: str) -> str:
+    owner = max((prefix for prefix in LAYER_OF if module == prefix or module.startswith(prefix + ".")), key=len)
+    return LAYER_OF[owner]
+
+
+def test_every_module_has_a_layer() -> None:
+    placed = [prefix for prefix in LAYER_OF if prefix != "proxy"]
+    unplaced = [m for m in MODULES if m != "proxy" and not any(m == p or m.startswith(p + ".") for p in placed)]
+    assert not unplaced, f"place these in LAYER_OF: {unplaced}"
+
+
+def test_no_package_imports_upwards() -> None:
+    upwards = [
+        f"{module} ({layer_of(module)}) imports {target} ({layer_of(target)})"
+        for module, targets in GRAPH.items()
+        for target in targets
+        if layer_of(target) not in MAY_IMPORT[layer_of(module)]
+    ]
+    assert not upwards
+
+
+def test_the_upstream_transport_uses_only_its_settings_and_errors() -> None:
+    beyond = [
+        f"{module} imports {target}"
+        for module, targets in GRAPH.items()
+        if layer_of(module) == UPSTREAM
+        for target in targets
+        if not any(target == allowed or target.startswith(allowed + ".") for allowed in UPSTREAM_MAY_USE)
+    ]
+    assert not beyond
+
+
+def test_no_import_cycles() -> None:
+    cycles: list[list[str]] = []
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(module: str) -> None:
+        state[module] = 1
+        path.append(module)
+        for target in GRAPH.get(module, []):
+            if state.get(target) == 1:
+                cycles.append([*path[path.index(target) :], target])
+            elif target not in state:
+                visit(target)
+        path.pop()
+        state[module] = 2
+
+    for module in GRAPH:
+        if module not in state:
+            visit(module)
+    assert not cycles, "\n".join(" -> ".join(cycle) for cycle in cycles)
+
+
+@pytest.mark.parametrize("package", ["proxy.upstream", "proxy.formats"])
+def test_no_web_framework_below_the_edge(package: str) -> None:
+    """The transport and the formats know nothing of the server side (starlette)."""
+    found = []
+    for module, path in MODULES.items():
+        if module.startswith(package):
+            for node in ast.walk(ast.parse(path.read_text())):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+                names += [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+                found += [f"{module}: {n}" for n in names if n.split(".")[0] == "starlette"]
+    assert not found
+
 
 def test_the_pure_core_imports_no_web_stack() -> None:
+    core = sorted(m for m in MODULES if layer_of(m) == CORE and m != "proxy.viewer")
     # A fresh interpreter: this test process has imported everything already.
-    code = (
-        "import sys, proxy.tokens, proxy.compaction, proxy.policy, proxy.pipeline.engine;"
-        "import proxy.policy.windows, proxy.policy.calibration, proxy.policy.refusals, proxy.policy.retry;"
-        f"print(sorted(set({sorted(WEB_STACK)!r}) & set(sys.modules)))"
-    )
+    loaded = f"sorted(set({sorted(WEB_STACK)!r}) & set(sys.modules))"
+    code = f"import sys; [__import__(m) for m in {core!r}]; print({loaded})"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
 
 
-def test_no_module_class_or_function_outgrows_what_a_reader_holds_in_mind() -> None:
-    too_big = []
-    for path in sorted(PROXY.rglob("*.py")):
-        source = path.read_text()
-        if source.count("\n") > 300:
-            too_big.append(f"{path.name}: {source.count(chr(10))} lines")
-        for node in ast.walk(ast.parse(source)):
-            if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
-                length = (node.end_lineno or node.lineno) - node.lineno + 1
-                if length > (150 if isinstance(node, ast.ClassDef) else 60):
-                    too_big.append(f"{path.name}:{node.name}: {length} lines")
-    assert not too_big
+def test_a_handful_of_modules_at_the_top_and_an_init_with_the_version_only() -> None:
+    top = sorted(p.name for p in PROXY.glob("*.py") if p.name not in ("__init__.py", "__main__.py"))
+    assert len(top) <= 4, top
+    init = ast.parse((PROXY / "__init__.py").read_text())
+    assigned = [
+        target.id
+        for node in init.body
+        if isinstance(node, ast.Assign)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    ]
+    assert assigned == ["__version__"]
+    imported = [node for node in init.body if isinstance(node, ast.Import | ast.ImportFrom)]
+    assert all(isinstance(node, ast.ImportFrom) and node.module == "__future__" for node in imported)

@@ -9,6 +9,7 @@ left are the room below it over the growth.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -18,7 +19,7 @@ GROWTH_TURNS = 20  # the newest turns the average growth is taken over
 
 def average_growth(turns: Sequence[dict[str, Any]]) -> float | None:
     recent = [int(turn["tokens"]) for turn in turns[-GROWTH_TURNS - 1 :]]
-    steps = [after - before for before, after in zip(recent, recent[1:], strict=False) if after > before]
+    steps = [after - before for before, after in itertools.pairwise(recent) if after > before]
     return sum(steps) / len(steps) if steps else None
 
 

@@ -8,7 +8,6 @@ from proxy.compaction.per_conversation import ConversationCompactions
 from proxy.compaction.record import Record, RecordStore, conversation_key
 from proxy.compaction.stage import Outcome
 from proxy.compaction.summary_job import Summarize, SummaryJob
-from proxy.offload import on_home_loop
 
 __all__ = [
     "Budget",
@@ -24,5 +23,4 @@ __all__ = [
     "build_compactor",
     "conversation_key",
     "head_length",
-    "on_home_loop",
 ]

@@ -151,6 +151,26 @@ class ConversationCompactions:
         say_how_it_waited(outcome, job, conversation)
         return outcome
 
+    @property
+    def background(self) -> bool:
+        """Whether summaries are made by background jobs (the server) rather than in line (a command)."""
+        return self.jobs is not None
+
+    @property
+    def degraded(self) -> bool:
+        """The shared record store failed: records are this process's alone until it is back."""
+        return self.records.degraded
+
+    def job_stats(self) -> dict[str, int] | None:
+        """The background summaries' queue and what became of its jobs (None: no background jobs)."""
+        return self.jobs.stats() if self.jobs is not None else None
+
+    async def aclose(self) -> None:
+        """Cancel the background jobs, then close the record store."""
+        if self.jobs is not None:
+            await self.jobs.close()
+        await self.records.close()
+
     async def save(self, key: str, records: list[Record]) -> None:
         self._recorded[key] = True
         await self.records.save(key, records)

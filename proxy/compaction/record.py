@@ -116,7 +116,11 @@ class RecordStore(Protocol):
     """Where records live (`proxy.records` has the implementations: memory, SQLite, Redis).
 
     A lease is how processes that share a store agree that one of them runs a conversation's
-    background summary: held by `owner` until released or `ttl_s` runs out."""
+    background summary: held by `owner` until released or `ttl_s` runs out. `degraded` is True while
+    a shared store fails and records are served from this process's memory instead."""
+
+    @property
+    def degraded(self) -> bool: ...
 
     async def load(self, key: str) -> list[Record]: ...
 

@@ -196,7 +196,7 @@ class Settings(Section):
     limits: Limits = Limits()
     default_context_window: int = Field(128000, ge=256)
     discover_context_window: bool = True
-    models: dict[str, ModelEntry] = {}
+    models: dict[str, ModelEntry] = Field(default_factory=dict)
     compaction: Compaction = Compaction()
     state: State = State()
     archive: Archive = Archive()

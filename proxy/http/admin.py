@@ -10,22 +10,20 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from proxy.metrics.prometheus import Metrics
-from proxy.pipeline.engine import ChatPipeline
+from proxy.pipeline.engine import Pipeline
 
 
 async def healthz(request: Request) -> Response:
     return JSONResponse({"status": "ok"})
 
 
-def stats_route(pipeline: ChatPipeline) -> Callable[[Request], Awaitable[Response]]:
+def stats_route(pipeline: Pipeline) -> Callable[[Request], Awaitable[Response]]:
     """Calibration ratios, learned context windows and the background summaries' queue, for a person
     wondering why a request was compacted (or a benchmark watching the summarizer)."""
 
     async def stats(request: Request) -> Response:
-        jobs = pipeline.compactions.jobs
-        report = {"calibration": pipeline.calibration.report(), "learned_windows": pipeline.registry.learned()}
-        report["worker_pid"] = os.getpid()  # which process answered (`inflight serve --workers N`)
-        return JSONResponse(report | {"summary_jobs": jobs.stats() if jobs is not None else None})
+        # worker_pid: which process answered (`inflight serve --workers N`)
+        return JSONResponse(pipeline.stats() | {"worker_pid": os.getpid()})
 
     return stats
 

@@ -1,6 +1,9 @@
-"""POST /v1/chat/completions: read, count, budget, compact if needed, send, relay; retry once if refused.
+"""A conversation's endpoint (`POST /v1/chat/completions`, one per wire format): read, count, budget,
+compact if needed, send, relay; retry once if refused.
 
-Each step is one call into the module that owns it; this file only puts them in order.
+Each step is one call into the module that owns it; this file only puts them in order. What is
+particular to the API is the wire format's (`proxy.formats`): how the body reads as the core's
+conversation and is written back, how a refusal and usage look, how an error is shaped.
 """
 
 from __future__ import annotations
@@ -11,21 +14,21 @@ from dataclasses import dataclass
 
 from starlette.requests import Request
 
-from proxy.archive.recorder import Archiver
 from proxy.config import Limits
 from proxy.errors import UpstreamUnreachable
+from proxy.formats import UsageReader, WireFormat
 from proxy.http.body import read_limited
 from proxy.http.disconnect import cancelled_on_disconnect
 from proxy.http.exchange import Exchange
 from proxy.http.hold import Held, hold_until_known
-from proxy.http.intake import read_chat
+from proxy.http.intake import read_request
 from proxy.http.keepalive import KeepAlive
 from proxy.http.relay import Relay, prepend, relay, tap
 from proxy.http.target import checked_path
 from proxy.pipeline.accounting import Accounting, Counted
-from proxy.pipeline.engine import ChatPipeline, Options
+from proxy.pipeline.archiving import Archiver
+from proxy.pipeline.engine import Options, Pipeline
 from proxy.pipeline.outgoing import Prepared
-from proxy.policy.calibration import UsageReader
 from proxy.policy.retry import RetryAim
 from proxy.policy.windows import FetchModels
 from proxy.upstream.client import UpstreamClient
@@ -36,8 +39,8 @@ log = logging.getLogger("inflight")
 
 
 @dataclass
-class ChatCall:
-    """One counted chat request on its way: what the steps after intake, and a retry, need."""
+class Call:
+    """One counted request on its way: what the steps after intake, and a retry, need."""
 
     request: Request
     exchange: Exchange  # the log line and the x-inflight-* headers
@@ -47,10 +50,19 @@ class ChatCall:
     identity: bool = False  # ask the upstream for an unencoded body (a keep-alive stream sent its headers)
 
 
-class ChatCompletions:
+class Conversations:
+    """The handler of one wire format's conversation endpoint."""
+
     def __init__(
-        self, pipeline: ChatPipeline, upstream: UpstreamClient, *, limits: Limits, archive: Archiver | None = None
+        self,
+        wire: WireFormat,
+        pipeline: Pipeline,
+        upstream: UpstreamClient,
+        *,
+        limits: Limits,
+        archive: Archiver | None = None,
     ) -> None:
+        self.wire = wire
         self.pipeline = pipeline
         self.upstream = upstream
         self.limits = limits
@@ -58,8 +70,12 @@ class ChatCompletions:
 
     async def __call__(self, request: Request, exchange: Exchange) -> Relay | KeepAlive:
         encoding = request.headers.get("content-encoding", "")
-        intake = await read_chat(
-            await read_limited(request, self.limits), encoding, self.pipeline, limit=self.limits.max_body_bytes
+        intake = await read_request(
+            await read_limited(request, self.limits),
+            encoding,
+            self.pipeline,
+            self.wire,
+            limit=self.limits.max_body_bytes,
         )
         model = intake.payload.get("model")
         exchange.note("model", model if isinstance(model, str) else "-")
@@ -68,7 +84,7 @@ class ChatCompletions:
                 return relay(await self.send(request, exchange, intake.raw, rewritten=False), exchange)
             accounting = await self.pipeline.account(intake.counted, discovery(self.upstream, request))
             exchange.note_all(accounting.log_fields())
-            call = ChatCall(request, exchange, intake.counted, accounting, options_of(request))
+            call = Call(request, exchange, intake.counted, accounting, options_of(request, self.wire))
             interval = self.keepalive_after(call)
             if interval is None:
                 return await self.respond(call, await self.prepare(call))
@@ -77,24 +93,23 @@ class ChatCompletions:
                 await asyncio.wait_for(asyncio.shield(preparing), interval)
             except TimeoutError:  # still compacting: begin the stream, and keep it alive until it is sent
                 call.identity = True  # the headers go out now, with no Content-Encoding: the upstream must send none
-                return KeepAlive(asyncio.ensure_future(self.respond_when(preparing, call)), interval, exchange)
+                work = asyncio.ensure_future(self.respond_when(preparing, call))
+                return KeepAlive(work, interval, exchange, self.wire)
             except BaseException:
                 preparing.cancel()
                 raise
             return await self.respond(call, preparing.result())
 
-    def keepalive_after(self, call: ChatCall) -> float | None:
+    def keepalive_after(self, call: Call) -> float | None:
         """For a streaming request that may be compacted, `summarize.keepalive_after_s` of its model (else None)."""
-        if call.counted.payload.get("stream") is not True or not self.pipeline.compacts(
-            call.counted.model, call.options
-        ):
+        if not call.counted.streams or not self.pipeline.compacts(call.counted.model, call.options):
             return None
         return self.pipeline.model_settings(call.counted.model).compaction.summarize.keepalive_after_s
 
-    async def respond_when(self, preparing: asyncio.Future[Prepared], call: ChatCall) -> Relay:
+    async def respond_when(self, preparing: asyncio.Future[Prepared], call: Call) -> Relay:
         return await self.respond(call, await preparing)
 
-    async def respond(self, call: ChatCall, prepared: Prepared) -> Relay:
+    async def respond(self, call: Call, prepared: Prepared) -> Relay:
         """From the prepared body to the relay of the upstream's answer (a retry included)."""
         request, exchange, accounting = call.request, call.exchange, call.accounting
         response = await self.send(
@@ -104,8 +119,9 @@ class ChatCompletions:
             # A retry could only shrink it to the same floor: a refusal of this one goes to the client as it is.
             return self.relay_with_usage(call, response, prepared)
         try:
-            stream = call.counted.payload.get("stream") is True
-            held = await hold_until_known(response, event_stream=stream, host=self.upstream.host)
+            held = await hold_until_known(
+                response, self.wire, event_stream=call.counted.streams, host=self.upstream.host
+            )
         except BaseException:
             await response.aclose()
             raise
@@ -113,13 +129,13 @@ class ChatCompletions:
         if held.refusal is None:
             return self.relay_with_usage(call, response, prepared, held=held)
         await response.aclose()
-        aim = self.pipeline.learn(accounting, held.refusal, prepared, call.counted.payload)
+        aim = self.pipeline.learn(call.counted, accounting, held.refusal, prepared)
         exchange.note_all({"refused_by": held.refusal.upstream, "retry_limit": aim.limit})
         if aim.blind:
             exchange.note("retry_aim", "blind")
         return await self.retry(call, aim, refused=prepared)
 
-    async def retry(self, call: ChatCall, aim: RetryAim, *, refused: Prepared) -> Relay:
+    async def retry(self, call: Call, aim: RetryAim, *, refused: Prepared) -> Relay:
         """Once: the original request compacted again against what the refusal taught us."""
         prepared = await self.prepare(call, retry=aim)
         if prepared.outcome is not None and refused.outcome is not None and refused.outcome.fresh:
@@ -131,7 +147,7 @@ class ChatCompletions:
         )
         return self.relay_with_usage(call, response, prepared)
 
-    async def prepare(self, call: ChatCall, *, retry: RetryAim | None = None) -> Prepared:
+    async def prepare(self, call: Call, *, retry: RetryAim | None = None) -> Prepared:
         """The body to send (compacted if needed); its headers and log fields go on the exchange."""
         pipeline = self.pipeline
         prepared = await pipeline.prepare(call.counted, call.accounting, call.options, retry=retry)
@@ -158,24 +174,25 @@ class ChatCompletions:
         return response
 
     def relay_with_usage(
-        self, call: ChatCall, response: Response, prepared: Prepared, *, held: Held | None = None
+        self, call: Call, response: Response, prepared: Prepared, *, held: Held | None = None
     ) -> Relay:
-        """Relay unchanged, reading `usage.prompt_tokens` on the way to calibrate this model's estimates."""
+        """Relay unchanged, reading the upstream's prompt count on the way to calibrate this model's estimates."""
         chunks = response.aiter_raw() if held is None else prepend(held.chunks, held.rest)
         if self.archive is not None:
             self.archive.turn(call.counted, call.accounting, call.options, prepared, status=response.status)
         if response.status != 200:
             return relay(response, call.exchange, chunks=chunks)
         reader = UsageReader(
+            self.wire,
             event_stream=is_event_stream(response.headers),
             content_encoding=header_value(response.headers, b"content-encoding"),
         )
-        calibration, model = self.pipeline.calibration, call.accounting.model
+        pipeline, model = self.pipeline, call.accounting.model
 
         def calibrate() -> None:
             actual = reader.finish()
             if actual is not None:
-                calibration.record(model, estimate=prepared.sent_tokens, actual=actual)
+                pipeline.record_usage(model, estimate=prepared.sent_tokens, actual=actual)
 
         return relay(response, call.exchange, chunks=tap(chunks, reader.feed, calibrate))
 
@@ -193,9 +210,13 @@ def discovery(upstream: UpstreamClient, request: Request) -> FetchModels:
     return fetch_models
 
 
-def options_of(request: Request) -> Options:
+def options_of(request: Request, wire: WireFormat) -> Options:
+    """The `x-inflight-*` headers; the session is `x-inflight-session`, else the format's own header."""
+    session = request.headers.get("x-inflight-session")
+    if session is None and wire.session_header is not None:
+        session = request.headers.get(wire.session_header)
     return Options(
         mode=request.headers.get("x-inflight-compaction", "").strip().lower(),
-        session=request.headers.get("x-inflight-session"),
+        session=session,
         authorization=request.headers.get("authorization"),
     )

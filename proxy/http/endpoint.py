@@ -14,8 +14,9 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.types import Receive, Scope, Send
 
 from proxy.errors import ProxyError
+from proxy.formats import WireFormat
 from proxy.http.disconnect import ClientGone
-from proxy.http.error_response import render
+from proxy.http.error_response import DEFAULT_SHAPE, render
 from proxy.http.exchange import Exchange
 from proxy.http.keepalive import KeepAlive
 from proxy.http.relay import Relay
@@ -27,10 +28,16 @@ Handler = Callable[[Request, Exchange], Awaitable[Relay | KeepAlive]]
 
 class Endpoint:
     def __init__(
-        self, handler: Handler, *, route: str = "", on_finish: Callable[[Exchange], None] | None = None
+        self,
+        handler: Handler,
+        *,
+        route: str = "",
+        on_finish: Callable[[Exchange], None] | None = None,
+        wire: WireFormat = DEFAULT_SHAPE,
     ) -> None:
         self.handler = handler
         self.route = route  # the route's template, for the metrics
+        self.wire = wire  # whose error shape our own errors take
         self.on_finish = on_finish  # called with each request's exchange once it is done (the metrics)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -46,14 +53,15 @@ class Endpoint:
         except ProxyError as exc:
             exchange.status = exc.status_code
             exchange.note("error", exc.code or exc.error_type)
-            await render(exc)(scope, receive, send)
+            await render(exc, wire=self.wire)(scope, receive, send)
             exchange.finish()
             return
         except Exception as exc:  # a bug of ours: still an answer in OpenAI's shape, and the traceback logged
             log.exception("internal error on %s %s", scope["method"], scope["path"])
             exchange.status = 500
             exchange.note("error", type(exc).__name__)
-            await render(ProxyError(f"inflight internal error: {type(exc).__name__}"))(scope, receive, send)
+            error = ProxyError(f"inflight internal error: {type(exc).__name__}")
+            await render(error, wire=self.wire)(scope, receive, send)
             exchange.finish()
             return
         await response(scope, receive, send)

@@ -9,8 +9,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+from proxy.formats import WireFormat
 from proxy.policy.refusals import MAX_BODY as MAX_ERROR_BODY
-from proxy.policy.refusals import Refusal, detect, detect_event, first_event
+from proxy.policy.refusals import Refusal, first_event
 from proxy.upstream.exceptions import upstream_errors
 from proxy.upstream.headers import header_value, is_event_stream
 from proxy.upstream.response import Response as UpstreamResponse
@@ -25,8 +26,9 @@ class Held:
     refusal: Refusal | None = None
 
 
-async def hold_until_known(response: UpstreamResponse, *, event_stream: bool, host: str) -> Held:
-    """Read an error body whole, or a stream up to its first event. A 2xx JSON body is never held."""
+async def hold_until_known(response: UpstreamResponse, wire: WireFormat, *, event_stream: bool, host: str) -> Held:
+    """Read an error body whole, or a stream up to its first event; `wire` says whether it is a refusal.
+    A 2xx JSON body is never held."""
     rest = response.aiter_raw()
     chunks: list[bytes] = []
     encoding = header_value(response.headers, b"content-encoding")
@@ -38,7 +40,8 @@ async def hold_until_known(response: UpstreamResponse, *, event_stream: bool, ho
                 size += len(chunk)
                 if size > MAX_ERROR_BODY:
                     return Held(chunks, rest)
-        return Held(chunks, rest, detect(response.status, b"".join(chunks), content_encoding=encoding))
+        body = b"".join(chunks)
+        return Held(chunks, rest, wire.refusal(response.status, body, content_encoding=encoding))
     if response.status != 200 or not event_stream or not is_event_stream(response.headers) or encoding:
         return Held(chunks, rest)
     buffer = b""
@@ -48,8 +51,8 @@ async def hold_until_known(response: UpstreamResponse, *, event_stream: bool, ho
             buffer += chunk
             event = first_event(buffer)
             if event is not None:
-                return Held(chunks, rest, detect_event(event))
+                return Held(chunks, rest, wire.stream_refusal(event))
     if not buffer.strip():
         # llama-cpp-python answers an overlong streaming request with 200 and a stream with no event at all.
         return Held(chunks, rest, Refusal("llama-cpp-python-stream"))
-    return Held(chunks, rest, detect_event(buffer))
+    return Held(chunks, rest, wire.stream_refusal(buffer))

@@ -1,4 +1,4 @@
-"""Reading a chat request: undo its Content-Encoding, parse it once, count it; big bodies off the loop.
+"""Reading a conversation request: undo its Content-Encoding, parse it once, count it; big bodies off the loop.
 
 A body that is not a JSON object gets a 400 in OpenAI's shape; anything else that parses is left
 for the pipeline to judge (a body it cannot count is forwarded for the upstream to answer).
@@ -14,10 +14,11 @@ from typing import Any
 import orjson
 
 from proxy.errors import BadRequest
+from proxy.formats import WireFormat
 from proxy.http.body import decompress, is_identity
 from proxy.offload import HEAVY_BYTES, in_thread
 from proxy.pipeline.accounting import Counted
-from proxy.pipeline.engine import ChatPipeline
+from proxy.pipeline.engine import Pipeline
 from proxy.tokens import THREAD_THRESHOLD_BYTES, is_loaded
 
 
@@ -25,7 +26,7 @@ from proxy.tokens import THREAD_THRESHOLD_BYTES, is_loaded
 class Intake:
     raw: bytes  # the body as the client sent it
     payload: dict[str, Any]
-    counted: Counted | None  # None: not a chat request we can count
+    counted: Counted | None  # None: not a request its wire format can count
 
 
 def parse_object(data: bytes) -> dict[str, Any]:
@@ -40,7 +41,7 @@ def parse_object(data: bytes) -> dict[str, Any]:
     return payload
 
 
-def parse_chat(data: bytes) -> tuple[dict[str, Any], bool]:
+def parse_request(data: bytes) -> tuple[dict[str, Any], bool]:
     """The body as an object, and whether we can count it.
 
     JSON that orjson refuses but Python's json reads (a lone surrogate escape, `"\\ud800"`) is legal
@@ -58,26 +59,30 @@ def parse_chat(data: bytes) -> tuple[dict[str, Any], bool]:
         return payload, False
 
 
-def parse_and_count(chunks: list[bytes], content_encoding: str, pipeline: ChatPipeline, limit: int) -> Intake:
+def parse_and_count(
+    chunks: list[bytes], content_encoding: str, pipeline: Pipeline, wire: WireFormat, limit: int
+) -> Intake:
     # Joined here, in the worker: CPython copies a join of a megabyte or more without the GIL, so the
     # loop runs on meanwhile; joined on the loop, 30 MB would stop it for a copy's time.
     raw = b"".join(chunks)
     chunks.clear()  # the body is held once, not twice, while it is parsed
-    payload, countable = parse_chat(decompress(raw, content_encoding, limit))
-    return Intake(raw, payload, pipeline.count(raw, payload) if countable else None)
+    payload, countable = parse_request(decompress(raw, content_encoding, limit))
+    return Intake(raw, payload, pipeline.count(raw, payload, wire) if countable else None)
 
 
-async def read_chat(chunks: list[bytes], content_encoding: str, pipeline: ChatPipeline, *, limit: int) -> Intake:
+async def read_request(
+    chunks: list[bytes], content_encoding: str, pipeline: Pipeline, wire: WireFormat, *, limit: int
+) -> Intake:
     """Join, decompress, parse and count; a large or compressed body all in one worker thread, so the
     loop keeps serving others (a small gzip body can inflate to the whole limit)."""
     size = sum(map(len, chunks))
     if size > THREAD_THRESHOLD_BYTES or not is_identity(content_encoding):
-        return await in_thread(size >= HEAVY_BYTES, parse_and_count, chunks, content_encoding, pipeline, limit)
+        return await in_thread(size >= HEAVY_BYTES, parse_and_count, chunks, content_encoding, pipeline, wire, limit)
     raw = b"".join(chunks)
-    payload, countable = parse_chat(raw)
+    payload, countable = parse_request(raw)
     if not countable:
         return Intake(raw, payload, None)
     model = payload.get("model")
     if isinstance(model, str) and not is_loaded(pipeline.encoding_for(model).name):  # built on first use: ~1 s
-        return Intake(raw, payload, await asyncio.to_thread(pipeline.count, raw, payload))
-    return Intake(raw, payload, pipeline.count(raw, payload))
+        return Intake(raw, payload, await asyncio.to_thread(pipeline.count, raw, payload, wire))
+    return Intake(raw, payload, pipeline.count(raw, payload, wire))

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from starlette.types import Receive, Scope, Send
 
 from proxy.errors import ProxyError
+from proxy.formats import WireFormat
 from proxy.http.disconnect import disconnected
 from proxy.http.error_response import body_of, error_body
 from proxy.http.exchange import Exchange
@@ -45,6 +46,7 @@ class KeepAlive:
     work: asyncio.Future[Relay]  # the rest of the request: compaction, upstream, retry
     interval: float
     exchange: Exchange
+    wire: WireFormat  # errors after the 200 go out as events in its error shape
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         self.exchange.status = 200
@@ -69,18 +71,20 @@ class KeepAlive:
             relay = self.work.result()
         except ProxyError as exc:
             self.exchange.note("error", exc.code or exc.error_type)
-            await self._end(send, error_event(body_of(exc)))
+            await self._end(send, error_event(body_of(exc, self.wire)))
             return
         except Exception as exc:  # a bug of ours, after the 200: still an answer in OpenAI's shape, and logged
             log.exception("internal error while a keep-alive stream waited")
             self.exchange.note("error", type(exc).__name__)
-            await self._end(send, error_event(body_of(ProxyError(f"inflight internal error: {type(exc).__name__}"))))
+            await self._end(
+                send, error_event(body_of(ProxyError(f"inflight internal error: {type(exc).__name__}"), self.wire))
+            )
             return
         if relay.status != 200:  # the upstream's error, as an event: the 200 is out already
             try:
                 body = b"".join([chunk async for chunk in relay.chunks])
             except Exception as exc:
-                body = error_body(f"upstream error {relay.status}", error_type="upstream_error")
+                body = error_body(f"upstream error {relay.status}", error_type="upstream_error", wire=self.wire)
                 self.exchange.note("upstream_stream_error", type(exc).__name__)
             finally:
                 await relay.close()

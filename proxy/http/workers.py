@@ -102,43 +102,61 @@ def serve_workers(settings: Settings, workers: int) -> int:
 
 
 def supervise(settings: Settings, workers: int, metrics_directory: str) -> int:
-    context = multiprocessing.get_context("spawn")
-    running: list[BaseProcess] = []
-    stopping = False
+    return Supervisor(settings, metrics_directory).run(workers)
 
-    def start() -> BaseProcess:
-        process = context.Process(target=run_worker, args=(settings,), daemon=False)
+
+class Supervisor:
+    """The parent's loop: start the workers, replace one that exits, pass a stop signal on to all."""
+
+    def __init__(self, settings: Settings, metrics_directory: str) -> None:
+        self.settings = settings
+        self.metrics_directory = metrics_directory
+        self.context = multiprocessing.get_context("spawn")
+        self.running: list[BaseProcess] = []
+        self.restarts: list[float] = []
+        self.stopping = False
+
+    def run(self, workers: int) -> int:
+        signal.signal(signal.SIGTERM, self.stop)
+        signal.signal(signal.SIGINT, self.stop)
+        self.running.extend(self.start() for _ in range(workers))
+        log.info("inflight: %d workers on port %d", workers, self.settings.listen.port)
+        while not self.stopping:
+            self.replace_exited()
+            time.sleep(0.2)
+        for process in self.running:
+            process.join(timeout=30)
+            forget_metrics_of(process, self.metrics_directory)
+        return 1 if self.crashing else 0
+
+    @property
+    def crashing(self) -> bool:
+        """Workers die as fast as they start (the port taken, a broken config)."""
+        return len(self.restarts) > MAX_RESTARTS
+
+    def start(self) -> BaseProcess:
+        process = self.context.Process(target=run_worker, args=(self.settings,), daemon=False)
         process.start()
         return process
 
-    def stop(signum: int, frame: FrameType | None) -> None:
-        nonlocal stopping
-        stopping = True
-        for process in running:
+    def stop(self, signum: int, frame: FrameType | None) -> None:
+        self.stopping = True
+        for process in self.running:
             if process.pid is not None and process.is_alive():
                 process.terminate()  # SIGTERM: uvicorn finishes what it is serving, then exits
 
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    running.extend(start() for _ in range(workers))
-    log.info("inflight: %d workers on port %d", workers, settings.listen.port)
-    restarts: list[float] = []
-    while not stopping:
-        for index, process in enumerate(running):
-            if process.is_alive() or stopping:
+    def replace_exited(self) -> None:
+        for index, process in enumerate(self.running):
+            if process.is_alive() or self.stopping:
                 continue
-            restarts = [t for t in restarts if t > time.monotonic() - CRASH_WINDOW_S] + [time.monotonic()]
-            if len(restarts) > MAX_RESTARTS:  # dying as fast as they start (the port taken, a broken config)
-                log.error("inflight: workers keep exiting (%d in %d s); stopping", len(restarts), CRASH_WINDOW_S)
-                stop(signal.SIGTERM, None)
-                break
+            now = time.monotonic()
+            self.restarts = [t for t in self.restarts if t > now - CRASH_WINDOW_S] + [now]
+            if self.crashing:
+                log.error("inflight: workers keep exiting (%d in %d s); stopping", len(self.restarts), CRASH_WINDOW_S)
+                self.stop(signal.SIGTERM, None)
+                return
             log.warning("inflight: worker %d exited with %s; starting another", process.pid, process.exitcode)
-            forget_metrics_of(process, metrics_directory)
+            forget_metrics_of(process, self.metrics_directory)
             time.sleep(RESTART_PAUSE_S)
-            if not stopping:  # a signal may have come during the pause
-                running[index] = start()
-        time.sleep(0.2)
-    for process in running:
-        process.join(timeout=30)
-        forget_metrics_of(process, metrics_directory)
-    return 1 if len(restarts) > MAX_RESTARTS else 0
+            if not self.stopping:  # a signal may have come during the pause
+                self.running[index] = self.start()

@@ -1,7 +1,7 @@
 """What `GET /metrics` reports, in Prometheus's format: requests, latencies, compactions, summaries, stores.
 
 `Metrics` owns a registry of its own (tests build several apps in one process, so nothing goes in
-prometheus_client's global one). Request figures are read from each `Exchange` once it finishes;
+prometheus_client's global one). Request figures are read from each request's `Exchange` once it finishes;
 the compaction machinery reports through the `Observer` hooks, which this class implements.
 
 With `inflight serve --workers N` every worker writes its values to files in the directory that
@@ -13,13 +13,12 @@ worker answers it, adds up all of them.
 from __future__ import annotations
 
 import os
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, values
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from proxy.http.exchange import Exchange
 from proxy.metrics.observer import SummarizerOutcome
 
 # Seconds. The proxy's own share is usually under a millisecond: fine buckets there.
@@ -29,6 +28,25 @@ SUMMARIZER_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300)
 TOKEN_BUCKETS = (1000, 2000, 4000, 8000, 16000, 32000, 64000, 128000, 256000, 512000, 1_000_000, 2_000_000)
 M = TypeVar("M", Counter, Gauge, Histogram)
 NOT_COMPACTIONS = frozenset({"none", "retry", "error"})  # actions that do not say the request was compacted
+
+
+class FinishedRequest(Protocol):
+    """What a finished request tells the metrics (the edge's `Exchange` is one)."""
+
+    @property
+    def route(self) -> str: ...
+
+    @property
+    def status(self) -> int: ...
+
+    @property
+    def added_s(self) -> float | None: ...
+
+    @property
+    def upstream_s(self) -> float: ...
+
+    @property
+    def headers(self) -> dict[str, str]: ...
 
 
 def route_of(path: str) -> str:
@@ -133,7 +151,7 @@ class Metrics:
         encode, content_type = choose_encoder(accept)
         return encode(self.exposed), content_type
 
-    def exchange_done(self, exchange: Exchange) -> None:
+    def exchange_done(self, exchange: FinishedRequest) -> None:
         """A request is done (`Exchange.finish`): its status, latencies, and what its compaction did."""
         route = exchange.route
         self._child(self.requests, route, str(exchange.status)).inc()

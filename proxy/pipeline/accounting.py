@@ -1,4 +1,4 @@
-"""What one chat request costs against its model's window: the count, the window, the budget.
+"""What one request costs against its model's window: the count, the window, the budget.
 
 `Counted` is a parsed and counted request; `Accounting` adds the model's limits, the budget
 (window minus the reply's reserve) and the calibration ratio that turns our count into the
@@ -11,19 +11,31 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from proxy.formats import CoreRequest, WireFormat
 from proxy.policy.windows import ModelLimits
 from proxy.tokens import EncodingChoice, RequestCount
 
 
 @dataclass(frozen=True)
 class Counted:
-    """A chat request we can count: the client's bytes, its parsed body, its model, encoding and count."""
+    """A request we can count: the client's bytes and parsed body, its wire format, the core's view of
+    it (`request`), its encoding and its count."""
 
     raw: bytes
     payload: dict[str, Any]
-    model: str
+    wire: WireFormat
+    request: CoreRequest
     encoding: EncodingChoice
     count: RequestCount
+
+    @property
+    def model(self) -> str:
+        return self.request.model
+
+    @property
+    def streams(self) -> bool:
+        """Whether the client asked for an event stream (what a held response is read up to)."""
+        return self.payload.get("stream") is True
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,9 @@
-"""Everything between a parsed chat request and the bytes sent upstream: count, budget, compact.
+"""Everything between a parsed request and the bytes sent upstream: count, budget, compact, learn.
 
-The server's chat handler and the `inflight count` / `inflight compact` commands go through this
-one object, so they cannot disagree. No HTTP here: model discovery and the summarizer are passed
-in as callables.
+The server's handler and the `inflight count` / `inflight compact` / `inflight eval` commands go
+through this one object, so they cannot disagree. It reads a request through its wire format
+(`proxy.formats`) and hands the core only the core's conversation. No HTTP here: model discovery
+and the summarizer are passed in as callables.
 """
 
 from __future__ import annotations
@@ -10,43 +11,27 @@ from __future__ import annotations
 import functools
 import logging
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from cachetools import LRUCache
 
-from proxy.compaction import (
-    Budget,
-    Conversation,
-    ConversationCompactions,
-    Outcome,
-    Summarize,
-    conversation_key,
-    head_length,
-)
+from proxy.compaction import Budget, Conversation, ConversationCompactions, Outcome, conversation_key, head_length
 from proxy.compaction.background.scheduler import BackgroundSummaries
 from proxy.config import Compaction, ModelSettings, Settings
+from proxy.formats import WireFormat
 from proxy.metrics.observer import NO_OBSERVER, Observer
 from proxy.pipeline.accounting import Accounting, Counted
 from proxy.pipeline.outgoing import Prepared, as_sent, rewritten
-from proxy.pipeline.parts import CompactionParts, summarizer_window
+from proxy.pipeline.parts import CompactionParts, SummarizerFactory, summarizer_window
 from proxy.policy.calibration import Calibration
 from proxy.policy.refusals import Refusal
 from proxy.policy.retry import RetryAim, retry_limit
 from proxy.policy.windows import ContextRegistry, FetchModels, budget_for
 from proxy.records import open_record_store
 from proxy.tokens import EncodingChoice, TokenCounter, choose_encoding
+from proxy.tokens.text import counted_or_estimated
 
 log = logging.getLogger("inflight")
-
-
-class SummarizerFactory(Protocol):
-    """The summarizer for one request: its model's compaction settings, its model, the client's key."""
-
-    def __call__(self, options: Compaction, *, model: str, client_authorization: str | None) -> Summarize: ...
-
-    async def window(self, options: Compaction, model: str) -> int | None:
-        """The summarizer model's window as its own endpoint says (None: not a separate endpoint, or silent)."""
-        ...
 
 
 @dataclass(frozen=True)
@@ -58,7 +43,11 @@ class Options:
     authorization: str | None = None  # the client's, for the summarizer when no key is configured
 
 
-class ChatPipeline:
+class Pipeline:
+    """One process's counting, windows, calibration and compaction records, and the steps that use them.
+
+    It owns that state: others ask it (`stats()`, `degraded`, `record_usage()`, `aclose()`)."""
+
     def __init__(
         self,
         settings: Settings,
@@ -70,11 +59,11 @@ class ChatPipeline:
         summarizers: SummarizerFactory | None,
     ) -> None:
         self.settings = settings
-        self.counter = counter
-        self.registry = registry
-        self.calibration = calibration
-        self.compactions = compactions
-        self.summarizers = summarizers
+        self._counter = counter
+        self._registry = registry
+        self._calibration = calibration
+        self._compactions = compactions
+        self._summarizers = summarizers
         self._models: LRUCache[str, ModelSettings] = LRUCache(maxsize=4096)
 
     def model_settings(self, model: str) -> ModelSettings:
@@ -84,20 +73,52 @@ class ChatPipeline:
             found = self._models[model] = self.settings.for_model(model)
         return found
 
-    def count(self, raw: bytes, payload: dict[str, Any]) -> Counted | None:
-        """The request counted, or None when it is no chat request we can count. CPU only: may run in a thread."""
-        model = payload.get("model")
-        messages = payload.get("messages")
-        if not isinstance(model, str) or not is_message_list(messages):
+    @property
+    def degraded(self) -> bool:
+        """The shared record store failed: records are this process's alone until it is back."""
+        return self._compactions.degraded
+
+    def stats(self) -> dict[str, object]:
+        """What this process has learned (calibration, windows) and its background summaries' queue."""
+        return {
+            "calibration": self._calibration.report(),
+            "learned_windows": self._registry.learned(),
+            "summary_jobs": self._compactions.job_stats(),
+        }
+
+    def record_usage(self, model: str, *, estimate: int, actual: int) -> None:
+        """The upstream counted `actual` prompt tokens where we counted `estimate`: calibrate `model`."""
+        self._calibration.record(model, estimate=estimate, actual=actual)
+
+    async def aclose(self) -> None:
+        """Stop the background summaries and close the record store."""
+        await self._compactions.aclose()
+
+    async def summarizer_window(self, settings: Compaction, model: str, *, ask: bool = True) -> int:
+        """The window of the model that summarizes `model`'s conversations (see `parts.summarizer_window`)."""
+        return await summarizer_window(self._summarizers, self._registry, settings, model, ask=ask)
+
+    def text_tokens(self, model: str, text: str) -> int:
+        """`text` counted with `model`'s encoding (estimated from its size where the tokenizer fails)."""
+        return counted_or_estimated(self._counter.encoding(self.encoding_for(model).name), text)
+
+    def count(self, raw: bytes, payload: dict[str, Any], wire: WireFormat) -> Counted | None:
+        """The request counted, or None when it is none `wire` can count. CPU only: may run in a thread."""
+        request = wire.read(payload)
+        if request is None:
             return None
-        choice = self.encoding_for(model)
+        choice = self.encoding_for(request.model)
         try:
-            return Counted(raw, payload, model, choice, self.counter.count_request(payload, choice.name))
+            count = self._counter.count_request(request.view, choice.name)
         except Exception as exc:  # e.g. nested deeper than orjson writes (254) though it reads it (1024)
             log.warning(
-                "[tokens] cannot count this %s request (%s: %s); forwarding it as sent", model, type(exc).__name__, exc
+                "[tokens] cannot count this %s request (%s: %s); forwarding it as sent",
+                request.model,
+                type(exc).__name__,
+                exc,
             )
             return None
+        return Counted(raw, payload, wire, request, choice, count)
 
     def encoding_for(self, model: str) -> EncodingChoice:
         return choose_encoding(model, self.model_settings(model).encoding)
@@ -106,18 +127,20 @@ class ChatPipeline:
         """The request's window, budget and calibration; `fetch_models` None: no discovery (offline)."""
         model = counted.model
         if fetch_models is None:
-            limits = self.registry.resolve(model)
+            limits = self._registry.resolve(model)
         else:
-            limits = await self.registry.resolve_async(model, fetch_models)
+            limits = await self._registry.resolve_async(model, fetch_models)
         reserve_tokens = self.model_settings(model).compaction.reserve_tokens
         return Accounting(
             model=model,
             encoding=counted.encoding.name,
             exact=counted.encoding.exact,
             limits=limits,
-            budget=budget_for(counted.payload, reserve_tokens=reserve_tokens, context_window=limits.context_window),
+            budget=budget_for(
+                counted.request.output_limit, reserve_tokens=reserve_tokens, context_window=limits.context_window
+            ),
             raw_tokens=counted.count.total,
-            ratio=1.0 if counted.encoding.exact else self.calibration.ratio(model),
+            ratio=1.0 if counted.encoding.exact else self._calibration.ratio(model),
             estimated=counted.count.estimated,
         )
 
@@ -138,8 +161,7 @@ class ChatPipeline:
         A `retry` aim replaces the accounted budget.
         """
         prepared = await self._prepare(counted, accounting, options, retry=retry)
-        degraded = getattr(self.compactions.records, "degraded", False)  # the shared store failed: records in memory
-        if degraded and self.compacts(counted.model, options):
+        if self.degraded and self.compacts(counted.model, options):
             prepared.headers["x-inflight-state"] = "degraded"
             prepared.fields["state"] = "degraded"
         return prepared
@@ -173,33 +195,42 @@ class ChatPipeline:
     ) -> Outcome | None:
         settings = self.model_settings(accounting.model).compaction
         count = counted.count
-        conversation = Conversation(counted.payload["messages"], count.messages, count.digests, count.fixed)
+        conversation = Conversation(counted.request.messages, count.messages, count.digests, count.fixed)
         own_units = int((retry.limit if retry else accounting.budget) / accounting.ratio)  # compaction's units
         budget = Budget.exactly(own_units) if retry and retry.blind else Budget.of(own_units, settings)
         force = options.mode == "force"  # a retry needs no push: what it retries is over its limit
-        background = self.compactions.jobs is not None and self.summarizers is not None
+        background = self._compactions.background and self._summarizers is not None
         background = background and settings.summarize.background_at is not None
         start_at = int(budget.limit * (settings.summarize.background_at or 1)) if background else budget.prune_at
         due = force or conversation.tokens > min(budget.prune_at, start_at)  # else no summary is near: no need to ask
-        summary_window = await summarizer_window(self, settings, accounting.model, ask=due)
-        parts = CompactionParts(self, settings, accounting, options, int(summary_window / accounting.ratio))
+        summary_window = await self.summarizer_window(settings, accounting.model, ask=due)
+        parts = CompactionParts(
+            settings=settings,
+            accounting=accounting,
+            counter=self._counter,
+            summarizers=self._summarizers,
+            client_authorization=options.authorization,
+            summarizer_input_tokens=int(summary_window / accounting.ratio),
+        )
         # No job for a retry (the turn it retries saw to that), nor for a request under every threshold.
         wanted = background and due and not retry
-        ahead = parts.ahead(budget, start_at, counted.payload.get("tools")) if wanted else None
+        ahead = parts.ahead(budget, start_at, counted.request.view.get("tools")) if wanted else None
         compactor = functools.partial(parts.compactor, background=background)
-        return await self.compactions.compact(
+        return await self._compactions.compact(
             key, conversation, compactor=compactor, budget=budget, force=force, ahead=ahead
         )
 
-    def learn(self, accounting: Accounting, refusal: Refusal, prepared: Prepared, payload: dict[str, Any]) -> RetryAim:
+    def learn(self, counted: Counted, accounting: Accounting, refusal: Refusal, prepared: Prepared) -> RetryAim:
         """Record what the refusal says; the (calibrated) budget to compact the retry against."""
         learned_budget = None
         if refusal.context_window:
-            self.registry.learn(accounting.model, refusal.context_window)
+            self._registry.learn(accounting.model, refusal.context_window)
             reserve_tokens = self.model_settings(accounting.model).compaction.reserve_tokens
-            learned_budget = budget_for(payload, reserve_tokens=reserve_tokens, context_window=refusal.context_window)
+            learned_budget = budget_for(
+                counted.request.output_limit, reserve_tokens=reserve_tokens, context_window=refusal.context_window
+            )
         if refusal.prompt_tokens and prepared.sent_tokens:
-            self.calibration.record(accounting.model, estimate=prepared.sent_tokens, actual=refusal.prompt_tokens)
+            self._calibration.record(accounting.model, estimate=prepared.sent_tokens, actual=refusal.prompt_tokens)
         previous = accounting.budget if not prepared.rewritten else prepared.limit
         return retry_limit(
             previous=previous,
@@ -209,17 +240,13 @@ class ChatPipeline:
         )
 
 
-def is_message_list(messages: object) -> bool:
-    return isinstance(messages, list) and all(isinstance(m, dict) for m in messages)
-
-
 def build_pipeline(
     settings: Settings,
     *,
     summarizers: SummarizerFactory | None,
     background: bool = False,
     observer: Observer = NO_OBSERVER,
-) -> ChatPipeline:
+) -> Pipeline:
     """A pipeline with fresh state (counts, windows, calibration, records): the server's, or a command's.
 
     `background`: summaries are made by background jobs (the server); a command makes them in line.
@@ -230,7 +257,7 @@ def build_pipeline(
         idle_s = settings.compaction.cache.ttl_s
         jobs = BackgroundSummaries(max_running=summarize.max_concurrent_jobs, idle_s=idle_s, observer=observer)
     records = open_record_store(settings.state, settings.compaction.cache, observer=observer)
-    return ChatPipeline(
+    return Pipeline(
         settings,
         counter=TokenCounter(),
         registry=ContextRegistry(settings),
@@ -241,6 +268,7 @@ def build_pipeline(
 
 
 def key_of(counted: Counted, options: Options) -> str:
-    """The conversation's key: the client's session, else its model and head (system prompt and task)."""
-    head = counted.count.digests[: head_length(counted.payload["messages"])]
-    return conversation_key(session=options.session, model=counted.model, head_digests=head)
+    """The conversation's key: the client's session (its header, else the body's), else its model and head."""
+    head = counted.count.digests[: head_length(counted.request.messages)]
+    session = options.session or counted.request.session
+    return conversation_key(session=session, model=counted.model, head_digests=head)

@@ -32,8 +32,9 @@ from proxy.compaction.conversation import (
 from proxy.compaction.facts import command_of, facts_of
 from proxy.compaction.stages.mask import TOOL_PRUNED
 from proxy.config import Compaction
-from proxy.pipeline.engine import ChatPipeline, Options, SummarizerFactory
-from proxy.pipeline.parts import summarizer_window
+from proxy.formats import CHAT_COMPLETIONS
+from proxy.pipeline.engine import Options, Pipeline
+from proxy.pipeline.parts import SummarizerFactory
 
 KINDS = ("paths", "errors", "commands", "names")
 
@@ -70,7 +71,7 @@ class Compacted:
 class SizedSummarizers:
     """A summarizer factory that counts its requests against the summarizer's window."""
 
-    def __init__(self, inner: SummarizerFactory, pipeline_of: list[ChatPipeline]) -> None:
+    def __init__(self, inner: SummarizerFactory, pipeline_of: list[Pipeline]) -> None:
         self.inner, self.pipeline_of = inner, pipeline_of
         self.calls = 0
         self.oversize = 0
@@ -79,12 +80,12 @@ class SizedSummarizers:
         summarize = self.inner(options, model=model, client_authorization=client_authorization)
         pipeline = self.pipeline_of[0]
         summary_model = options.summarize.model or model
-        encoding = pipeline.counter.encoding(pipeline.encoding_for(summary_model).name)
 
         async def sized(job: SummaryJob) -> str:
-            window = await summarizer_window(pipeline, options, summary_model)
+            window = await pipeline.summarizer_window(options, summary_model)
             self.calls += 1
-            sent = sum(len(encoding.encode_ordinary(m["content"])) + 4 for m in job.messages()) + job.max_tokens
+            messages = job.messages()
+            sent = sum(pipeline.text_tokens(summary_model, m["content"]) + 4 for m in messages) + job.max_tokens
             self.oversize += sent > window
             return await summarize(job)
 
@@ -148,14 +149,14 @@ def wrong_placeholders(original: Sequence[Message], sent: Sequence[Message]) -> 
     return wrong
 
 
-async def replay(pipeline: ChatPipeline, name: str, body: dict[str, Any]) -> list[Compacted]:
+async def replay(pipeline: Pipeline, name: str, body: dict[str, Any]) -> list[Compacted]:
     messages: list[Message] = body["messages"]
     head = messages[: head_length(messages)]
     task = next((m for m in reversed(head) if m.get("role") == "user"), None)
     out: list[Compacted] = []
     for turn, end in enumerate(turns(messages)):
         request = {**body, "messages": messages[:end]}
-        counted = pipeline.count(orjson.dumps(request), request)
+        counted = pipeline.count(orjson.dumps(request), request, CHAT_COMPLETIONS)
         if counted is None:
             continue
         accounting = await pipeline.account(counted, None)

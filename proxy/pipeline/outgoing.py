@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import orjson
-
 from proxy.compaction import Outcome
 from proxy.pipeline.accounting import Accounting, Counted
 
@@ -64,5 +62,5 @@ def rewritten(counted: Counted, accounting: Accounting, outcome: Outcome, *, lim
             f"{accounting.model} allows {limit:,} ({accounting.limits.context_window:,}-token context window "
             "minus the tokens reserved for the reply). Shorten the system prompt, the tools or the last message."
         )
-    body = orjson.dumps({**counted.payload, "messages": outcome.messages})
+    body = counted.wire.write(counted.payload, counted.request, outcome.messages)
     return Prepared(body, True, outcome.tokens_after, limit, headers, fields, outcome, too_long, key)

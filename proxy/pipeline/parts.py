@@ -8,53 +8,66 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from proxy.compaction import Budget, Compactor, Summarize, SummaryAhead, build_compactor, on_home_loop
+from proxy.compaction import Budget, Compactor, Summarize, SummaryAhead, build_compactor
 from proxy.compaction.conversation import Message, observation_regex
 from proxy.compaction.stages import SummarizeStage
 from proxy.config import Compaction
+from proxy.offload import on_home_loop
 from proxy.pipeline.accounting import Accounting
+from proxy.policy.windows import ContextRegistry
+from proxy.tokens import TokenCounter
 from proxy.tokens.text import counted_or_estimated
 
-if TYPE_CHECKING:
-    from proxy.pipeline.engine import ChatPipeline, Options
+
+class SummarizerFactory(Protocol):
+    """The summarizer for one request: its model's compaction settings, its model, the client's key."""
+
+    def __call__(self, options: Compaction, *, model: str, client_authorization: str | None) -> Summarize: ...
+
+    async def window(self, options: Compaction, model: str) -> int | None:
+        """The summarizer model's window as its own endpoint says (None: not a separate endpoint, or silent)."""
+        ...
 
 
-async def summarizer_window(pipeline: ChatPipeline, settings: Compaction, model: str, *, ask: bool = True) -> int:
+async def summarizer_window(
+    summarizers: SummarizerFactory | None, registry: ContextRegistry, settings: Compaction, model: str, *, ask: bool
+) -> int:
     """The summarizer's window: configured, else from its own endpoint when summaries go elsewhere (if
     `ask`), else as any model's. A summarizer is never sent more than this (`SummarizeStage.chunks`)."""
     model = settings.summarize.model or model
-    if ask and pipeline.summarizers is not None and settings.summarize.base_url:
-        found = await pipeline.summarizers.window(settings, model)
+    if ask and summarizers is not None and settings.summarize.base_url:
+        found = await summarizers.window(settings, model)
         if found is not None:
             return found
-    return pipeline.registry.resolve(model).context_window
+    return registry.resolve(model).context_window
 
 
 @dataclass
 class CompactionParts:
     """What one request's compaction is built from: its model's settings, counting and summarizer."""
 
-    pipeline: ChatPipeline
     settings: Compaction
     accounting: Accounting
-    options: Options
+    counter: TokenCounter
+    summarizers: SummarizerFactory | None
+    client_authorization: str | None  # the client's, for the summarizer when no key is configured
     summarizer_input_tokens: int  # the summarizer's window, in our units
 
     def summarize(self) -> Summarize | None:
-        factory = self.pipeline.summarizers
-        if factory is None:
+        if self.summarizers is None:
             return None
-        made = factory(self.settings, model=self.accounting.model, client_authorization=self.options.authorization)
+        model = self.accounting.model
+        made = self.summarizers(self.settings, model=model, client_authorization=self.client_authorization)
         return on_home_loop(made)  # called from a worker thread's loop, it still runs on this one
 
     def count_message(self) -> Callable[[Message], int]:
-        counter, encoding = self.pipeline.counter, self.pipeline.counter.encoding(self.accounting.encoding)
+        counter, encoding = self.counter, self.counter.encoding(self.accounting.encoding)
         return lambda message: counter.count_message(message, encoding)
 
     def count_text(self) -> Callable[[str], int]:
-        encoding = self.pipeline.counter.encoding(self.accounting.encoding)
+        encoding = self.counter.encoding(self.accounting.encoding)
         return lambda text: counted_or_estimated(encoding, text)
 
     def compactor(self, *, background: bool) -> Compactor:

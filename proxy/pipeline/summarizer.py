@@ -1,4 +1,10 @@
-"""The LLM call that turns a span of conversation into a summary: the summarizer model, then fallbacks."""
+"""The LLM call that turns a span of conversation into a summary: the summarizer model, then fallbacks.
+
+A summary is a non-streaming chat completion sent through the same `UpstreamClient` as forwarded
+requests (one HTTP stack: one place for pools, TLS, timeouts and error mapping). Summaries to the
+upstream share its pool; a summarizer at another `summarize.base_url` gets a client of its own,
+made once per URL and closed with the rest.
+"""
 
 from __future__ import annotations
 
@@ -6,26 +12,20 @@ import logging
 import time
 from collections.abc import Sequence
 
-import httpx
+import orjson
 
 from proxy.compaction import Summarize, SummaryJob
 from proxy.compaction.validation import headings, rejection
 from proxy.config import Compaction, Settings
+from proxy.config import Upstream as UpstreamSettings
+from proxy.errors import ProxyError
 from proxy.metrics.observer import NO_OBSERVER, Observer
 from proxy.policy.windows import ContextRegistry
+from proxy.upstream.client import UpstreamClient
+from proxy.upstream.headers import RawHeaders
 
 log = logging.getLogger("inflight")
-
-
-def summarizer_client() -> httpx.AsyncClient:
-    """The HTTP client for summarizer calls: a fresh connection per call, none kept idle.
-
-    httpx notices a kept-alive connection the server closed only when it next uses the pool, so
-    after the last summary its connections would sit in CLOSE-WAIT, holding descriptors, for as
-    long as no summary is asked. A summary takes seconds to generate; a new connection per call
-    costs a handshake, far less.
-    """
-    return httpx.AsyncClient(trust_env=False, limits=httpx.Limits(max_keepalive_connections=0))
+DISCOVERY_TIMEOUT_S = 10.0
 
 
 class SummarizerError(RuntimeError):
@@ -38,11 +38,8 @@ class SummarizerError(RuntimeError):
 class Summarizer:
     """Posts a non-streaming chat completion to the summarizer's endpoint, trying each model in turn."""
 
-    def __init__(
-        self, client: httpx.AsyncClient, *, base_url: str, timeout_s: float, observer: Observer = NO_OBSERVER
-    ) -> None:
+    def __init__(self, client: UpstreamClient, *, timeout_s: float, observer: Observer = NO_OBSERVER) -> None:
         self.client = client
-        self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
         self.observer = observer  # told each model's call: its outcome and how long it took
 
@@ -56,7 +53,7 @@ class Summarizer:
             started = time.perf_counter()
             try:
                 text, finish_reason = await self.complete(job, model=model, authorization=authorization)
-            except (httpx.HTTPError, SummarizerError, ValueError) as exc:
+            except (ProxyError, SummarizerError, ValueError) as exc:
                 self.observer.summarizer_called(outcome="error", seconds=time.perf_counter() - started)
                 status = getattr(exc, "status", None) or status
                 errors.append(f"{model}: {type(exc).__name__}: {exc}")
@@ -79,7 +76,9 @@ class Summarizer:
 
     async def complete(self, job: SummaryJob, *, model: str, authorization: str | None) -> tuple[str, object]:
         """The reply's text and its `finish_reason`."""
-        headers = {"authorization": authorization} if authorization else {}
+        headers: RawHeaders = [(b"content-type", b"application/json")]
+        if authorization:
+            headers.append((b"authorization", authorization.encode("latin-1")))
         body = {
             "model": model,
             "messages": job.messages(),
@@ -89,12 +88,14 @@ class Summarizer:
         }
         if job.in_place is not None and job.in_place.tools:  # the prefix as cached, tools included; none called
             body |= {"tools": job.in_place.tools, "tool_choice": "none"}
-        response = await self.client.post(
-            f"{self.base_url}/chat/completions", json=body, headers=headers, timeout=self.timeout_s
+        status, answer = await self.client.send_whole(
+            "POST", "/v1/chat/completions", headers=headers, content=orjson.dumps(body), timeout_s=self.timeout_s
         )
-        if response.status_code != 200:
-            raise SummarizerError(f"status {response.status_code}: {response.text[:200]}", status=response.status_code)
-        choices = response.json().get("choices") or []
+        if status != 200:
+            text = answer[:200].decode("utf-8", "replace")
+            raise SummarizerError(f"status {status}: {text}", status=status)
+        parsed = orjson.loads(answer)  # not JSON: orjson.JSONDecodeError, a ValueError
+        choices = (parsed.get("choices") if isinstance(parsed, dict) else None) or []
         content = choices[0].get("message", {}).get("content") if choices else None
         if not isinstance(content, str) or not content.strip():
             raise SummarizerError("no summary text in the response")
@@ -109,11 +110,33 @@ class Summarizers:
     proxy has keys of its own.
     """
 
-    def __init__(self, settings: Settings, client: httpx.AsyncClient, *, observer: Observer = NO_OBSERVER) -> None:
+    def __init__(self, settings: Settings, upstream: UpstreamClient, *, observer: Observer = NO_OBSERVER) -> None:
         self.settings = settings
-        self.client = client
+        self.upstream = upstream  # the proxy's own: summaries that go to the upstream share its pool
         self.observer = observer
         self._registries: dict[str, ContextRegistry] = {}  # one per summarizer endpoint, discovered once
+        self._clients: dict[str, UpstreamClient] = {}  # one per `summarize.base_url` (a handful: from the config)
+
+    def client_for(self, base_url: str | None) -> UpstreamClient:
+        """The upstream's client, or the one for a summarizer at its own `base_url` (made on first use)."""
+        if base_url is None:
+            return self.upstream
+        client = self._clients.get(base_url)
+        if client is None:
+            upstream = self.settings.upstream
+            settings = UpstreamSettings(
+                base_url=base_url,
+                connect_timeout_s=upstream.connect_timeout_s,
+                read_timeout_s=upstream.read_timeout_s,
+            )
+            client = self._clients[base_url] = UpstreamClient(settings)
+        return client
+
+    async def aclose(self) -> None:
+        """Close the clients of summarizers at their own `base_url` (the upstream's is its owner's to close)."""
+        clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            await client.aclose()
 
     async def window(self, options: Compaction, model: str) -> int | None:
         """The model's window at `summarize.base_url`: the config's entry, else its `GET /models`, else None."""
@@ -121,21 +144,25 @@ class Summarizers:
         if base_url is None:
             return None
         registry = self._registries.setdefault(base_url, ContextRegistry(self.settings))
-        headers = {"authorization": f"Bearer {options.summarize.api_key}"} if options.summarize.api_key else {}
+        key = options.summarize.api_key
+        headers: RawHeaders = [(b"authorization", f"Bearer {key}".encode("latin-1"))] if key else []
+        client = self.client_for(base_url)
 
         async def fetch_models() -> bytes:
-            response = await self.client.get(f"{base_url.rstrip('/')}/models", headers=headers, timeout=10)
-            if response.status_code != 200:
-                raise SummarizerError(f"GET /models answered {response.status_code}")
-            return response.content
+            status, body = await client.send_whole(
+                "GET", "/v1/models", headers=headers, content=None, timeout_s=DISCOVERY_TIMEOUT_S
+            )
+            if status != 200:
+                raise SummarizerError(f"GET /models answered {status}")
+            return body
 
         limits = await registry.resolve_async(model, fetch_models)
         return limits.context_window if limits.source in ("config", "discovered", "learned") else None
 
     def __call__(self, options: Compaction, *, model: str, client_authorization: str | None) -> Summarize:
         summarize = options.summarize
-        base_url = summarize.base_url or self.settings.upstream.base_url
-        summarizer = Summarizer(self.client, base_url=base_url, timeout_s=summarize.timeout_s, observer=self.observer)
+        client = self.client_for(summarize.base_url)
+        summarizer = Summarizer(client, timeout_s=summarize.timeout_s, observer=self.observer)
         models = [summarize.model or model, *summarize.fallback_models]
         # With access.keys the client's Authorization is one of the proxy's own keys: never send it on.
         authorization = None if self.settings.access.keys else client_authorization
@@ -145,6 +172,8 @@ class Summarizers:
             authorization = f"Bearer {self.settings.upstream.api_key}"
         elif summarize.base_url is None and self.settings.upstream.basic_auth:
             authorization = f"Basic {self.settings.upstream.basic_auth}"
+        elif summarize.base_url is not None and client.basic_auth:  # user:password in summarize.base_url
+            authorization = f"Basic {client.basic_auth}"
 
         async def run(job: SummaryJob) -> str:
             return await summarizer(job, models=models, authorization=authorization)

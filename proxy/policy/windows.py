@@ -208,16 +208,15 @@ class ContextRegistry:
             log.info("[context] discovered windows: %s", self._discovered or "none")
 
 
-def budget_for(payload: dict[str, Any], *, reserve_tokens: int, context_window: int) -> int:
+def budget_for(output_limit: int | None, *, reserve_tokens: int, context_window: int) -> int:
     """The prompt's budget: the window minus the reply's reserve, never below zero."""
-    reserve = reserve_for(payload, reserve_tokens=reserve_tokens, context_window=context_window)
+    reserve = reserve_for(output_limit, reserve_tokens=reserve_tokens, context_window=context_window)
     return max(context_window - reserve, 0)
 
 
-def reserve_for(payload: dict[str, Any], *, reserve_tokens: int, context_window: int) -> int:
-    """Room kept for the reply: what the request asks for, else the configured reserve (<= window/4)."""
-    for key in ("max_completion_tokens", "max_tokens"):
-        value = payload.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
+def reserve_for(output_limit: int | None, *, reserve_tokens: int, context_window: int) -> int:
+    """Room kept for the reply: what the request asks for (`output_limit`, read by its wire format),
+    else the configured reserve (<= window/4)."""
+    if output_limit is not None and output_limit > 0:
+        return output_limit
     return min(reserve_tokens, context_window // 4)

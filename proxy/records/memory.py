@@ -49,6 +49,11 @@ class MemoryRecordStore:
         self._cache: TTLCache[str, list[Record]] = TTLCache(maxsize=max_bytes, ttl=ttl_s, getsizeof=weight)
         self._leases: dict[str, tuple[str, float]] = {}  # name -> (owner, expiry on the monotonic clock)
 
+    @property
+    def degraded(self) -> bool:
+        """Never: this store serves from itself or fails (`ResilientStore` falls back to memory)."""
+        return False
+
     async def load(self, key: str) -> list[Record]:
         records = self._cache.get(key)
         if records is None:

@@ -32,6 +32,11 @@ class RedisRecordStore:
         self.ttl_s = max(int(ttl_s), 1)
         self.client = connect(url)
 
+    @property
+    def degraded(self) -> bool:
+        """Never: this store serves from itself or fails (`ResilientStore` falls back to memory)."""
+        return False
+
     async def load(self, key: str) -> list[Record]:
         body = await self.client.getex(RECORD_PREFIX + key, ex=self.ttl_s)
         return decode(body) if isinstance(body, bytes) else []

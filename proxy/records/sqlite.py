@@ -31,6 +31,11 @@ class SqliteRecordStore:
         self.db = SqliteThread(path, schema=SCHEMA, busy_timeout_ms=busy_timeout_ms)
         self._saves = 0
 
+    @property
+    def degraded(self) -> bool:
+        """Never: this store serves from itself or fails (`ResilientStore` falls back to memory)."""
+        return False
+
     async def load(self, key: str) -> list[Record]:
         body = await self.db.run(lambda db: self._load(db, key))
         return decode(body) if body is not None else []

@@ -29,6 +29,7 @@ Where the reference is silent, these are assumptions:
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -198,9 +199,7 @@ def _response_format_tokens(response_format: Any, encoding: tiktoken.Encoding, *
     lines = ["# Response Formats", "", f"## {name if isinstance(name, str) else ''}", ""]
     lines += _comment_lines(spec.get("description"), "")
     if "schema" in spec:
-        try:
+        with contextlib.suppress(TypeError, ValueError, RecursionError):  # not serializable: the header alone
             lines.append(json.dumps(spec["schema"], ensure_ascii=False, separators=(",", ":")))
-        except (TypeError, ValueError, RecursionError):
-            pass  # not serializable: count the header alone
     framing = RESPONSE_FORMAT_JOINED if joined else RESPONSE_FORMAT_OWN_MESSAGE
     return text_tokens(encoding, "\n".join(lines)) + framing

@@ -1,11 +1,17 @@
-"""The process's one upstream: where a `/v1` path goes, with which headers, over the shared pool."""
+"""An upstream origin: where a `/v1` path goes, with which headers, over its connection pool.
+
+The one HTTP stack: forwarded requests, model discovery and summarizer calls all go through an
+`UpstreamClient` (a summarizer at another `summarize.base_url` has a client of its own).
+"""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterable
 from urllib.parse import urlsplit
 
 from proxy.config import Upstream as UpstreamSettings
+from proxy.errors import UpstreamTimeout
 from proxy.upstream.connection import Outgoing
 from proxy.upstream.exceptions import upstream_errors
 from proxy.upstream.headers import CREDENTIALS, RawHeaders, filter_headers, request_headers
@@ -57,6 +63,23 @@ class UpstreamClient:
                 return response.status, await response.aread()
         finally:
             await response.aclose()
+
+    async def send_whole(
+        self, method: str, v1_path: str, *, headers: RawHeaders, content: bytes | None, timeout_s: float
+    ) -> tuple[int, bytes]:
+        """A request the proxy makes on its own (a summary): exactly `headers` plus `Host`, the answer read
+        whole, all within `timeout_s` (`UpstreamTimeout` past it)."""
+        own = [(b"host", self._host_header), (b"accept-encoding", b"identity"), *headers]
+        try:
+            async with asyncio.timeout(timeout_s):
+                response = await self.open(method, self.target_for(v1_path.encode()), headers=own, content=content)
+                try:
+                    async with upstream_errors(self.host):
+                        return response.status, await response.aread()
+                finally:
+                    await response.aclose()
+        except TimeoutError as exc:
+            raise UpstreamTimeout(f"upstream {self.host} gave no whole answer within {timeout_s:g} s") from exc
 
     async def open(
         self,

@@ -203,9 +203,7 @@ class Connection(asyncio.Protocol):
         if self._response is None or reader is None:
             self.close()  # bytes while idle: the upstream is not speaking HTTP/1.1 keep-alive as we know it
             return
-        if not reader.feed(data):
-            self.close()
-        elif reader.response.complete and not reader.keep_alive:
+        if not reader.feed(data) or (reader.response.complete and not reader.keep_alive):
             self.close()
 
     def connection_lost(self, exc: Exception | None) -> None:

@@ -26,7 +26,12 @@ def test_a_first_compaction_drops_its_summarized_middle_and_what_it_masked() -> 
     record = Record(2, 8, b"", SUMMARY, 10, replaced={9: mask(9), 11: mask(11, "truncate")})
     found = [(item["index"], item["how"]) for item in dropped(messages, None, record)]
     # The system message in the middle is sent as it is: not dropped.
-    assert found == [(2, "summarized"), (3, "summarized"), (4, "summarized"), (6, "summarized"), (7, "summarized")] + [
+    assert found == [
+        (2, "summarized"),
+        (3, "summarized"),
+        (4, "summarized"),
+        (6, "summarized"),
+        (7, "summarized"),
         (9, "masked"),
         (11, "truncated"),
     ]
@@ -38,7 +43,11 @@ def test_a_later_compaction_lists_only_what_it_took_out_itself() -> None:
     previous = Record(2, 8, b"", SUMMARY, 10, replaced={9: mask(9), 11: mask(11), 13: mask(13)})
     record = Record(2, 12, b"", SUMMARY, 10, replaced={13: mask(13), 15: mask(15), 17: mask(17, "truncate")})
     found = [(item["index"], item["how"]) for item in dropped(messages, previous, record)]
-    assert found == [(8, "summarized"), (9, "summarized"), (10, "summarized"), (11, "summarized")] + [
+    assert found == [
+        (8, "summarized"),
+        (9, "summarized"),
+        (10, "summarized"),
+        (11, "summarized"),
         (15, "masked"),
         (17, "truncated"),
     ]

@@ -6,10 +6,11 @@ from pathlib import Path
 
 import orjson
 
-from proxy.archive.recorder import Archiver
 from proxy.archive.sqlite import SqliteArchive
 from proxy.archive.store import ArchiveStore
 from proxy.config import Archive, load_settings
+from proxy.formats import CHAT_COMPLETIONS
+from proxy.pipeline.archiving import Archiver
 from proxy.pipeline.engine import Options, build_pipeline
 from tests.compaction.test_compactor import agent_conversation
 
@@ -25,7 +26,7 @@ async def archive_turns(store: ArchiveStore, turns: int, errors: list[str]) -> A
     )
     for n in range(turns):
         payload = {"model": "gpt-4o", "messages": agent_conversation(n, output_lines=2)}
-        counted = pipeline.count(orjson.dumps(payload), payload)
+        counted = pipeline.count(orjson.dumps(payload), payload, CHAT_COMPLETIONS)
         assert counted is not None
         accounting = await pipeline.account(counted, None)
         prepared = await pipeline.prepare(counted, accounting, Options())

@@ -219,14 +219,15 @@ async def test_a_head_too_big_loses_its_largest_message_first_never_the_request(
 
 
 async def test_a_huge_last_observation_is_cut_before_the_head() -> None:
-    head = [
+    head: list[dict[str, Any]] = [
         {"role": "system", "content": "You are an agent."},
         {"role": "user", "content": "demonstration " * 300},
         {"role": "user", "content": "ISSUE: the parser drops the last field of each record. " * 20},
     ]
-    call = {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": '{"cmd": "cat big.log"}'}}
+    function = {"name": "bash", "arguments": '{"cmd": "cat big.log"}'}
+    call: dict[str, Any] = {"id": "c1", "type": "function", "function": function}
     huge = "\n".join(f"log line {i}" for i in range(5000))
-    follow_up = {"role": "user", "content": "Go on."}
+    follow_up: dict[str, Any] = {"role": "user", "content": "Go on."}
     messages = [*head, {"role": "assistant", "content": None, "tool_calls": [call]}]
     messages += [{"role": "tool", "tool_call_id": "c1", "content": huge}, follow_up]
     # Room for the head and a sliver of the observation: on the old main, once the observation was
@@ -373,7 +374,7 @@ async def test_a_text_action_agents_observations_are_masked_with_their_command()
 
 async def test_observations_are_left_alone_when_the_pattern_is_off() -> None:
     messages = text_action_conversation(12)
-    settings = Compaction(mask={"observation_pattern": None})  # type: ignore[arg-type]
+    settings = Compaction(mask={"observation_pattern": None})
     outcome = await run(messages, int(conversation_of(messages).tokens / 0.75), engine=compactor(settings))
     assert not any(str(m.get("content")).startswith("[observation pruned") for m in outcome.messages)
 
@@ -397,9 +398,10 @@ async def test_a_short_result_is_not_masked_into_something_longer() -> None:
 
 
 async def test_a_developer_message_after_the_head_is_cut_only_after_every_observation() -> None:
-    call = {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": '{"cmd": "cat big.log"}'}}
-    rules = {"role": "developer", "content": "Rule: never edit generated files. " * 60}
-    messages = [
+    function = {"name": "bash", "arguments": '{"cmd": "cat big.log"}'}
+    call: dict[str, Any] = {"id": "c1", "type": "function", "function": function}
+    rules: dict[str, Any] = {"role": "developer", "content": "Rule: never edit generated files. " * 60}
+    messages: list[dict[str, Any]] = [
         {"role": "system", "content": "You are an agent."},
         {"role": "user", "content": "Fix the parser."},
         {"role": "assistant", "content": None, "tool_calls": [call]},

@@ -8,7 +8,7 @@ import pytest
 
 from proxy.config import ConfigError, interpolate_env, load_settings
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -62,7 +62,7 @@ def test_bad_value_is_named_with_value(tmp_path: Path) -> None:
 
 
 def test_bad_url_and_not_a_mapping(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="upstream.base_url"):
+    with pytest.raises(ConfigError, match=r"upstream\.base_url"):
         load_settings(write(tmp_path, "upstream: {base_url: ftp://x}\n"))
     with pytest.raises(ConfigError, match="expected a mapping"):
         load_settings(write(tmp_path, "- a\n- b\n"))

@@ -38,10 +38,12 @@ def test_a_client_key_is_replaced_by_the_upstream_key(
     upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
 ) -> None:
     app, url = upstream
-    with start_proxy(url, **KEYS) as proxy_url:
-        with openai.OpenAI(base_url=proxy_url, api_key="sk-proxy-client", max_retries=0) as client:
-            reply = client.chat.completions.create(model="gpt-4o-mini", messages=BODY["messages"])  # type: ignore[arg-type]
-            assert [m.id for m in client.models.list()] == ["gpt-4o-mini"]
+    with (
+        start_proxy(url, **KEYS) as proxy_url,
+        openai.OpenAI(base_url=proxy_url, api_key="sk-proxy-client", max_retries=0) as client,
+    ):
+        reply = client.chat.completions.create(model="gpt-4o-mini", messages=BODY["messages"])  # type: ignore[arg-type]
+        assert [m.id for m in client.models.list()] == ["gpt-4o-mini"]
     assert reply.choices[0].message.content == "Hello from upstream."
     assert {r.headers["authorization"] for r in app.requests} == {"Bearer sk-up"}
 
@@ -66,7 +68,7 @@ def test_keys_are_compared_whole() -> None:
 
 
 def test_keys_without_an_upstream_key_are_a_config_error() -> None:
-    with pytest.raises(ConfigError, match="upstream.api_key"):
+    with pytest.raises(ConfigError, match=r"upstream\.api_key"):
         load_settings(None, overrides={"access": {"keys": ["k"]}})
 
 

@@ -91,7 +91,7 @@ def test_each_turn_and_each_compaction_is_archived(
     assert last["summary_as_sent"] == sent[2]["content"] and last["summary_kind"] == "summary"
     assert last["summary"].startswith("## Task") and "Summary number" in last["summary"]
     assert "## Ledger" not in last["summary"] and last["ledger"].startswith("## Ledger")
-    messages = agent_conversation(2 + [n for n, i in enumerate(ids) if i == made[-1]][0], output_lines=5)
+    messages = agent_conversation(2 + next(n for n, i in enumerate(ids) if i == made[-1]), output_lines=5)
     start, end = last["summarized"]
     for item in last["dropped"]:  # the client's own messages, as they were sent to the proxy
         assert item["message"] == messages[item["index"]]

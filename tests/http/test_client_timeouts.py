@@ -6,6 +6,7 @@ Each test holds a raw socket the way a slow-loris client would and checks that t
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import time
 from urllib.parse import urlsplit
@@ -35,10 +36,8 @@ def trickle_until_closed(sock: socket.socket, data: bytes) -> tuple[bytes, float
     sent = 0
     while time.monotonic() - started < CLOSED_WITHIN_S:
         if sent < len(data):
-            try:
+            with contextlib.suppress(OSError):  # the proxy closed first: read what it said
                 sock.sendall(data[sent : sent + 1])
-            except OSError:  # the proxy closed first: read what it said
-                pass
             sent += 1
         try:
             chunk = sock.recv(65536)

@@ -28,7 +28,8 @@ def post(proxy_url: str, messages: list[dict[str, Any]], **headers: str) -> http
 
 
 def sent_messages(app: UpstreamApp) -> list[dict[str, Any]]:
-    return app.chat_requests()[-1].json()["messages"]
+    messages: list[dict[str, Any]] = app.chat_requests()[-1].json()["messages"]
+    return messages
 
 
 def test_a_long_conversation_is_compacted_to_fit_and_stays_valid(
@@ -148,7 +149,7 @@ def test_a_models_entry_overrides_compaction_and_encoding_for_matching_models(
 ) -> None:
     app, url = upstream
     messages = agent_conversation(120, output_lines=5)
-    messages.append({"role": "user", "content": "检查数据库连接池的配置，然后重新运行测试。" * 20})
+    messages.append({"role": "user", "content": "检查数据库连接池的配置，然后重新运行测试。" * 20})  # noqa: RUF001
     models = {
         "gpt-4o": {"context_window": 4000},  # exact name: wins over the glob below
         "gpt-4*": {"context_window": 4000, "encoding": "cl100k_base", "compaction": {"enabled": False}},

@@ -20,7 +20,7 @@ async def leave_early(proxy_url: str, path: str, count: int) -> None:
     parts = urlsplit(proxy_url)
 
     async def one() -> None:
-        reader, writer = await asyncio.open_connection(parts.hostname, parts.port)
+        _reader, writer = await asyncio.open_connection(parts.hostname, parts.port)
         head = (
             f"POST {path} HTTP/1.1\r\nHost: proxy\r\nContent-Type: application/json\r\nx-scenario: slow\r\n"
             f"Content-Length: {len(BODY)}\r\n\r\n"

@@ -20,7 +20,22 @@ import pytest
 from tests.conftest import ProxyFactory
 from tests.support.upstream import UpstreamApp
 
-WORDS = "def return self import error test value file line path None assert config request".split()
+WORDS = [
+    "def",
+    "return",
+    "self",
+    "import",
+    "error",
+    "test",
+    "value",
+    "file",
+    "line",
+    "path",
+    "None",
+    "assert",
+    "config",
+    "request",
+]
 
 
 def repetitive_gzip_body() -> bytes:

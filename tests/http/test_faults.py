@@ -39,18 +39,22 @@ def test_a_stream_the_upstream_breaks_ends_for_the_client_and_nothing_hangs(
     with raw_upstream(handler) as url, start_proxy(url, upstream={"read_timeout_s": 30}) as proxy_url:
         started = time.monotonic()
         received = b""
-        with pytest.raises(httpx.RemoteProtocolError):  # cut short, as the client can tell: not a clean end
-            with httpx.stream("POST", f"{proxy_url}/chat/completions", json=body, timeout=10) as response:
-                assert response.status_code == 200
-                for chunk in response.iter_raw():
-                    received += chunk
+        with (
+            pytest.raises(httpx.RemoteProtocolError),  # cut short, as the client can tell: not a clean end
+            httpx.stream("POST", f"{proxy_url}/chat/completions", json=body, timeout=10) as response,
+        ):
+            assert response.status_code == 200
+            for chunk in response.iter_raw():
+                received += chunk
         assert received == b'data: {"n": 1}\n\n'
         assert time.monotonic() - started < 5
         # The proxy is still fine: the next request gets its own (equally broken) stream, not a stuck pool.
-        with pytest.raises(httpx.RemoteProtocolError):
-            with httpx.stream("POST", f"{proxy_url}/chat/completions", json=body, timeout=10) as response:
-                for _ in response.iter_raw():
-                    pass
+        with (
+            pytest.raises(httpx.RemoteProtocolError),
+            httpx.stream("POST", f"{proxy_url}/chat/completions", json=body, timeout=10) as response,
+        ):
+            for _ in response.iter_raw():
+                pass
 
 
 def test_a_summarizer_that_hangs_times_out_and_the_local_digest_stands_in(

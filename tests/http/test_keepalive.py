@@ -9,6 +9,7 @@ import openai
 
 from tests.conftest import ProxyFactory
 from tests.http.test_background import conversation_at
+from tests.support.params import as_params
 from tests.support.upstream import UpstreamApp
 
 # Summaries made on the crossing turn (not in the background), so that the turn waits on one.
@@ -33,7 +34,7 @@ def test_a_streaming_request_waiting_on_a_summary_gets_comments_then_its_stream(
         client = openai.OpenAI(base_url=proxy_url, api_key="sk-test", max_retries=0)
         app.summarizer_delay = 1.0
         messages = [*conversation_at(0.9), {"role": "user", "content": "Go on."}]
-        chunks = list(client.chat.completions.create(model="gpt-4o", messages=messages, stream=True))  # type: ignore[arg-type]
+        chunks = list(client.chat.completions.create(model="gpt-4o", messages=as_params(messages), stream=True))
         client.close()
     assert response.status_code == 200 and response.headers["x-inflight-keepalive"] == "1"
     assert response.content.startswith(b": inflight is compacting")

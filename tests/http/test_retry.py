@@ -13,6 +13,7 @@ from proxy.policy.refusals import detect, detect_event
 from tests.compaction.test_compactor import agent_conversation
 from tests.conftest import ProxyFactory
 from tests.fixtures.refusals import NOT_REFUSALS, REFUSALS, Fixture
+from tests.support.params import as_params
 from tests.support.upstream import Scripted, UpstreamApp
 
 MESSAGES = agent_conversation(30, output_lines=5)  # about 2,400 tokens
@@ -103,7 +104,7 @@ def test_an_empty_stream_is_a_refusal_and_the_retry_streams(
     app.script.append(Scripted(events=[]))  # llama-cpp-python: 200, and no event at all
     with start_proxy(url) as proxy_url:
         client = openai.OpenAI(base_url=proxy_url, api_key="sk-test", max_retries=0)
-        stream = client.chat.completions.create(model="local-model", messages=MESSAGES, stream=True)  # type: ignore[arg-type]
+        stream = client.chat.completions.create(model="local-model", messages=as_params(MESSAGES), stream=True)
         chunks = list(stream)
     assert chunks and chunks[-1].choices[0].finish_reason == "tool_calls"
     assert len(app.chat_requests()) == 2

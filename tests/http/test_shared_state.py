@@ -123,7 +123,7 @@ def test_a_restarted_proxy_serves_the_next_turn_from_the_stored_record(
 
 
 def test_an_unreachable_redis_costs_no_request_and_is_said(recording_upstream: tuple[UpstreamApp, str]) -> None:
-    app, url = recording_upstream
+    _app, url = recording_upstream
     with inflight(url, config(f"redis://127.0.0.1:{free_port()}/0")) as proxy:
         untouched = post(proxy, conversation_at(0.62))  # far smaller ones never ask the store
         compacted = post(proxy, conversation_at(0.9))

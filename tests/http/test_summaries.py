@@ -108,7 +108,7 @@ def test_a_summarizer_elsewhere_is_sized_by_its_own_window(
 ) -> None:
     from tests.support.servers import serve
 
-    app, url = upstream
+    _app, url = upstream
     summarizer = UpstreamApp()
     summarizer.models_body = {"object": "list", "data": [{"id": "small-sum", "object": "model", "max_model_len": 3000}]}
     with serve(summarizer) as summarizer_url:

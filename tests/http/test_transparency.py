@@ -9,12 +9,14 @@ import httpx
 import openai
 import orjson
 import pytest
+from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolParam
 
+from tests.conftest import ProxyFactory
 from tests.support.logs import log_lines
 from tests.support.servers import free_port
 from tests.support.upstream import UpstreamApp
 
-TOOLS = [
+TOOLS: list[ChatCompletionToolParam] = [
     {
         "type": "function",
         "function": {
@@ -24,7 +26,10 @@ TOOLS = [
         },
     }
 ]
-MESSAGES = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Say hi — ünïcode ✓"}]
+MESSAGES: list[ChatCompletionMessageParam] = [
+    {"role": "system", "content": "You are terse."},
+    {"role": "user", "content": "Say hi — ünïcode ✓"},
+]
 
 
 def test_odd_request_bytes_reach_upstream_unchanged(upstream: tuple[UpstreamApp, str], proxy: str) -> None:
@@ -141,7 +146,9 @@ def app_host(upstream: tuple[UpstreamApp, str]) -> str:
     return upstream[1].split("//")[1].split("/")[0]
 
 
-def test_configured_api_key_replaces_client_authorization(upstream: tuple[UpstreamApp, str], start_proxy) -> None:
+def test_configured_api_key_replaces_client_authorization(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
     app, url = upstream
     with start_proxy(url, upstream={"api_key": "sk-proxy"}) as proxy_url:
         httpx.get(f"{proxy_url}/models", headers={"authorization": "Bearer sk-client"})
@@ -161,9 +168,12 @@ def test_error_statuses_pass_through_with_body(upstream: tuple[UpstreamApp, str]
 
 
 def test_openai_client_raises_same_error_through_proxy(upstream: tuple[UpstreamApp, str], proxy: str) -> None:
-    with openai.OpenAI(base_url=proxy, api_key="sk", max_retries=0, default_headers={"x-scenario": "status-404"}) as c:
-        with pytest.raises(openai.NotFoundError) as info:
-            c.chat.completions.create(model="m", messages=MESSAGES)
+    headers = {"x-scenario": "status-404"}
+    with (
+        openai.OpenAI(base_url=proxy, api_key="sk", max_retries=0, default_headers=headers) as c,
+        pytest.raises(openai.NotFoundError) as info,
+    ):
+        c.chat.completions.create(model="m", messages=MESSAGES)
     assert info.value.body == {"message": "upstream says 404", "type": "test_error", "param": None, "code": None}
 
 
@@ -213,7 +223,7 @@ def test_bad_bodies_get_openai_shaped_400(proxy: str, body: bytes, encoding: str
     assert fragment in error["message"]
 
 
-def test_upstream_down_gives_502_naming_host(start_proxy) -> None:
+def test_upstream_down_gives_502_naming_host(start_proxy: ProxyFactory) -> None:
     dead = f"http://127.0.0.1:{free_port()}/v1"
     with start_proxy(dead) as proxy_url:
         response = httpx.post(f"{proxy_url}/chat/completions", json={"model": "m", "messages": MESSAGES})
@@ -224,7 +234,7 @@ def test_upstream_down_gives_502_naming_host(start_proxy) -> None:
     assert dead.split("//")[1].split("/")[0] in error["message"]
 
 
-def test_upstream_timeout_gives_504(upstream: tuple[UpstreamApp, str], start_proxy) -> None:
+def test_upstream_timeout_gives_504(upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory) -> None:
     _, url = upstream
     with start_proxy(url, upstream={"read_timeout_s": 0.3}) as proxy_url:
         response = httpx.post(

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import orjson
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TRACES = sorted(str(p) for p in (ROOT / "tests" / "fixtures" / "traces").glob("*.json"))
 
 

@@ -7,13 +7,15 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from proxy.config import load_settings
+from proxy.formats.chat_completions import output_limit
 from proxy.policy.windows import ContextRegistry, parse_model_list, reserve_for
 from tests.conftest import ProxyFactory
 from tests.support.upstream import UpstreamApp
 
-MESSAGES = [{"role": "user", "content": "hello world"}]  # 9 tokens
+MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hello world"}]  # 9 tokens
 
 
 def registry(**overrides: Any) -> ContextRegistry:
@@ -62,13 +64,13 @@ def test_model_lists_from_vllm_llamacpp_and_openrouter_name_their_windows() -> N
 def test_reserve_is_the_requested_output_else_the_capped_default(
     payload: dict[str, Any], window: int, reserve: int
 ) -> None:
-    assert reserve_for(payload, reserve_tokens=16_384, context_window=window) == reserve
+    assert reserve_for(output_limit(payload), reserve_tokens=16_384, context_window=window) == reserve
 
 
 def test_responses_carry_the_estimate_window_and_budget(
     upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
 ) -> None:
-    app, url = upstream
+    _app, url = upstream
     with start_proxy(url, models={"gpt-4o": {"context_window": 10_000}}) as proxy_url:
         response = httpx.post(f"{proxy_url}/chat/completions", json={"model": "gpt-4o", "messages": MESSAGES})
         assert response.status_code == 200
@@ -88,7 +90,7 @@ def test_windows_are_discovered_from_the_upstream_model_list(
     with start_proxy(url) as proxy_url:
         client = openai.OpenAI(base_url=proxy_url, api_key="sk-client", max_retries=0)
         for _ in range(3):
-            raw = client.chat.completions.with_raw_response.create(model="served", messages=MESSAGES)  # type: ignore[arg-type]
+            raw = client.chat.completions.with_raw_response.create(model="served", messages=MESSAGES)
             assert raw.headers["x-inflight-context-window"] == "6000"
     listing = [r for r in app.requests if r.path == "/v1/models"]
     assert len(listing) == 1  # discovered once, then cached
@@ -103,19 +105,19 @@ def test_calibration_converges_on_what_the_upstream_reports(
     app.prompt_tokens = 18  # twice our o200k estimate of 9 for this model's own tokenizer
     with start_proxy(url) as proxy_url:
         client = openai.OpenAI(base_url=proxy_url, api_key="sk-test", max_retries=0)
-        first = client.chat.completions.with_raw_response.create(model="local-llama", messages=MESSAGES)  # type: ignore[arg-type]
+        first = client.chat.completions.with_raw_response.create(model="local-llama", messages=MESSAGES)
         assert first.headers["x-inflight-prompt-tokens"] == "9"
         stream = client.chat.completions.create(
             model="local-llama",
-            messages=MESSAGES,  # type: ignore[arg-type]
+            messages=MESSAGES,
             stream=True,
             stream_options={"include_usage": True},
         )
         assert [chunk for chunk in stream][-1].usage is not None  # the usage chunk was relayed untouched
-        later = client.chat.completions.with_raw_response.create(model="local-llama", messages=MESSAGES)  # type: ignore[arg-type]
+        later = client.chat.completions.with_raw_response.create(model="local-llama", messages=MESSAGES)
         assert later.headers["x-inflight-prompt-tokens"] == "18"
         # A model with a tiktoken encoding is counted exactly and never calibrated.
-        exact = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=MESSAGES)  # type: ignore[arg-type]
+        exact = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=MESSAGES)
         assert exact.headers["x-inflight-prompt-tokens"] == "9"
         stats = httpx.get(proxy_url.removesuffix("/v1") + "/inflight/stats").json()
     assert stats["calibration"]["local-llama"] == {"ratio": 2.0, "samples": 3}

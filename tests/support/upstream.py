@@ -248,7 +248,8 @@ class UpstreamApp:
             await self.respond(record, send, 200, orjson.dumps(self.models_body), "application/json")
             return
         if record.path == "/v1/embeddings":
-            body = {"object": "list", "data": [{"object": "embedding", "index": 0, "embedding": [0.1, -0.2, 0.3]}]}
+            embedding = {"object": "embedding", "index": 0, "embedding": [0.1, -0.2, 0.3]}
+            body: dict[str, Any] = {"object": "list", "data": [embedding]}
             body |= {"model": "text-embedding-3-small", "usage": {"prompt_tokens": 2, "total_tokens": 2}}
             await self.respond(record, send, 200, orjson.dumps(body), "application/json")
             return

@@ -48,7 +48,7 @@ def test_a_name_costs_its_tokens_plus_one() -> None:
 
 def test_tool_calls_and_results_count_names_arguments_and_ids() -> None:
     call = {"id": "call_1", "type": "function", "function": {"name": "read_file", "arguments": '{"path":"a.py"}'}}
-    messages = [
+    messages: list[dict[str, Any]] = [
         # framing 3 + "assistant" 1 + call (3 + "read_file" 2 + arguments 6)
         {"role": "assistant", "content": None, "tool_calls": [call]},
         # framing 3 + "tool" 1 + "call_1" 3 + "ok" 1
@@ -219,7 +219,7 @@ def reference_count(body: dict[str, Any], enc: tiktoken.Encoding) -> int:
                     total += 1
     if body.get("tools"):
         # openai-messages-token-helper's rendering, validated against the API (a test-only dependency).
-        total += n(format_function_definitions(body["tools"])) + 9
+        total += n(format_function_definitions(body["tools"])) + 9  # type: ignore[no-untyped-call]
         total -= 4 if any(m["role"] == "system" for m in body["messages"]) else 0
     return total
 

@@ -391,8 +391,27 @@ def test_odd_input_is_skipped_not_raised() -> None:
 
 
 SCHEMA_KEYS = st.sampled_from(
-    ["type", "properties", "items", "enum", "required", "description", "default", "anyOf", "oneOf", "allOf"]
-    + ["nullable", "const", "name", "parameters", "function", "json_schema", "schema", "role", "$ref"]
+    [
+        "type",
+        "properties",
+        "items",
+        "enum",
+        "required",
+        "description",
+        "default",
+        "anyOf",
+        "oneOf",
+        "allOf",
+        "nullable",
+        "const",
+        "name",
+        "parameters",
+        "function",
+        "json_schema",
+        "schema",
+        "role",
+        "$ref",
+    ]
 )
 JSON_LEAF = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8)
 TYPE_NAMES = st.sampled_from(["object", "array", "string", "integer", "number", "boolean", "null", "weird"])

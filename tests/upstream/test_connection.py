@@ -11,6 +11,7 @@ import struct
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -85,7 +86,10 @@ def sockets_in_close_wait_to(port: int) -> int:
 def test_no_connection_to_the_upstream_is_left_half_closed(start_proxy: ProxyFactory) -> None:
     """Relayed requests and summarizer calls alike: once the upstream closes an idle connection, so do we."""
     app = UpstreamApp()
-    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Fix it."}]
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Fix it."},
+    ]
     for turn in range(40):
         call = {"id": f"c{turn}", "type": "function", "function": {"name": "bash", "arguments": "{}"}}
         messages += [
@@ -180,12 +184,15 @@ def test_large_bodies_are_relayed_intact_both_ways(start_proxy: ProxyFactory) ->
                 writer.write(big[start : start + 65536])
                 await writer.drain()
 
-    with raw_upstream(handler) as url, start_proxy(url) as proxy_url:
-        with httpx.stream("POST", f"{proxy_url}/files", content=big) as response:
-            chunks = []
-            for chunk in response.iter_raw():
-                chunks.append(chunk)
-                time.sleep(0.0005)  # a client slower than the upstream
+    with (
+        raw_upstream(handler) as url,
+        start_proxy(url) as proxy_url,
+        httpx.stream("POST", f"{proxy_url}/files", content=big) as response,
+    ):
+        chunks = []
+        for chunk in response.iter_raw():
+            chunks.append(chunk)
+            time.sleep(0.0005)  # a client slower than the upstream
     assert b"".join(chunks) == big
     assert received[0].endswith(big)
 
@@ -323,6 +330,9 @@ def test_a_reset_cuts_a_close_delimited_body_short_visibly(start_proxy: ProxyFac
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close with a reset
         writer.transport.abort()
 
-    with raw_upstream(handler) as url, start_proxy(url) as proxy_url:
-        with pytest.raises(httpx.RemoteProtocolError):  # the relay ends without the final chunk
-            httpx.get(f"{proxy_url}/files").raise_for_status()
+    with (
+        raw_upstream(handler) as url,
+        start_proxy(url) as proxy_url,
+        pytest.raises(httpx.RemoteProtocolError),  # the relay ends without the final chunk
+    ):
+        httpx.get(f"{proxy_url}/files").raise_for_status()

@@ -141,12 +141,11 @@ async def kept_leased(records: RecordStore, name: str, owner: str, ttl_s: float)
 
 def say_how_it_waited(outcome: Outcome, job: Job, conversation: Conversation) -> None:
     """The actions and notes of a turn that waited for a summary job."""
-    if PRECOMPUTED in outcome.actions:
-        if job.started_by is conversation:  # made for this very turn, while it waited
-            outcome.actions = ["summarize" if action == PRECOMPUTED else action for action in outcome.actions]
-            made = job.result
-            if isinstance(made, Precomputed):
-                outcome.summarizer_calls, outcome.summarizer_ms = made.calls, made.made_ms
+    if PRECOMPUTED in outcome.actions and job.started_by is conversation:  # made for this turn, while it waited
+        outcome.actions = ["summarize" if action == PRECOMPUTED else action for action in outcome.actions]
+        made = job.result
+        if isinstance(made, Precomputed):
+            outcome.summarizer_calls, outcome.summarizer_ms = made.calls, made.made_ms
     if not job.done.is_set():
         outcome.actions.append("summary-pending")
         outcome.notes["summary"] = "pending"

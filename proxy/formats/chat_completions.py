@@ -1,0 +1,69 @@
+"""Chat Completions (`POST /v1/chat/completions`): the format the core's own shape is borrowed from.
+
+Reading is the identity: the body's `messages` are the core's messages and the body is its view
+(no copy). Nothing in a chat completion is opaque. Writing puts the compacted messages in place
+of the client's and keeps every other field. Refusals come in every wording of every server that
+serves this API (`proxy.policy.refusals`); usage is `usage.prompt_tokens`, in the JSON body or in
+the stream's last event (`stream_options.include_usage`); errors are OpenAI's
+`{"error": {"message", "type", "param", "code"}}`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from proxy.formats.seam import CoreRequest, Message
+from proxy.policy.refusals import Refusal, detect, detect_event
+
+
+class ChatCompletions:
+    name: str = "chat_completions"
+    session_header: str | None = None  # none of its own: `x-inflight-session`, else the head
+    usage_marker: bytes = b'"usage"'
+
+    def read(self, payload: dict[str, Any]) -> CoreRequest | None:
+        model = payload.get("model")
+        messages = payload.get("messages")
+        if not isinstance(model, str) or not is_message_list(messages):
+            return None
+        return CoreRequest(model=model, view=payload, output_limit=output_limit(payload))
+
+    def write(self, payload: dict[str, Any], request: CoreRequest, messages: list[Message]) -> bytes:
+        return orjson.dumps({**payload, "messages": messages})
+
+    def refusal(self, status: int, body: bytes, *, content_encoding: bytes | None) -> Refusal | None:
+        return detect(status, body, content_encoding=content_encoding)
+
+    def stream_refusal(self, event: bytes) -> Refusal | None:
+        return detect_event(event)
+
+    def prompt_tokens(self, document: object) -> int | None:
+        usage = document.get("usage") if isinstance(document, dict) else None
+        tokens = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+        return tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None
+
+    def error_body(self, message: str, *, error_type: str, param: str | None, code: str | None) -> bytes:
+        return openai_error(message, error_type=error_type, param=param, code=code)
+
+
+def openai_error(message: str, *, error_type: str, param: str | None = None, code: str | None = None) -> bytes:
+    """OpenAI's error shape, which the Responses API and every OpenAI-compatible server share."""
+    return orjson.dumps({"error": {"message": message, "type": error_type, "param": param, "code": code}})
+
+
+def is_message_list(messages: object) -> bool:
+    return isinstance(messages, list) and all(isinstance(m, dict) for m in messages)
+
+
+def output_limit(payload: dict[str, Any]) -> int | None:
+    """The reply's length the client asked for: `max_completion_tokens`, else the older `max_tokens`."""
+    for key in ("max_completion_tokens", "max_tokens"):
+        value = payload.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+CHAT_COMPLETIONS = ChatCompletions()

@@ -1,0 +1,90 @@
+"""The seam between a wire format and the core: what every format module provides.
+
+A wire format is the shape one API gives a conversation: Chat Completions' messages, the Responses
+API's `input` items, Anthropic Messages' content blocks. The core (counting, compaction, policy,
+records, background summaries, archive, metrics) speaks one shape only, Chat Completions'
+messages, and never asks which format it is serving. A format module translates, both ways:
+
+Reading (`read`): the request body becomes a `CoreRequest`:
+- `view`: a Chat Completions-shaped mapping, what the core counts and compacts: `messages` in
+  order (system/developer instructions and the head first, as the body has them; tool calls as
+  assistant `tool_calls`, each answered by a `tool` message with its `tool_call_id`), and the
+  fields the tool definitions cost (`tools`, `tool_choice`, `response_format`, ...). A format
+  whose instructions sit outside its messages (`instructions`, a top-level `system`) puts them
+  first as a `system` message, so they are counted and pinned like any other.
+- `opaque`: the indices of messages the core must never edit: encrypted reasoning items, signed
+  thinking blocks, compaction items. They are kept byte for byte or dropped whole with the turn
+  they belong to (the assistant output they precede), never rewritten, masked or reordered.
+- `output_limit`: the reply's reserve the client asked for (`max_tokens`, `max_output_tokens`).
+- `session`: a conversation id the body carries (`prompt_cache_key`), else None; a header
+  (`session_header`) or the client's `x-inflight-session` may name it instead.
+- None when the body is not a conversation this format can count: it is forwarded as sent.
+
+Writing (`write`): the compacted message list back into the client's body. Only what compaction
+changed is rewritten: every other field of the body is kept as the client sent it, a message the
+core did not touch goes back as the format's own original item (its bytes unchanged, opaque ones
+included), and a new message (the summary, a masked or truncated tool result) is written in the
+format's own shape. When nothing was compacted `write` is never called: the client's exact bytes
+go upstream.
+
+Answers: `refusal` and `stream_refusal` recognise "the prompt is too long" in an error body and
+in a stream's first event, with the window and the upstream's own count when the text names
+them; `prompt_tokens` finds the upstream's prompt count in a JSON body or one stream event
+(`usage_marker` is the bytes an event must contain to be worth parsing); `error_body` writes the
+proxy's own errors in the shape that format's clients parse.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from proxy.policy.refusals import Refusal
+
+Message = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class CoreRequest:
+    """A request body as the core reads it (see the module docstring)."""
+
+    model: str
+    view: dict[str, Any]  # Chat Completions-shaped: `messages` and the tool fields
+    output_limit: int | None = None
+    session: str | None = None
+    opaque: frozenset[int] = field(default_factory=frozenset)
+
+    @property
+    def messages(self) -> list[Message]:
+        messages: list[Message] = self.view["messages"]
+        return messages
+
+
+class WireFormat(Protocol):
+    name: str  # e.g. "chat_completions": for the log line and the metrics
+    session_header: str | None  # a request header that names the conversation (None: the format has none)
+    usage_marker: bytes  # an event without these bytes carries no usage: not parsed
+
+    def read(self, payload: dict[str, Any]) -> CoreRequest | None:
+        """The body as the core's conversation, or None when it is none this format can count."""
+        ...
+
+    def write(self, payload: dict[str, Any], request: CoreRequest, messages: list[Message]) -> bytes:
+        """The body to send upstream with `messages` (the compacted view) in place of the conversation."""
+        ...
+
+    def refusal(self, status: int, body: bytes, *, content_encoding: bytes | None) -> Refusal | None:
+        """A context-length refusal in an error response's body (None: some other answer)."""
+        ...
+
+    def stream_refusal(self, event: bytes) -> Refusal | None:
+        """A context-length refusal in a stream's first event (None: the stream is under way)."""
+        ...
+
+    def prompt_tokens(self, document: object) -> int | None:
+        """The upstream's count of the prompt in a parsed JSON body or stream event (None: not there)."""
+        ...
+
+    def error_body(self, message: str, *, error_type: str, param: str | None, code: str | None) -> bytes:
+        """One of the proxy's own errors, in this format's error shape."""
+        ...

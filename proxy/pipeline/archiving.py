@@ -1,0 +1,110 @@
+"""What the archive keeps of a turn: built from the request as the pipeline handled it, written later.
+
+The entries (the turn's tokens, thresholds and actions; the compaction's dropped messages) are
+built when the response starts, its status known; `proxy.archive.writer` writes them in batches
+in the background. Neither ever fails or delays a request.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from proxy.archive import ArchiveStore, TurnWrite
+from proxy.archive.entries import Thresholds, compaction_entry, conversation_id, conversation_label, turn_entry
+from proxy.archive.writer import ArchiveWriter
+from proxy.compaction import Budget
+from proxy.config import Compaction
+from proxy.pipeline.accounting import Accounting, Counted
+from proxy.pipeline.engine import Options, key_of
+from proxy.pipeline.outgoing import Prepared
+
+
+def thresholds_of(accounting: Accounting, prepared: Prepared, settings: Compaction) -> Thresholds:
+    """The turn's limits in the upstream's tokens: its budget (or the retry's limit) and the thresholds of it."""
+    budget = Budget.of(prepared.limit, settings)
+    background_at = settings.summarize.background_at
+    return Thresholds(
+        window=accounting.limits.context_window,
+        budget=budget.limit,
+        background_at=int(budget.limit * background_at) if background_at is not None else None,
+        prune_at=budget.prune_at,
+        summarize_at=budget.summarize_at,
+        target=budget.target,
+    )
+
+
+class Archiver:
+    """Archives each turn it is shown (`archive.enabled`)."""
+
+    def __init__(
+        self,
+        store: ArchiveStore,
+        *,
+        settings_for: Callable[[str], Compaction],
+        on_error: Callable[[], None] | None = None,
+    ) -> None:
+        self.writer = ArchiveWriter(store, on_error=on_error)
+        self.settings_for = settings_for  # a model's compaction settings (its thresholds)
+
+    @property
+    def store(self) -> ArchiveStore:
+        return self.writer.store
+
+    @property
+    def dropped(self) -> int:
+        """Entries not written: too many waiting, a failed write, a bug of ours."""
+        return self.writer.dropped
+
+    async def close(self) -> None:
+        """Write what waits (a few seconds at most), then close the store."""
+        await self.writer.close()
+
+    def turn(
+        self, counted: Counted, accounting: Accounting, options: Options, prepared: Prepared, *, status: int
+    ) -> None:
+        """Archive one turn (and the compaction made on it), in the background. Never raises."""
+        if self.writer.full:
+            self.writer.lost("too many turns waiting for the store")
+            return
+        try:
+            self._take(counted, accounting, options, prepared, status=status)
+        except Exception as exc:  # a bug of ours in the archive must not cost the client its response
+            self.writer.lost(f"a turn could not be archived ({type(exc).__name__}: {exc})", exc_info=True)
+
+    def _take(
+        self, counted: Counted, accounting: Accounting, options: Options, prepared: Prepared, *, status: int
+    ) -> None:
+        key = prepared.key or key_of(counted, options)
+        settings = self.settings_for(accounting.model)
+        now = time.time()
+        outcome = prepared.outcome
+        conversation = conversation_id(key)
+        headers = prepared.headers
+        turn = turn_entry(
+            time=now,
+            model=accounting.model,
+            tokens=accounting.prompt_tokens,
+            sent=accounting.calibrated(prepared.sent_tokens),
+            thresholds=thresholds_of(accounting, prepared, settings),
+            actions=headers.get("x-inflight-actions", "none"),
+            compaction_id=outcome.compaction_id or None if outcome is not None else None,
+            fresh=outcome is not None and outcome.fresh,
+            recorded=outcome is not None and not outcome.record.bare,
+            status=status,
+        )
+        compaction = None
+        if outcome is not None and outcome.fresh:
+            compaction = compaction_entry(
+                compaction_id=outcome.compaction_id,
+                conversation=conversation,
+                time=now,
+                model=accounting.model,
+                tokens_before=accounting.calibrated(outcome.tokens_before),
+                tokens_after=accounting.calibrated(outcome.tokens_after),
+                actions=turn["actions"],
+                messages=counted.request.messages,
+                previous=outcome.previous,
+                record=outcome.record,
+            )
+        self.writer.add(TurnWrite(conversation, conversation_label(key), turn), compaction)
