@@ -15,7 +15,7 @@ from proxy.formats import CHAT_COMPLETIONS
 from proxy.http.access import AccessGuard
 from proxy.http.admin import healthz, metrics_route, stats_route
 from proxy.http.archive_routes import ArchiveRoutes
-from proxy.http.conversations import Conversations
+from proxy.http.conversation_handler import ConversationHandler
 from proxy.http.endpoint import Endpoint
 from proxy.http.passthrough import PassThrough
 from proxy.http.routes import JsonRoute, not_found
@@ -61,7 +61,7 @@ def create_app(settings: Settings) -> ASGIApp:
                 await upstream.aclose()
 
     loopback_only = not settings.access.admin and not settings.access.allow_anonymous
-    chat_handler = Conversations(CHAT_COMPLETIONS, pipeline, upstream, limits=settings.limits, archive=archive)
+    chat_handler = ConversationHandler(CHAT_COMPLETIONS, pipeline, upstream, limits=settings.limits, archive=archive)
     chat = Endpoint(chat_handler, route="/v1/chat/completions", on_finish=metrics.exchange_done, wire=CHAT_COMPLETIONS)
     other = Endpoint(PassThrough(upstream, limits=settings.limits), route="/v1/{path}", on_finish=metrics.exchange_done)
     routes = [

@@ -50,7 +50,7 @@ class Call:
     identity: bool = False  # ask the upstream for an unencoded body (a keep-alive stream sent its headers)
 
 
-class Conversations:
+class ConversationHandler:
     """The handler of one wire format's conversation endpoint."""
 
     def __init__(
