@@ -22,6 +22,12 @@ CHAT_REQUEST = orjson.dumps(
 )
 
 
+# The same exchange through the Responses API: instructions, one input message.
+RESPONSES_REQUEST = orjson.dumps(
+    {"model": "gpt-4o-mini", "instructions": "Be brief.", "input": [{"role": "user", "content": "Say ok."}]}
+)
+
+
 def percentile(values: Sequence[float], pct: float) -> float:
     if not values:
         return float("nan")

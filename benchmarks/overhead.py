@@ -4,10 +4,12 @@ Starts the fake upstream (zero-latency JSON; SSE with 64 events at a fixed inter
 inflight proxy in front of it, each in its own process, then measures direct and proxied
 requests interleaved in the same run. Prints a table; it asserts nothing.
 
-    python -m benchmarks.overhead [--requests 2000] [--streams 200] [--archive]
+    python -m benchmarks.overhead [--requests 2000] [--streams 200] [--archive] [--api responses]
 
 `--archive` runs the proxy with `archive.enabled` (every turn written to an in-memory SQLite
-archive): the cost of keeping the archive, which is off by default.
+archive): the cost of keeping the archive, which is off by default. `--api responses` measures
+`POST /v1/responses` instead of `/v1/chat/completions` (the fake's stream: its lifecycle events
+around one message, each `INTERVAL_S` apart).
 """
 
 from __future__ import annotations
@@ -18,17 +20,24 @@ import time
 
 import orjson
 
-from benchmarks.harness import CHAT_REQUEST, RawConnection, median, percentile, table
+from benchmarks.harness import CHAT_REQUEST, RESPONSES_REQUEST, RawConnection, median, percentile, table
 from tests.support.processes import fake_upstream, inflight
 
 EVENTS = 64
 INTERVAL_S = 0.002
-STREAM_REQUEST = orjson.dumps({**orjson.loads(CHAT_REQUEST), "stream": True})
+APIS = {  # path, request body
+    "chat": ("/chat/completions", CHAT_REQUEST),
+    "responses": ("/responses", RESPONSES_REQUEST),
+}
 
 
-async def sequential(direct: str, proxied: str, count: int) -> dict[str, list[float]]:
+def streaming(body: bytes) -> bytes:
+    return orjson.dumps({**orjson.loads(body), "stream": True})
+
+
+async def sequential(direct: str, proxied: str, count: int, body: bytes = CHAT_REQUEST) -> dict[str, list[float]]:
     results: dict[str, list[float]] = {"direct": [], "proxy": []}
-    connections = {"direct": await RawConnection.open(direct), "proxy": await RawConnection.open(proxied)}
+    connections = {"direct": await RawConnection.open(direct, body), "proxy": await RawConnection.open(proxied, body)}
     for connection in connections.values():  # warm-up: connections, caches
         for _ in range(100):
             await connection.post()
@@ -40,9 +49,11 @@ async def sequential(direct: str, proxied: str, count: int) -> dict[str, list[fl
     return results
 
 
-async def concurrent(url: str, *, concurrency: int, seconds: float) -> tuple[list[float], float]:
+async def concurrent(
+    url: str, *, concurrency: int, seconds: float, body: bytes = CHAT_REQUEST
+) -> tuple[list[float], float]:
     latencies: list[float] = []
-    connections = [await RawConnection.open(url) for _ in range(concurrency)]
+    connections = [await RawConnection.open(url, body) for _ in range(concurrency)]
     for connection in connections:
         await connection.post()
     deadline = time.perf_counter() + seconds
@@ -59,13 +70,16 @@ async def concurrent(url: str, *, concurrency: int, seconds: float) -> tuple[lis
     return latencies, len(latencies) / elapsed
 
 
-async def streams(direct: str, proxied: str, count: int) -> dict[str, tuple[list[float], list[int]]]:
+async def streams(
+    direct: str, proxied: str, count: int, body: bytes = CHAT_REQUEST
+) -> dict[str, tuple[list[float], list[int]]]:
     results: dict[str, tuple[list[float], list[int]]] = {"direct": ([], []), "proxy": ([], []), "no hold": ([], [])}
+    request = streaming(body)
     connections = {
-        "direct": await RawConnection.open(direct, STREAM_REQUEST),
-        "proxy": await RawConnection.open(proxied, STREAM_REQUEST),
+        "direct": await RawConnection.open(direct, request),
+        "proxy": await RawConnection.open(proxied, request),
         # Compaction off: no retry, so the response is not held for its first event.
-        "no hold": await RawConnection.open(proxied, STREAM_REQUEST, "x-inflight-compaction: off\r\n"),
+        "no hold": await RawConnection.open(proxied, request, "x-inflight-compaction: off\r\n"),
     }
     for connection in connections.values():
         for _ in range(10):
@@ -81,13 +95,14 @@ async def streams(direct: str, proxied: str, count: int) -> dict[str, tuple[list
 
 
 async def measure(direct: str, proxied: str, args: argparse.Namespace) -> None:
-    chat_direct, chat_proxy = f"{direct}/chat/completions", f"{proxied}/chat/completions"
-    stream = await streams(chat_direct, chat_proxy, args.streams)
-    seq = await sequential(chat_direct, chat_proxy, args.requests)
+    path, body = APIS[args.api]
+    api_direct, api_proxy = f"{direct}{path}", f"{proxied}{path}"
+    stream = await streams(api_direct, api_proxy, args.streams, body)
+    seq = await sequential(api_direct, api_proxy, args.requests, body)
     conc: dict[str, tuple[list[float], list[float]]] = {"direct": ([], []), "proxy": ([], [])}
     for _ in range(args.rounds):  # interleave the two targets in short rounds
-        for name, url in (("direct", chat_direct), ("proxy", chat_proxy)):
-            latencies, rps = await concurrent(url, concurrency=32, seconds=args.seconds)
+        for name, url in (("direct", api_direct), ("proxy", api_proxy)):
+            latencies, rps = await concurrent(url, concurrency=32, seconds=args.seconds, body=body)
             conc[name][0].extend(latencies)
             conc[name][1].append(rps)
 
@@ -107,7 +122,9 @@ async def measure(direct: str, proxied: str, args: argparse.Namespace) -> None:
     rps_direct, rps_proxy = median(conc["direct"][1]), median(conc["proxy"][1])
     added_rps = f"{rps_proxy - rps_direct:+.0f}"
     rows.append(["requests/s, concurrency 32", f"{rps_direct:.0f}", f"{rps_proxy:.0f}", added_rps])
-    sent = EVENTS + 7  # the role event, the content events, four tool-call events, the finish event, [DONE]
+    # Chat: the role event, the content events, four tool-call events, the finish event, [DONE]. Responses:
+    # as many as the upstream sent directly.
+    sent = EVENTS + 7 if args.api == "chat" else stream["direct"][1][0]
     received = f"{sum(stream['proxy'][1])}/{sent * args.streams}"
     rows.append(["stream events received/sent", f"{sum(stream['direct'][1])}/{sent * args.streams}", received, ""])
     print(table(rows, ["measure", "direct", "via inflight", "added"]))
@@ -120,6 +137,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds at concurrency 32")
     parser.add_argument("--seconds", type=float, default=2.0, help="length of each concurrent round")
     parser.add_argument("--archive", action="store_true", help="with archive.enabled (memory://)")
+    parser.add_argument("--api", choices=sorted(APIS), default="chat", help="which endpoint (default: chat)")
     args = parser.parse_args()
     config = "archive:\n  enabled: true\n" if args.archive else ""
     with (
@@ -127,7 +145,7 @@ def main() -> None:
         inflight(direct, config) as proxied,
     ):
         print(f"upstream {direct}, proxy {proxied}; {args.requests} sequential pairs, {args.streams} stream pairs")
-        print(f"archive {'on' if args.archive else 'off'}")
+        print(f"archive {'on' if args.archive else 'off'}; POST /v1{APIS[args.api][0]}")
         asyncio.run(measure(direct, proxied, args))
 
 

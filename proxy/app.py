@@ -11,7 +11,7 @@ from starlette.types import ASGIApp
 
 from proxy.archive import open_archive
 from proxy.config import Settings
-from proxy.formats import CHAT_COMPLETIONS
+from proxy.formats import CHAT_COMPLETIONS, RESPONSES, WireFormat
 from proxy.http.access import AccessGuard
 from proxy.http.admin import healthz, metrics_route, stats_route
 from proxy.http.archive_routes import ArchiveRoutes
@@ -61,8 +61,13 @@ def create_app(settings: Settings) -> ASGIApp:
                 await upstream.aclose()
 
     loopback_only = not settings.access.admin and not settings.access.allow_anonymous
-    chat_handler = ConversationHandler(CHAT_COMPLETIONS, pipeline, upstream, limits=settings.limits, archive=archive)
-    chat = Endpoint(chat_handler, route="/v1/chat/completions", on_finish=metrics.exchange_done, wire=CHAT_COMPLETIONS)
+
+    def conversations(route: str, wire: WireFormat) -> JsonRoute:
+        """A wire format's conversation endpoint: counted, compacted when needed, retried once."""
+        handler = ConversationHandler(wire, pipeline, upstream, limits=settings.limits, archive=archive)
+        endpoint = Endpoint(handler, route=route, on_finish=metrics.exchange_done, wire=wire)
+        return JsonRoute(route, endpoint, methods=["POST"])
+
     other = Endpoint(PassThrough(upstream, limits=settings.limits), route="/v1/{path}", on_finish=metrics.exchange_done)
     routes = [
         JsonRoute("/healthz", healthz, methods=["GET"]),
@@ -70,7 +75,8 @@ def create_app(settings: Settings) -> ASGIApp:
         JsonRoute("/metrics", metrics_route(metrics), methods=["GET"]),
         *ArchiveRoutes(archive.store if archive is not None else None, loopback_only=loopback_only).routes(),
         *Viewer().routes(),
-        JsonRoute("/v1/chat/completions", chat, methods=["POST"]),
+        conversations("/v1/chat/completions", CHAT_COMPLETIONS),
+        conversations("/v1/responses", RESPONSES),
         JsonRoute("/v1/{path:path}", other, methods=METHODS),
     ]
     # A bare router, not a Starlette app: the endpoints render their own errors, so the app's two

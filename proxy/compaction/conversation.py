@@ -28,6 +28,9 @@ class Conversation:
     counts: Sequence[int]
     digests: Sequence[bytes]
     fixed_tokens: int  # reply priming and tool definitions: not ours to compact
+    # Messages that are kept as they are or dropped whole, never edited (encrypted reasoning, a
+    # compaction item): the wire format says which.
+    opaque: frozenset[int] = frozenset()
 
     @property
     def tokens(self) -> int:

@@ -19,7 +19,19 @@ from proxy.compaction.conversation import Message, calls_of_results, text_of
 
 COMMAND_KEYS = ("command", "cmd", "code", "script", "query", "input")
 PATH_KEYS = ("path", "file_path", "filepath", "file", "filename", "target_file", "target", "directory", "dir")
-SHELL_TOOLS = ("bash", "shell", "sh", "run", "execute", "execute_bash", "terminal", "run_terminal_cmd", "exec")
+SHELL_TOOLS = (
+    "bash",
+    "shell",
+    "sh",
+    "run",
+    "execute",
+    "execute_bash",
+    "terminal",
+    "run_terminal_cmd",
+    "exec",
+    "exec_command",  # Codex's function tool ({"cmd": ...})
+    "local_shell",  # the Responses API's local_shell_call, as `proxy.formats.responses` reads it
+)
 FENCED = re.compile(r"```[\w-]*\n(.*?)```", re.DOTALL)
 URL = re.compile(r"\b[a-z][a-z0-9+.-]*://\S+", re.IGNORECASE)
 PATH = re.compile(

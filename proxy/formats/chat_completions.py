@@ -22,6 +22,7 @@ class ChatCompletions:
     name: str = "chat_completions"
     session_header: str | None = None  # none of its own: `x-inflight-session`, else the head
     usage_marker: bytes = b'"usage"'
+    in_place_summaries: bool = True
 
     def read(self, payload: dict[str, Any]) -> CoreRequest | None:
         model = payload.get("model")
@@ -35,6 +36,9 @@ class ChatCompletions:
 
     def refusal(self, status: int, body: bytes, *, content_encoding: bytes | None) -> Refusal | None:
         return detect(status, body, content_encoding=content_encoding)
+
+    def stream_pending(self, event: bytes) -> bool:
+        return False  # the first event is the answer, or the error
 
     def stream_refusal(self, event: bytes) -> Refusal | None:
         return detect_event(event)

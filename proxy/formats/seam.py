@@ -16,8 +16,11 @@ Reading (`read`): the request body becomes a `CoreRequest`:
   thinking blocks, compaction items. They are kept byte for byte or dropped whole with the turn
   they belong to (the assistant output they precede), never rewritten, masked or reordered.
 - `output_limit`: the reply's reserve the client asked for (`max_tokens`, `max_output_tokens`).
-- `session`: a conversation id the body carries (`prompt_cache_key`), else None; a header
-  (`session_header`) or the client's `x-inflight-session` may name it instead.
+- `session`: a conversation id the body carries (`prompt_cache_key`), else None; the client's
+  `x-inflight-session` comes first, a header of the format's own (`session_header`) after it.
+- `compactable`: False when part of the conversation is not in the body (the Responses API's
+  `previous_response_id`): the request is counted, never rewritten.
+- `origins`: the format's own map from each message back to what it came from, for `write`.
 - None when the body is not a conversation this format can count: it is forwarded as sent.
 
 Writing (`write`): the compacted message list back into the client's body. Only what compaction
@@ -28,7 +31,8 @@ format's own shape. When nothing was compacted `write` is never called: the clie
 go upstream.
 
 Answers: `refusal` and `stream_refusal` recognise "the prompt is too long" in an error body and
-in a stream's first event, with the window and the upstream's own count when the text names
+in a stream's first event that `stream_pending` does not pass over (the Responses API announces
+a response before it fails it), with the window and the upstream's own count when the text names
 them; `prompt_tokens` finds the upstream's prompt count in a JSON body or one stream event
 (`usage_marker` is the bytes an event must contain to be worth parsing); `error_body` writes the
 proxy's own errors in the shape that format's clients parse.
@@ -53,6 +57,9 @@ class CoreRequest:
     output_limit: int | None = None
     session: str | None = None
     opaque: frozenset[int] = field(default_factory=frozenset)
+    compactable: bool = True  # False: part of the conversation lives upstream (`previous_response_id`)
+    # The format's own map from each message back to what it came from (the Responses API: item indices).
+    origins: list[tuple[int, ...] | None] = field(default_factory=list)
 
     @property
     def messages(self) -> list[Message]:
@@ -64,6 +71,7 @@ class WireFormat(Protocol):
     name: str  # e.g. "chat_completions": for the log line and the metrics
     session_header: str | None  # a request header that names the conversation (None: the format has none)
     usage_marker: bytes  # an event without these bytes carries no usage: not parsed
+    in_place_summaries: bool  # a summary may be asked as a Chat Completions continuation of this body
 
     def read(self, payload: dict[str, Any]) -> CoreRequest | None:
         """The body as the core's conversation, or None when it is none this format can count."""
@@ -75,6 +83,10 @@ class WireFormat(Protocol):
 
     def refusal(self, status: int, body: bytes, *, content_encoding: bytes | None) -> Refusal | None:
         """A context-length refusal in an error response's body (None: some other answer)."""
+        ...
+
+    def stream_pending(self, event: bytes) -> bool:
+        """The event says nothing yet of acceptance or refusal: hold the stream for the next one."""
         ...
 
     def stream_refusal(self, event: bytes) -> Refusal | None:

@@ -102,7 +102,7 @@ class ConversationHandler:
 
     def keepalive_after(self, call: Call) -> float | None:
         """For a streaming request that may be compacted, `summarize.keepalive_after_s` of its model (else None)."""
-        if not call.counted.streams or not self.pipeline.compacts(call.counted.model, call.options):
+        if not call.counted.streams or not self.pipeline.compacts(call.counted, call.options):
             return None
         return self.pipeline.model_settings(call.counted.model).compaction.summarize.keepalive_after_s
 
@@ -115,7 +115,7 @@ class ConversationHandler:
         response = await self.send(
             request, exchange, prepared.body, rewritten=prepared.rewritten, identity=call.identity
         )
-        if not self.pipeline.compacts(call.counted.model, call.options) or prepared.too_long:
+        if not self.pipeline.compacts(call.counted, call.options) or prepared.too_long:
             # A retry could only shrink it to the same floor: a refusal of this one goes to the client as it is.
             return self.relay_with_usage(call, response, prepared)
         try:
@@ -211,12 +211,11 @@ def discovery(upstream: UpstreamClient, request: Request) -> FetchModels:
 
 
 def options_of(request: Request, wire: WireFormat) -> Options:
-    """The `x-inflight-*` headers; the session is `x-inflight-session`, else the format's own header."""
-    session = request.headers.get("x-inflight-session")
-    if session is None and wire.session_header is not None:
-        session = request.headers.get(wire.session_header)
+    """The `x-inflight-*` headers, and the format's own session header (the key uses it after the body's)."""
+    hint = request.headers.get(wire.session_header) if wire.session_header is not None else None
     return Options(
         mode=request.headers.get("x-inflight-compaction", "").strip().lower(),
-        session=session,
+        session=request.headers.get("x-inflight-session"),
+        session_hint=hint,
         authorization=request.headers.get("authorization"),
     )

@@ -1,6 +1,7 @@
 """Reading just enough of a response to tell whether it is a context-length refusal worth a retry.
 
-An error body is read whole (bounded); a stream up to its first event. What was read is kept and
+An error body is read whole (bounded); a stream up to its first event that tells (the wire format
+passes over the ones that do not: the Responses API announces a response before it fails it). What was read is kept and
 relayed first when the response is not a refusal, so the client still gets every byte.
 """
 
@@ -45,14 +46,17 @@ async def hold_until_known(response: UpstreamResponse, wire: WireFormat, *, even
     if response.status != 200 or not event_stream or not is_event_stream(response.headers) or encoding:
         return Held(chunks, rest)
     buffer = b""
+    passed = False  # events that said nothing yet (the Responses API's `response.created`) went by
     async with upstream_errors(host):
         async for chunk in rest:
             chunks.append(chunk)
             buffer += chunk
-            event = first_event(buffer)
-            if event is not None:
-                return Held(chunks, rest, wire.stream_refusal(event))
-    if not buffer.strip():
+            while (found := first_event(buffer)) is not None:
+                event, buffer = found
+                if not wire.stream_pending(event):
+                    return Held(chunks, rest, wire.stream_refusal(event))
+                passed = True
+    if not buffer.strip() and not passed:
         # llama-cpp-python answers an overlong streaming request with 200 and a stream with no event at all.
         return Held(chunks, rest, Refusal("llama-cpp-python-stream"))
     return Held(chunks, rest, wire.stream_refusal(buffer))

@@ -26,6 +26,9 @@ class JsonRoute(Route):
 
 
 async def not_found(scope: Scope, receive: Receive, send: Send) -> None:
+    if scope["type"] == "websocket":  # under another server than ours (`proxy.http.server` refuses them first)
+        await send({"type": "websocket.close", "code": 1008})
+        return
     if scope["type"] != "http":
         return
     message = f"no route for {scope['path']!r}: the OpenAI API is served under /v1"

@@ -10,6 +10,8 @@ and its file descriptor forever. `BoundedHttpProtocol` adds the two missing cloc
 - from the first byte of a request to the end of its headers, `limits.client_header_timeout_s`;
   past it the client gets a 408 in OpenAI's shape and the connection is closed.
 
+It also refuses WebSocket upgrades before any app sees them (a 501 saying to use HTTP).
+
 The body's own clock (`limits.client_body_timeout_s`) runs where the body is read (`proxy.http.body`),
 so that its 408 goes through the endpoint like any other error, with its log line.
 """
@@ -25,6 +27,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from proxy.config import Limits, Settings
 from proxy.http.error_response import error_body
+from proxy.http.exchange import clean
 
 log = logging.getLogger("inflight")
 
@@ -39,6 +42,18 @@ def header_timeout_response(timeout_s: float) -> bytes:
     )
     head = (
         b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\nconnection: close\r\n"
+        b"content-length: %d\r\n\r\n" % len(body)
+    )
+    return head + body
+
+
+WEBSOCKET_REFUSAL = "inflight does not proxy WebSocket connections; send the same request over HTTP"
+
+
+def websocket_refusal_response() -> bytes:
+    body = error_body(WEBSOCKET_REFUSAL, error_type="invalid_request_error", code="websocket_unsupported")
+    head = (
+        b"HTTP/1.1 501 Not Implemented\r\ncontent-type: application/json\r\nconnection: close\r\n"
         b"content-length: %d\r\n\r\n" % len(body)
     )
     return head + body
@@ -76,6 +91,16 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         if self.header_deadline is not None:
             self.header_deadline.cancel()
             self.header_deadline = None
+
+    def handle_websocket_upgrade(self) -> None:
+        """A WebSocket upgrade (Codex tries one on `/v1/responses` before HTTP): refused here with a 501
+        that says why, so the client falls back to HTTP at once; no app sees it, and uvicorn logs no
+        half-done handshake."""
+        client = f"{self.client[0]}:{self.client[1]}" if self.client else "-"
+        target = self.url.decode("latin-1", "replace")
+        log.info("client %s: WebSocket upgrade on %s refused (501): inflight serves HTTP only", client, clean(target))
+        self.transport.write(websocket_refusal_response())
+        self.transport.close()
 
     def headers_too_slow(self) -> None:
         self.header_deadline = None

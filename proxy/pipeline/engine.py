@@ -39,7 +39,8 @@ class Options:
     """What the client asked of the proxy for this request (the `x-inflight-*` request headers)."""
 
     mode: str = ""  # "off": forward untouched, never retry; "force": compact even if it fits
-    session: str | None = None
+    session: str | None = None  # `x-inflight-session`: before any the body names
+    session_hint: str | None = None  # the wire format's own session header: after the body's
     authorization: str | None = None  # the client's, for the summarizer when no key is configured
 
 
@@ -144,9 +145,10 @@ class Pipeline:
             estimated=counted.count.estimated,
         )
 
-    def compacts(self, model: str, options: Options) -> bool:
+    def compacts(self, counted: Counted, options: Options) -> bool:
         """Whether this request may be rewritten and retried at all."""
-        return self.model_settings(model).compaction.enabled and options.mode != "off"
+        enabled = self.model_settings(counted.model).compaction.enabled
+        return enabled and options.mode != "off" and counted.request.compactable
 
     async def prepare(
         self,
@@ -161,7 +163,7 @@ class Pipeline:
         A `retry` aim replaces the accounted budget.
         """
         prepared = await self._prepare(counted, accounting, options, retry=retry)
-        if self.degraded and self.compacts(counted.model, options):
+        if self.degraded and self.compacts(counted, options):
             prepared.headers["x-inflight-state"] = "degraded"
             prepared.fields["state"] = "degraded"
         return prepared
@@ -171,7 +173,7 @@ class Pipeline:
     ) -> Prepared:
         limit = retry.limit if retry is not None else accounting.budget
         untouched = as_sent(counted, accounting, limit=limit)
-        if not self.compacts(counted.model, options):
+        if not self.compacts(counted, options):
             return untouched
         if accounting.budget <= 0:
             # max_tokens alone fills the window: not the prompt's fault. Forward it as sent; the upstream
@@ -195,7 +197,8 @@ class Pipeline:
     ) -> Outcome | None:
         settings = self.model_settings(accounting.model).compaction
         count = counted.count
-        conversation = Conversation(counted.request.messages, count.messages, count.digests, count.fixed)
+        request = counted.request
+        conversation = Conversation(request.messages, count.messages, count.digests, count.fixed, request.opaque)
         own_units = int((retry.limit if retry else accounting.budget) / accounting.ratio)  # compaction's units
         budget = Budget.exactly(own_units) if retry and retry.blind else Budget.of(own_units, settings)
         force = options.mode == "force"  # a retry needs no push: what it retries is over its limit
@@ -211,6 +214,7 @@ class Pipeline:
             summarizers=self._summarizers,
             client_authorization=options.authorization,
             summarizer_input_tokens=int(summary_window / accounting.ratio),
+            in_place=counted.wire.in_place_summaries,
         )
         # No job for a retry (the turn it retries saw to that), nor for a request under every threshold.
         wanted = background and due and not retry
@@ -270,5 +274,5 @@ def build_pipeline(
 def key_of(counted: Counted, options: Options) -> str:
     """The conversation's key: the client's session (its header, else the body's), else its model and head."""
     head = counted.count.digests[: head_length(counted.request.messages)]
-    session = options.session or counted.request.session
+    session = options.session or counted.request.session or options.session_hint
     return conversation_key(session=session, model=counted.model, head_digests=head)

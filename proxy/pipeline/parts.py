@@ -54,6 +54,7 @@ class CompactionParts:
     summarizers: SummarizerFactory | None
     client_authorization: str | None  # the client's, for the summarizer when no key is configured
     summarizer_input_tokens: int  # the summarizer's window, in our units
+    in_place: bool = True  # the wire format lets a summary be asked as a continuation of the request
 
     def summarize(self) -> Summarize | None:
         if self.summarizers is None:
@@ -90,7 +91,7 @@ class CompactionParts:
         stage = SummarizeStage(
             settings, summarize=summarize, count_text=self.count_text(), input_tokens=self.summarizer_input_tokens
         )
-        own_model = settings.base_url is None and settings.model in (None, self.accounting.model)
+        own_model = settings.base_url is None and settings.model in (None, self.accounting.model) and self.in_place
         return SummaryAhead(
             start_at=start_at,
             wait_s=settings.wait_s,

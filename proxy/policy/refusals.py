@@ -231,13 +231,13 @@ def _int(text: str | None) -> int | None:
     return int(text.replace(",", "")) if text else None
 
 
-def first_event(buffer: bytes) -> bytes | None:
-    """The first complete SSE event in `buffer`, or None while it is still incomplete."""
-    for separator in (b"\n\n", b"\r\n\r\n"):
-        end = buffer.find(separator)
-        if end >= 0:
-            return buffer[:end]
-    return None
+def first_event(buffer: bytes) -> tuple[bytes, bytes] | None:
+    """The first complete SSE event in `buffer` and what follows it, or None while it is incomplete."""
+    ends = [(end, len(sep)) for sep in (b"\n\n", b"\r\n\r\n") if (end := buffer.find(sep)) >= 0]
+    if not ends:
+        return None
+    end, length = min(ends)
+    return buffer[:end], buffer[end + length :]
 
 
 def detect_event(event: bytes) -> Refusal | None:

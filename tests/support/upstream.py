@@ -25,6 +25,7 @@ from typing import Any
 import orjson
 
 from proxy.tokens import TokenCounter
+from tests.support.responses import FakeResponses, sse_event
 from tests.support.servers import read_body
 
 Headers = list[tuple[bytes, bytes]]
@@ -167,6 +168,7 @@ class UpstreamApp:
         self.summarizer_status = 200
         self.summarizer_delay = 0.0  # seconds before a summarizer call is answered (a hang, when long)
         self.summarizer_reply: tuple[str, str] | None = None  # (text, finish_reason) instead of a good summary
+        self.responses = FakeResponses(windows=self.windows)  # POST /v1/responses
         self.models_body: Any = {
             "object": "list",
             "data": [{"id": "gpt-4o-mini", "object": "model", "created": 1700000000, "owned_by": "test"}],
@@ -260,6 +262,9 @@ class UpstreamApp:
         if record.path == "/v1/chat/completions":
             await self.chat(record, receive, send)
             return
+        if record.path == "/v1/responses" and record.method == "POST":
+            await self.answer_responses(record, send)
+            return
         await self.respond(
             record, send, 404, b'{"error": {"message": "no route", "type": "not_found"}}', "application/json"
         )
@@ -296,6 +301,25 @@ class UpstreamApp:
         else:
             body = orjson.dumps(completion(model, prompt_tokens=self.usage_tokens(record)))
             await self.respond(record, send, 200, body, "application/json")
+
+    async def answer_responses(self, record: Recorded, send: Any) -> None:
+        if self.script:
+            reply = self.script.popleft()
+            if reply.events is not None:
+                await self.stream(record, send, [e if isinstance(e, bytes) else sse_event(e) for e in reply.events])
+            else:
+                body = reply.body if isinstance(reply.body, bytes) else orjson.dumps(reply.body)
+                await self.respond(record, send, reply.status, body, reply.content_type)
+            return
+        status, answer, events = self.responses.answer(record.json())
+        if events is not None:
+            await self.stream(record, send, [sse_event(event) for event in events], delay=self.stream_interval)
+        else:
+            await self.respond(record, send, status, orjson.dumps(answer), "application/json")
+
+    def responses_requests(self) -> list[Recorded]:
+        """The `POST /v1/responses` the client's requests became."""
+        return [r for r in self.requests if r.path == "/v1/responses" and r.method == "POST"]
 
     async def summary(self, record: Recorded, receive: Any, send: Any, model: str) -> None:
         if self.record:

@@ -1,4 +1,4 @@
-"""Stage 5: still over the limit, halve the biggest messages we may touch, one at a time.
+"""Stage 5: still over the limit, halve the biggest messages we may touch (never an opaque one), one at a time.
 
 In this order: the messages after the head (a huge observation goes first), then the head's own
 messages other than the system prompt (a long demonstration), then the system prompt. The task
@@ -37,7 +37,7 @@ class LastResortStage:
         messages, head_len = work.conversation.messages, work.draft.head_len
         latest_request = work.latest_request
         task = last_user_index(messages[:head_len])  # the head's last user message: what the agent is solving
-        touchable = set(range(len(messages))) - {latest_request, task}
+        touchable = set(range(len(messages))) - {latest_request, task} - work.conversation.opaque
         system = {i for i in touchable if pinned(messages[i])}  # in the head or later: cut last
         head = {i for i in touchable if i < head_len} - system
         return [touchable - head - system, head, system]

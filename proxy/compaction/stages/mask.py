@@ -80,7 +80,9 @@ class MaskStage:
         total = work.tokens
         observed = self.observations(work)
         results = [
-            i for i in range(draft.prefix_len, len(messages)) if messages[i].get("role") == "tool" or i in observed
+            i
+            for i in range(draft.prefix_len, len(messages))
+            if (messages[i].get("role") == "tool" or i in observed) and i not in conversation.opaque
         ]
         calls = calls_of_results(messages)
         for keep in self.keep:

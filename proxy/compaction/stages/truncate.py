@@ -100,7 +100,7 @@ class TruncateStage:
         if not work.prune:
             return
         messages, draft = work.conversation.messages, work.draft
-        kept = protected(messages, work.latest_request)
+        kept = protected(messages, work.latest_request) | work.conversation.opaque
         for index in range(draft.prefix_len, len(messages)):
             if index in kept or index in draft.replaced:
                 continue

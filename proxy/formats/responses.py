@@ -1,0 +1,310 @@
+"""The Responses API (`POST /v1/responses`): `input` items read as the core's messages, and written back.
+
+How items become messages (`read`):
+- `instructions` -> a leading `system` message (counted and pinned; it stays where it is in the body);
+  `input` as a string -> one `user` message.
+- A `message` item (or an item with a `role` and no `type`) -> a message of its role, its text parts
+  as text, `input_image` as an image (counted as one), `input_file` by size.
+- The model's output of one turn -> one `assistant` message: the `reasoning` items, the output
+  `message` and the calls (`function_call`, `custom_tool_call`, `local_shell_call`) that follow one
+  another, the calls as `tool_calls` (a custom tool's `input` and a shell's `action` as the
+  arguments, so the ledger reads the commands). Such a message is opaque: it carries encrypted
+  reasoning that the upstream verifies, so it is sent as it came or dropped whole with its turn,
+  and a reasoning item always stays with the output that follows it.
+- Each output item (`function_call_output`, `custom_tool_call_output`, `local_shell_call_output`)
+  -> a `tool` message answering its call: what masking and truncation work on.
+- `compaction` items, `item_reference`s and any type this module does not know -> an opaque `user`
+  message counted by its size.
+
+Writing (`write`) walks the compacted messages: a message the core did not touch goes back as the
+very items it came from; a tool result the core masked or truncated goes back as its output item
+with the new output (parts stay parts); a new message (the summary) becomes a `message` item.
+Everything else in the body is kept.
+
+With `previous_response_id` the history lives upstream and is invisible here: such a request is
+counted but never compacted (`compactable` False). Usage is `usage.input_tokens` in the JSON body
+or in `response.completed`; a refusal is a 400 with `code: context_length_exceeded`, or a
+`response.failed` event with that code, which comes after `response.created` and
+`response.in_progress` (`stream_pending`: the proxy holds the stream that far).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+
+from proxy.formats.chat_completions import openai_error
+from proxy.formats.seam import CoreRequest, Message
+from proxy.policy.refusals import Refusal, detect, detect_document
+
+CALLS = ("function_call", "custom_tool_call", "local_shell_call")
+OUTPUTS = ("function_call_output", "custom_tool_call_output", "local_shell_call_output")
+PENDING_EVENTS = frozenset({"response.created", "response.in_progress", "response.queued"})
+TEXT_PARTS = ("input_text", "output_text", "text", "summary_text", "reasoning_text")
+
+Item = dict[str, Any]
+
+
+class Responses:
+    name: str = "responses"
+    session_header: str | None = "session-id"  # Codex's; `prompt_cache_key` in the body comes first
+    usage_marker: bytes = b'"usage"'
+    in_place_summaries: bool = False  # a summary through Chat Completions cannot reuse this API's prompt cache
+
+    def read(self, payload: dict[str, Any]) -> CoreRequest | None:
+        model, source = payload.get("model"), payload.get("input")
+        if not isinstance(model, str) or not isinstance(source, str | list):
+            return None
+        if isinstance(source, list) and not all(isinstance(item, dict) for item in source):
+            return None
+        messages, origins, opaque = view_of(payload.get("instructions"), source)
+        view: dict[str, Any] = {"messages": messages, **tool_fields(payload)}
+        limit = payload.get("max_output_tokens")
+        session = payload.get("prompt_cache_key")
+        return CoreRequest(
+            model=model,
+            view=view,
+            output_limit=limit if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 else None,
+            session=session if isinstance(session, str) and session else None,
+            opaque=frozenset(opaque),
+            compactable=payload.get("previous_response_id") is None,
+            origins=origins,
+        )
+
+    def write(self, payload: dict[str, Any], request: CoreRequest, messages: list[Message]) -> bytes:
+        source = payload["input"]
+        items: list[Item] = (
+            source if isinstance(source, list) else [{"type": "message", "role": "user", "content": source}]
+        )
+        by_identity = {id(message): origin for message, origin in zip(request.messages, request.origins, strict=True)}
+        outputs = {item.get("call_id"): item for item in items if item.get("type") in OUTPUTS}
+        written: list[Item] = []
+        for message in messages:
+            origin = by_identity.get(id(message))
+            if origin is not None:
+                written += [items[index] for index in origin]  # untouched: its own items
+            elif id(message) in by_identity:
+                continue  # the instructions: they stay in their own field
+            elif message.get("role") == "tool" and message.get("tool_call_id") in outputs:
+                written.append(with_output(outputs[message["tool_call_id"]], message.get("content")))
+            else:
+                written.append(message_item(message))
+        return orjson.dumps({**payload, "input": written})
+
+    def refusal(self, status: int, body: bytes, *, content_encoding: bytes | None) -> Refusal | None:
+        return detect(status, body, content_encoding=content_encoding)
+
+    def stream_pending(self, event: bytes) -> bool:
+        return event_type(event) in PENDING_EVENTS
+
+    def stream_refusal(self, event: bytes) -> Refusal | None:
+        document = event_data(event)
+        if not isinstance(document, dict):
+            return None
+        if document.get("type") == "response.failed" and isinstance(document.get("response"), dict):
+            return detect_document(document["response"])
+        if document.get("type") == "error" or "error" in document:
+            return detect_document(document)
+        return None
+
+    def prompt_tokens(self, document: object) -> int | None:
+        if isinstance(document, dict) and isinstance(document.get("response"), dict):
+            document = document["response"]  # the stream's `response.completed`
+        usage = document.get("usage") if isinstance(document, dict) else None
+        tokens = usage.get("input_tokens") if isinstance(usage, dict) else None
+        return tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None
+
+    def error_body(self, message: str, *, error_type: str, param: str | None, code: str | None) -> bytes:
+        return openai_error(message, error_type=error_type, param=param, code=code)
+
+
+def view_of(
+    instructions: object, source: str | list[Item]
+) -> tuple[list[Message], list[tuple[int, ...] | None], list[int]]:
+    """The messages, for each the items it came from (None: the instructions), and the opaque ones."""
+    messages: list[Message] = []
+    origins: list[tuple[int, ...] | None] = []
+    opaque: list[int] = []
+    if isinstance(instructions, str) and instructions:
+        messages.append({"role": "system", "content": instructions})
+        origins.append(None)
+    if isinstance(source, str):
+        messages.append({"role": "user", "content": source})
+        origins.append((0,))
+        return messages, origins, opaque
+    for indices in turns_of(source):
+        first = source[indices[0]]
+        kind = first.get("type")
+        if is_output_item(first):
+            message = assistant_message([source[i] for i in indices])
+            opaque.append(len(messages))
+        elif kind in OUTPUTS:
+            message = {"role": "tool", "tool_call_id": str(first.get("call_id")), "content": output_content(first)}
+        elif kind in (None, "message") and isinstance(first.get("role"), str):
+            message = {"role": first["role"], "content": content_of(first.get("content"))}
+        else:  # compaction, item_reference, Codex's additional_tools, what is new: kept as is, counted by size
+            role = first["role"] if first.get("role") in ("system", "developer") else "user"
+            message = {"role": role, "content": orjson.dumps(first).decode()}
+            opaque.append(len(messages))
+        messages.append(message)
+        origins.append(indices)
+    return messages, origins, opaque
+
+
+def turns_of(items: list[Item]) -> Iterator[tuple[int, ...]]:
+    """Items grouped as the core's messages: a run of the model's outputs (its reasoning, message and
+    calls of one turn: a turn's outputs always stand together, between inputs) as one, the rest alone."""
+    group: list[int] = []
+    for index, item in enumerate(items):
+        if is_output_item(item):
+            group.append(index)
+            continue
+        if group:
+            yield tuple(group)
+            group = []
+        yield (index,)
+    if group:
+        yield tuple(group)
+
+
+def is_output_item(item: Item) -> bool:
+    """What the model produced: its reasoning, an assistant message, a tool call."""
+    kind = item.get("type")
+    return kind == "reasoning" or kind in CALLS or (kind in (None, "message") and item.get("role") == "assistant")
+
+
+def assistant_message(items: list[Item]) -> Message:
+    texts, calls, reasoning = [], [], []
+    for item in items:
+        kind = item.get("type")
+        if kind == "reasoning":
+            summary = item.get("summary")
+            reasoning.append(text_of_parts(summary) if isinstance(summary, list) else "")
+            reasoning.append(str(item.get("encrypted_content") or ""))
+        elif kind in CALLS:
+            calls.append({"id": str(item.get("call_id")), "type": "function", "function": call_function(item)})
+        else:
+            texts.append(text_of_parts(item.get("content")))
+    message: Message = {"role": "assistant", "content": "\n".join(t for t in texts if t) or None}
+    if calls:
+        message["tool_calls"] = calls
+    if any(reasoning):
+        message["reasoning_content"] = "\n".join(r for r in reasoning if r)
+    return message
+
+
+def call_function(item: Item) -> dict[str, str]:
+    """A call as Chat Completions' `function`: a custom tool's input and a shell's action as its arguments."""
+    kind = item.get("type")
+    if kind == "custom_tool_call":
+        return {"name": str(item.get("name") or "tool"), "arguments": str(item.get("input") or "")}
+    if kind == "local_shell_call":
+        action = item.get("action")
+        command = action.get("command") if isinstance(action, dict) else None
+        shown = " ".join(map(str, command)) if isinstance(command, list) else str(command or "")
+        return {"name": "local_shell", "arguments": orjson.dumps({"command": shown}).decode()}
+    return {"name": str(item.get("name") or "tool"), "arguments": str(item.get("arguments") or "")}
+
+
+def output_content(item: Item) -> str | list[dict[str, Any]]:
+    output = item.get("output")
+    if isinstance(output, str):
+        return output
+    if isinstance(output, list):
+        return content_of(output)
+    return orjson.dumps(output).decode()
+
+
+def content_of(content: object) -> str | list[dict[str, Any]]:
+    """A message's content as Chat Completions has it: a string, or text and image parts."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return "" if content is None else orjson.dumps(content).decode()
+    parts: list[dict[str, Any]] = []
+    for part in content:
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind in TEXT_PARTS and isinstance(part.get("text"), str):
+            parts.append({"type": "text", "text": part["text"]})
+        elif kind == "refusal" and isinstance(part.get("refusal"), str):
+            parts.append({"type": "text", "text": part["refusal"]})
+        elif kind == "input_image":
+            url = part.get("image_url") if isinstance(part.get("image_url"), str) else ""
+            parts.append({"type": "image_url", "image_url": {"url": url, "detail": part.get("detail") or "auto"}})
+        else:
+            parts.append({"type": "text", "text": orjson.dumps(part).decode()})
+    return parts
+
+
+def text_of_parts(parts: object) -> str:
+    if isinstance(parts, str):
+        return parts
+    if not isinstance(parts, list):
+        return ""
+    return "\n".join(p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str))
+
+
+def with_output(item: Item, content: object) -> Item:
+    """An output item with the output the core made of it (a mask or a cut), in the item's own form."""
+    text = content if isinstance(content, str) else text_of_parts(content)
+    if isinstance(item.get("output"), list):
+        return {**item, "output": [{"type": "input_text", "text": text}]}
+    return {**item, "output": text}
+
+
+def message_item(message: Message) -> Item:
+    """A message the core wrote (the summary) as an input item."""
+    role = message.get("role") if message.get("role") in ("user", "system", "developer", "assistant") else "user"
+    text = message.get("content") if isinstance(message.get("content"), str) else text_of_parts(message.get("content"))
+    kind = "output_text" if role == "assistant" else "input_text"
+    return {"type": "message", "role": role, "content": [{"type": kind, "text": text}]}
+
+
+def tool_fields(payload: dict[str, Any]) -> dict[str, Any]:
+    """What the tool definitions cost, as Chat Completions' fields (function tools nested, others by size)."""
+    fields: dict[str, Any] = {}
+    tools = payload.get("tools")
+    if isinstance(tools, list) and tools:
+        fields["tools"] = [chat_tool(tool) for tool in tools if isinstance(tool, dict)]
+    choice = payload.get("tool_choice")
+    if isinstance(choice, str):
+        fields["tool_choice"] = choice
+    elif isinstance(choice, dict) and isinstance(choice.get("name"), str):
+        fields["tool_choice"] = {"type": "function", "function": {"name": choice["name"]}}
+    text = payload.get("text")
+    form = text.get("format") if isinstance(text, dict) else None
+    if isinstance(form, dict) and form.get("type") == "json_schema":
+        schema = {"name": form.get("name") or "response", "schema": form.get("schema") or {}}
+        fields["response_format"] = {"type": "json_schema", "json_schema": schema}
+    return fields
+
+
+def chat_tool(tool: dict[str, Any]) -> dict[str, Any]:
+    if tool.get("type") == "function":
+        function = {key: tool[key] for key in ("name", "description", "parameters") if key in tool}
+        return {"type": "function", "function": function}
+    # A custom tool (its grammar), a built-in: named by its name or type, described by its JSON.
+    name = str(tool.get("name") or tool.get("type") or "tool")
+    return {"type": "function", "function": {"name": name, "description": orjson.dumps(tool).decode()}}
+
+
+def event_data(event: bytes) -> Any:
+    data = b"\n".join(line[5:].strip() for line in event.splitlines() if line.startswith(b"data:"))
+    try:
+        return orjson.loads(data) if data else None
+    except orjson.JSONDecodeError:
+        return None
+
+
+def event_type(event: bytes) -> str | None:
+    for line in event.splitlines():
+        if line.startswith(b"event:"):
+            return line[6:].strip().decode("utf-8", "replace")
+    document = event_data(event)
+    kind = document.get("type") if isinstance(document, dict) else None
+    return kind if isinstance(kind, str) else None
+
+
+RESPONSES = Responses()

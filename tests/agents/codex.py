@@ -1,0 +1,67 @@
+"""Running the real Codex CLI (`@openai/codex`, its binary shipped inside the npm package) headless.
+
+`.ci/run` installs the pinned package under `.cache/agents/`; `INFLIGHT_CODEX` may name another
+binary. Each run gets a fresh `CODEX_HOME` whose `config.toml` points a custom provider at the
+given base URL (`wire_api = "responses"`, no WebSocket, a dummy key), keeps Codex's own
+auto-compaction out of reach and its tool outputs whole, and runs with approvals and the sandbox
+off in an empty temporary directory.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+VERSION = "0.169.0"  # .ci/run installs this one
+DEFAULT_MODEL = "gpt-6.1-sol"  # what Codex picks when the config names none: its tools go in an input item
+
+
+def codex_binary() -> str | None:
+    named = os.environ.get("INFLIGHT_CODEX")
+    if named:
+        return named
+    local = ROOT / ".cache" / "agents" / "node_modules" / ".bin" / "codex"
+    return str(local) if local.exists() else shutil.which("codex")
+
+
+@dataclass
+class CodexRun:
+    returncode: int
+    output: str
+
+
+def run_codex(binary: str, base_url: str, prompt: str, *, model: str | None, timeout_s: float = 600) -> CodexRun:
+    """`codex exec PROMPT` against `base_url`; `model` None: Codex's default (code mode)."""
+    with tempfile.TemporaryDirectory() as home, tempfile.TemporaryDirectory() as workdir:
+        config = f'model = "{model}"\n' if model else ""
+        config += f"""model_provider = "inflight-test"
+approval_policy = "never"
+sandbox_mode = "danger-full-access"
+model_context_window = 10000000
+model_auto_compact_token_limit = 9000000
+tool_output_token_limit = 100000
+
+[model_providers.inflight-test]
+name = "inflight test"
+base_url = "{base_url}"
+env_key = "INFLIGHT_TEST_KEY"
+wire_api = "responses"
+supports_websockets = false
+"""
+        Path(home, "config.toml").write_text(config)
+        env = {**os.environ, "CODEX_HOME": home, "INFLIGHT_TEST_KEY": "sk-dummy", "NO_COLOR": "1"}
+        done = subprocess.run(
+            [binary, "exec", "--skip-git-repo-check", prompt],
+            cwd=workdir,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
+    return CodexRun(done.returncode, done.stdout + done.stderr)

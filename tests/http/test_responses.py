@@ -1,0 +1,178 @@
+"""`POST /v1/responses` through the proxy with the official `openai` client: passed through byte for
+byte when it fits, compacted with its reasoning intact when it does not, retried once on either
+form of refusal, never compacted with `previous_response_id`; WebSocket upgrades refused cleanly."""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import openai
+import orjson
+import pytest
+from openai.types.responses import ToolParam
+
+from tests.conftest import ProxyFactory
+from tests.support.params import as_input
+from tests.support.responses import TASK_MARKER, TaskAgent, reasoning_item, sign
+from tests.support.upstream import UpstreamApp
+
+MODEL = "gpt-5.5"
+TOOLS: list[ToolParam] = [
+    {
+        "type": "function",
+        "name": "exec_command",
+        "description": "Run a shell command.",
+        "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]},
+        "strict": False,
+    }
+]
+
+
+def agent_items(turns: int, *, lines: int = 60) -> list[dict[str, Any]]:
+    """A Codex-like history: developer rules, the task, then `turns` of reasoning, a call and its output."""
+    items: list[dict[str, Any]] = [
+        {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "You are an agent."}]},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": f"Do the {TASK_MARKER}."}]},
+    ]
+    for step in range(1, turns + 1):
+        output = "\n".join(f"step {step} log line {i}: checked module_{step}_{i}.py" for i in range(lines))
+        items += [
+            reasoning_item(step, step),
+            {
+                "type": "function_call",
+                "id": f"fc_{step}",
+                "call_id": f"call_{step}",
+                "name": "exec_command",
+                "arguments": orjson.dumps({"cmd": f"check step {step}"}).decode(),
+            },
+            {"type": "function_call_output", "call_id": f"call_{step}", "output": f"{output}\nSTEP {step} DONE"},
+        ]
+    return items
+
+
+def reasoning_of(items: list[Any]) -> list[Any]:
+    return [item for item in items if item.get("type") == "reasoning"]
+
+
+def test_a_response_that_fits_passes_through_byte_for_byte(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    app, direct_url = upstream
+    app.responses.agent = TaskAgent(steps=3)
+    results = []
+    items = as_input(agent_items(2))
+    with start_proxy(direct_url) as proxy_url:
+        for base_url in (direct_url, proxy_url):
+            with openai.OpenAI(base_url=base_url, api_key="sk-test", max_retries=0) as client:
+                raw = client.responses.with_raw_response.create(
+                    model=MODEL, input=as_input(agent_items(2)), tools=TOOLS
+                )
+                results.append((raw.http_response.content, raw.headers.get("x-inflight-actions")))
+                stream = client.responses.create(model=MODEL, input=items, tools=TOOLS, stream=True)
+                kinds = [event.type for event in stream]
+                assert kinds[0] == "response.created" and kinds[-1] == "response.completed"
+    direct, proxied = app.responses_requests()[:2], app.responses_requests()[2:]
+    assert [r.body for r in proxied] == [r.body for r in direct]  # the client's exact bytes went up
+    assert results[1] == (bytes(proxied[0].sent), "none")  # and the answer came back as the upstream sent it
+    with start_proxy(direct_url) as proxy_url:
+        body = {"model": MODEL, "input": agent_items(2), "tools": TOOLS, "stream": True}
+        with httpx.stream("POST", f"{proxy_url}/responses", json=body) as response:
+            received = b"".join(response.iter_raw())
+    assert received == bytes(app.responses_requests()[-1].sent) and received.startswith(b"event: response.created")
+    app.responses.agent = None  # a plain reply, through the client's parsing
+    with start_proxy(direct_url) as proxy_url, openai.OpenAI(base_url=proxy_url, api_key="sk") as client:
+        reply = client.responses.create(model=MODEL, input="hi", instructions="Be brief.", max_output_tokens=50)
+    assert reply.output_text == "Hello from the Responses API." and reply.usage is not None
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_long_conversation_is_compacted_with_every_reasoning_item_verbatim(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory, stream: bool
+) -> None:
+    app, url = upstream
+    app.responses.agent = TaskAgent(steps=40)
+    app.windows[MODEL] = 9_000
+    items = agent_items(20)
+    models = {MODEL: {"context_window": 9_000}}
+    with start_proxy(url, models=models) as proxy_url, httpx.Client(timeout=30) as client:
+        body = {"model": MODEL, "input": items, "tools": TOOLS, "stream": stream, "store": False}
+        response = client.post(f"{proxy_url}/responses", json=body)
+    assert response.status_code == 200, response.text
+    assert response.headers["x-inflight-actions"] != "none"
+    sent = app.responses_requests()[-1].json()["input"]
+    assert app.responses.rejected == []  # every reasoning item verified, every call with its output
+    kept = reasoning_of(sent)
+    assert kept and all(item in reasoning_of(items) for item in kept)  # each one exactly as the client sent it
+    assert sent[:2] == items[:2]  # the developer rules and the task
+    assert sent[-3:] == items[-3:]  # the latest turn, whole
+    assert len(orjson.dumps(sent)) < len(orjson.dumps(items)) / 2
+    if stream:
+        assert response.text.startswith("event: response.created")
+        assert "response.completed" in response.text
+    else:
+        assert response.json()["output"][-1]["type"] == "function_call"  # the agent goes on: step 21
+
+
+@pytest.mark.parametrize("in_stream", [False, True])
+def test_a_refusal_over_http_or_inside_the_stream_is_retried_once(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory, in_stream: bool
+) -> None:
+    app, url = upstream
+    app.responses.agent = TaskAgent(steps=40)
+    app.responses.refusal_in_stream = in_stream
+    app.windows[MODEL] = 12_000  # the proxy is not told: it finds out from the refusal
+    items = agent_items(12)
+    with start_proxy(url) as proxy_url, openai.OpenAI(base_url=proxy_url, api_key="sk", max_retries=0) as client:
+        raw = client.responses.with_raw_response.create(model=MODEL, input=as_input(items), tools=TOOLS, stream=True)
+        events = list(raw.parse())
+    assert raw.headers["x-inflight-retried"] == "1"
+    assert events[-1].type == "response.completed"  # no trace of the refused attempt reaches the client
+    refused, retried = app.responses_requests()
+    assert app.responses.refused == 1 and refused.json()["input"] == items
+    assert all(item in reasoning_of(items) for item in reasoning_of(retried.json()["input"]))
+    assert app.responses.rejected == []
+
+
+def test_a_request_continuing_a_stored_response_is_counted_but_never_rewritten(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    app, url = upstream
+    app.windows[MODEL] = 2_000
+    body = orjson.dumps({"model": MODEL, "previous_response_id": "resp_1", "input": agent_items(6)})
+    with start_proxy(url, models={MODEL: {"context_window": 2_000}}) as proxy_url:
+        response = httpx.post(f"{proxy_url}/responses", content=body, headers={"content-type": "application/json"})
+    assert response.status_code == 400 and response.json()["error"]["code"] == "context_length_exceeded"
+    assert [r.body for r in app.responses_requests()] == [body]  # as sent, once: no compaction, no retry
+    assert int(response.headers["x-inflight-prompt-tokens"]) > 2_000
+
+
+def test_our_own_errors_on_responses_take_openais_shape(proxy: str) -> None:
+    response = httpx.post(f"{proxy}/responses", content=b"{not json", headers={"content-type": "application/json"})
+    assert response.status_code == 400
+    assert set(response.json()["error"]) == {"message", "type", "param", "code"}
+
+
+def test_a_websocket_upgrade_is_refused_at_once_so_the_client_falls_back_to_http(proxy: str) -> None:
+    parts = urlsplit(proxy)
+    request = (
+        f"GET /v1/responses HTTP/1.1\r\nHost: {parts.netloc}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    )
+    with socket.create_connection((parts.hostname or "", parts.port or 0), timeout=5) as sock:
+        sock.sendall(request.encode())
+        answer = b""
+        while chunk := sock.recv(65536):  # the proxy answers and closes the connection
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 501 ")  # never a 101, never a 500: the client falls back to HTTP
+    assert orjson.loads(body)["error"]["code"] == "websocket_unsupported"
+
+
+def test_an_edited_reasoning_item_is_refused_by_the_fake_as_by_openai(upstream: tuple[UpstreamApp, str]) -> None:
+    _, url = upstream
+    edited = {**reasoning_item(1, 1), "encrypted_content": sign({"step": 1})[:-2] + "00"}
+    response = httpx.post(f"{url}/responses", json={"model": MODEL, "input": [edited]})
+    assert response.status_code == 400 and "could not be verified" in response.json()["error"]["message"]
