@@ -34,18 +34,18 @@ TOOLS = [
     for name, description in [("read_file", "Read a file of the repository"), ("run_tests", "Run pytest on a path")]
 ]
 FILES = [
-    "proxy/http/chat.py",
+    "proxy/http/conversation_handler.py",
     "proxy/policy/windows.py",
     "proxy/tokens/counter.py",
     "proxy/policy/calibration.py",
     "proxy/policy/refusals.py",
-    "proxy/config.py",
-    "proxy/upstream/relay.py",
+    "proxy/config/settings.py",
+    "proxy/http/relay.py",
     "proxy/compaction/compactor.py",
-    "proxy/compaction/summary.py",
+    "proxy/compaction/summary_job.py",
     "proxy/upstream/pool.py",
 ]
-TEST_TARGETS = ["tests/test_config.py", "tests/compaction/test_compactor.py"]
+TEST_TARGETS = ["tests/config/test_settings.py", "tests/compaction/test_compactor.py"]
 OUTPUT_CHARS = 3000
 
 
