@@ -1,8 +1,10 @@
 """Stage 2: replace old tool results by a short placeholder that still says what the call was.
 
 All but the newest `keep_tool_results` results go at once (then down to `keep_tool_results_min`
-if still above summarize_at): one big step rather than one result a turn, so the next turns need
-no change and the prefix the upstream caches stays stable.
+if still above `target`): one big step rather than one result a turn, and down to `target` rather
+than just under a threshold, so that the next turns need no change and the prefix the upstream
+caches stays stable for as many turns as the budget allows (stopping at `summarize_at` left an
+agent with a big head, such as Codex, one turn's growth below the next compaction).
 
 The placeholder is a pure function of the call and the result, so the same result is masked to
 the same bytes on every turn (the upstream's prompt cache depends on it).
@@ -102,5 +104,5 @@ class MaskStage:
                 draft.replaced[index] = Replacement(conversation.digests[index], masked, tokens, "mask")
                 total += tokens - previous_tokens
                 work.outcome.actions.append("mask")
-            if not work.force and total <= work.budget.summarize_at:
+            if not work.force and total <= work.budget.target:
                 break
