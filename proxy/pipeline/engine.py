@@ -215,6 +215,7 @@ class Pipeline:
             client_authorization=options.authorization,
             summarizer_input_tokens=int(summary_window / accounting.ratio),
             in_place=counted.wire.in_place_summaries,
+            api=counted.wire.name,
         )
         # No job for a retry (the turn it retries saw to that), nor for a request under every threshold.
         wanted = background and due and not retry

@@ -76,8 +76,10 @@ class SizedSummarizers:
         self.calls = 0
         self.oversize = 0
 
-    def __call__(self, options: Compaction, *, model: str, client_authorization: str | None) -> Summarize:
-        summarize = self.inner(options, model=model, client_authorization=client_authorization)
+    def __call__(
+        self, options: Compaction, *, model: str, client_authorization: str | None, api: str = "chat_completions"
+    ) -> Summarize:
+        summarize = self.inner(options, model=model, client_authorization=client_authorization, api=api)
         pipeline = self.pipeline_of[0]
         summary_model = options.summarize.model or model
 

@@ -22,9 +22,12 @@ from proxy.tokens.text import counted_or_estimated
 
 
 class SummarizerFactory(Protocol):
-    """The summarizer for one request: its model's compaction settings, its model, the client's key."""
+    """The summarizer for one request: its model's compaction settings, its model, the client's key, and
+    the API the request came in through (`chat_completions` or `responses`: the upstream speaks it)."""
 
-    def __call__(self, options: Compaction, *, model: str, client_authorization: str | None) -> Summarize: ...
+    def __call__(
+        self, options: Compaction, *, model: str, client_authorization: str | None, api: str = "chat_completions"
+    ) -> Summarize: ...
 
     async def window(self, options: Compaction, model: str) -> int | None:
         """The summarizer model's window as its own endpoint says (None: not a separate endpoint, or silent)."""
@@ -55,12 +58,15 @@ class CompactionParts:
     client_authorization: str | None  # the client's, for the summarizer when no key is configured
     summarizer_input_tokens: int  # the summarizer's window, in our units
     in_place: bool = True  # the wire format lets a summary be asked as a continuation of the request
+    api: str = "chat_completions"  # the API the request came in through: the upstream's summaries go that way
 
     def summarize(self) -> Summarize | None:
         if self.summarizers is None:
             return None
         model = self.accounting.model
-        made = self.summarizers(self.settings, model=model, client_authorization=self.client_authorization)
+        made = self.summarizers(
+            self.settings, model=model, client_authorization=self.client_authorization, api=self.api
+        )
         return on_home_loop(made)  # called from a worker thread's loop, it still runs on this one
 
     def count_message(self) -> Callable[[Message], int]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from typing import Literal
 
 import orjson
 
@@ -26,6 +27,7 @@ from proxy.upstream.headers import RawHeaders
 
 log = logging.getLogger("inflight")
 DISCOVERY_TIMEOUT_S = 10.0
+SummaryApi = Literal["chat_completions", "responses"]
 
 
 class SummarizerError(RuntimeError):
@@ -36,11 +38,22 @@ class SummarizerError(RuntimeError):
 
 
 class Summarizer:
-    """Posts a non-streaming chat completion to the summarizer's endpoint, trying each model in turn."""
+    """Asks the summarizer's endpoint for the summary, non-streaming, trying each model in turn.
 
-    def __init__(self, client: UpstreamClient, *, timeout_s: float, observer: Observer = NO_OBSERVER) -> None:
+    Through Chat Completions, or through the Responses API (`api="responses"`) when the summary goes
+    to the upstream of a Responses request: models such as Codex's answer only there."""
+
+    def __init__(
+        self,
+        client: UpstreamClient,
+        *,
+        timeout_s: float,
+        api: SummaryApi = "chat_completions",
+        observer: Observer = NO_OBSERVER,
+    ) -> None:
         self.client = client
         self.timeout_s = timeout_s
+        self.api = api
         self.observer = observer  # told each model's call: its outcome and how long it took
 
     async def __call__(self, job: SummaryJob, *, models: Sequence[str], authorization: str | None) -> str:
@@ -79,6 +92,8 @@ class Summarizer:
         headers: RawHeaders = [(b"content-type", b"application/json")]
         if authorization:
             headers.append((b"authorization", authorization.encode("latin-1")))
+        if self.api == "responses":
+            return await self.respond(job, model=model, headers=headers)
         body = {
             "model": model,
             "messages": job.messages(),
@@ -100,6 +115,42 @@ class Summarizer:
         if not isinstance(content, str) or not content.strip():
             raise SummarizerError("no summary text in the response")
         return content, choices[0].get("finish_reason")
+
+    async def respond(self, job: SummaryJob, *, model: str, headers: RawHeaders) -> tuple[str, object]:
+        """The summary through `POST /v1/responses`: the prompt as `instructions`, the rest as input, not stored;
+        the finish reason as Chat Completions names it (`length` when cut at `max_output_tokens`)."""
+        messages = job.messages()
+        instructions = "\n\n".join(str(m["content"]) for m in messages if m.get("role") == "system")
+        others = [{"role": m["role"], "content": m["content"]} for m in messages if m.get("role") != "system"]
+        body = {
+            "model": model,
+            "instructions": instructions,
+            "input": others,
+            "max_output_tokens": job.max_tokens,
+            "store": False,
+            "stream": False,
+        }
+        status, answer = await self.client.send_whole(
+            "POST", "/v1/responses", headers=headers, content=orjson.dumps(body), timeout_s=self.timeout_s
+        )
+        if status != 200:
+            text = answer[:200].decode("utf-8", "replace")
+            raise SummarizerError(f"status {status}: {text}", status=status)
+        parsed = orjson.loads(answer)
+        output = parsed.get("output") if isinstance(parsed, dict) else None
+        texts = [
+            part["text"]
+            for item in (output if isinstance(output, list) else [])
+            if isinstance(item, dict) and item.get("type") == "message"
+            for part in (item.get("content") or [])
+            if isinstance(part, dict) and part.get("type") == "output_text" and isinstance(part.get("text"), str)
+        ]
+        content = "".join(texts)
+        if not content.strip():
+            raise SummarizerError("no summary text in the response")
+        details = parsed.get("incomplete_details") if isinstance(parsed, dict) else None
+        cut = isinstance(details, dict) and details.get("reason") == "max_output_tokens"
+        return content, "length" if cut else "stop"
 
 
 class Summarizers:
@@ -159,10 +210,20 @@ class Summarizers:
         limits = await registry.resolve_async(model, fetch_models)
         return limits.context_window if limits.source in ("config", "discovered", "learned") else None
 
-    def __call__(self, options: Compaction, *, model: str, client_authorization: str | None) -> Summarize:
+    def __call__(
+        self,
+        options: Compaction,
+        *,
+        model: str,
+        client_authorization: str | None,
+        api: str = "chat_completions",
+    ) -> Summarize:
         summarize = options.summarize
         client = self.client_for(summarize.base_url)
-        summarizer = Summarizer(client, timeout_s=summarize.timeout_s, observer=self.observer)
+        # A summarizer of its own (`summarize.base_url`) is asked through Chat Completions; the upstream
+        # through the API the request came in (`api`).
+        chosen: SummaryApi = "responses" if api == "responses" and summarize.base_url is None else "chat_completions"
+        summarizer = Summarizer(client, timeout_s=summarize.timeout_s, api=chosen, observer=self.observer)
         models = [summarize.model or model, *summarize.fallback_models]
         # With access.keys the client's Authorization is one of the proxy's own keys: never send it on.
         authorization = None if self.settings.access.keys else client_authorization

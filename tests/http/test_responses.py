@@ -176,3 +176,22 @@ def test_an_edited_reasoning_item_is_refused_by_the_fake_as_by_openai(upstream: 
     edited = {**reasoning_item(1, 1), "encrypted_content": sign({"step": 1})[:-2] + "00"}
     response = httpx.post(f"{url}/responses", json={"model": MODEL, "input": [edited]})
     assert response.status_code == 400 and "could not be verified" in response.json()["error"]["message"]
+
+
+def test_a_summary_for_a_responses_request_is_asked_through_the_responses_api(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    """Codex's models answer only there: the upstream's own model summarizes through the API it speaks."""
+    app, url = upstream
+    app.responses.agent = TaskAgent(steps=60)
+    settings = {"summarize": {"background_at": None}}  # made on the turn, so the test can see it used
+    with start_proxy(url, models={MODEL: {"context_window": 9_000}}, compaction=settings) as proxy_url:
+        body = {"model": MODEL, "input": agent_items(30), "tools": TOOLS, "store": False}
+        response = httpx.post(f"{proxy_url}/responses", json=body, timeout=30)
+    assert response.status_code == 200 and "summarize" in response.headers["x-inflight-actions"]
+    assert app.summaries and {r.path for r in app.summaries} == {"/v1/responses"}  # in chunks: a small window
+    asked = app.summaries[0].json()
+    assert asked["instructions"].startswith("You write the handoff note") and asked["store"] is False
+    sent = app.responses_requests()[-1].json()["input"]
+    assert any("Summary number" in orjson.dumps(item).decode() for item in sent)
+    assert app.responses.rejected == []

@@ -25,10 +25,11 @@ from typing import Any
 import orjson
 
 from proxy.tokens import TokenCounter
-from tests.support.responses import FakeResponses, sse_event
+from tests.support.responses import FakeResponses, assistant_message, response_object, sse_event
 from tests.support.servers import read_body
 
 Headers = list[tuple[bytes, bytes]]
+SUMMARY_PROMPT_START = "You write the handoff note"  # how the proxy's summary prompt opens
 
 
 @dataclass
@@ -120,7 +121,20 @@ def is_summarizer_call(payload: dict[str, Any]) -> bool:
     if not isinstance(messages, list) or not messages:
         return False
     ends = [m.get("content") for m in (messages[0], messages[-1]) if isinstance(m, dict)]
-    return any(isinstance(text, str) and text.startswith("You write the handoff note") for text in ends)
+    return any(isinstance(text, str) and text.startswith(SUMMARY_PROMPT_START) for text in ends)
+
+
+def summary_body(model: str, text: str, finish_reason: str, api: str) -> bytes:
+    """A summarizer's reply: a chat completion, or a response (cut short: `incomplete`, as OpenAI says it)."""
+    if api != "responses":
+        reply = completion(model, text)
+        reply["choices"][0]["finish_reason"] = finish_reason
+        return orjson.dumps(reply)
+    usage = {"input_tokens": 100, "output_tokens": 50, "total_tokens": 150}
+    response = response_object("resp_summary", model, "completed", [assistant_message(text, 0)], usage)
+    if finish_reason == "length":
+        response |= {"status": "incomplete", "incomplete_details": {"reason": "max_output_tokens"}}
+    return orjson.dumps(response)
 
 
 def context_refusal(window: int, tokens: int) -> dict[str, Any]:
@@ -263,7 +277,7 @@ class UpstreamApp:
             await self.chat(record, receive, send)
             return
         if record.path == "/v1/responses" and record.method == "POST":
-            await self.answer_responses(record, send)
+            await self.answer_responses(record, receive, send)
             return
         await self.respond(
             record, send, 404, b'{"error": {"message": "no route", "type": "not_found"}}', "application/json"
@@ -302,7 +316,11 @@ class UpstreamApp:
             body = orjson.dumps(completion(model, prompt_tokens=self.usage_tokens(record)))
             await self.respond(record, send, 200, body, "application/json")
 
-    async def answer_responses(self, record: Recorded, send: Any) -> None:
+    async def answer_responses(self, record: Recorded, receive: Any, send: Any) -> None:
+        payload = record.json()
+        if str(payload.get("instructions") or "").startswith(SUMMARY_PROMPT_START):
+            await self.summary(record, receive, send, str(payload.get("model")), api="responses")
+            return
         if self.script:
             reply = self.script.popleft()
             if reply.events is not None:
@@ -311,7 +329,7 @@ class UpstreamApp:
                 body = reply.body if isinstance(reply.body, bytes) else orjson.dumps(reply.body)
                 await self.respond(record, send, reply.status, body, reply.content_type)
             return
-        status, answer, events = self.responses.answer(record.json())
+        status, answer, events = self.responses.answer(payload)
         if events is not None:
             await self.stream(record, send, [sse_event(event) for event in events], delay=self.stream_interval)
         else:
@@ -321,7 +339,8 @@ class UpstreamApp:
         """The `POST /v1/responses` the client's requests became."""
         return [r for r in self.requests if r.path == "/v1/responses" and r.method == "POST"]
 
-    async def summary(self, record: Recorded, receive: Any, send: Any, model: str) -> None:
+    async def summary(self, record: Recorded, receive: Any, send: Any, model: str, *, api: str = "chat") -> None:
+        """A summarizer call, answered as a chat completion or (`api="responses"`) as a response."""
         if self.record:
             self.summaries.append(record)
         self.summary_count += 1
@@ -337,9 +356,7 @@ class UpstreamApp:
             return
         if self.summarizer_reply is not None:
             text, finish_reason = self.summarizer_reply
-            reply = completion(model, text)
-            reply["choices"][0]["finish_reason"] = finish_reason
-            await self.respond(record, send, 200, orjson.dumps(reply), "application/json")
+            await self.respond(record, send, 200, summary_body(model, text, finish_reason, api), "application/json")
             return
         text = (
             f'## Task\n"Fix the bug." Summary number {self.summary_count}.\n## State of the work\nThe cause is found.\n'
@@ -347,7 +364,7 @@ class UpstreamApp:
             "## Commands, tests and results\n- `pytest -q`: 3 passed.\n"
             "## Errors and approaches ruled out\n- none.\n## Next step\nRun the full suite."
         )
-        await self.respond(record, send, 200, orjson.dumps(completion(model, text)), "application/json")
+        await self.respond(record, send, 200, summary_body(model, text, "stop", api), "application/json")
 
     async def stream_until_disconnect(self, record: Recorded, receive: Any, send: Any) -> None:
         record.status = 200
