@@ -70,6 +70,13 @@ class Summarize(Section):
     # null (default): never; the first one commits the 200 status (an error then comes as an SSE event).
     keepalive_after_s: float | None = Field(None, gt=0)
 
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError(f"expected an http:// or https:// URL, got {value!r}")
+        return value.rstrip("/") if value is not None else None
+
     @field_validator("prompt_file")
     @classmethod
     def _readable_prompt(cls, value: str | None) -> str | None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from proxy.formats.seam import CoreRequest, Message
+from proxy.formats.seam import CoreRequest, Message, openai_error
 from proxy.policy.refusals import Refusal, detect, detect_event
 
 
@@ -51,10 +51,29 @@ class ChatCompletions:
     def error_body(self, message: str, *, error_type: str, param: str | None, code: str | None) -> bytes:
         return openai_error(message, error_type=error_type, param=param, code=code)
 
+    summary_path: str = "/v1/chat/completions"
 
-def openai_error(message: str, *, error_type: str, param: str | None = None, code: str | None = None) -> bytes:
-    """OpenAI's error shape, which the Responses API and every OpenAI-compatible server share."""
-    return orjson.dumps({"error": {"message": message, "type": error_type, "param": param, "code": code}})
+    def summary_request(
+        self, messages: list[Message], *, model: str, max_tokens: int, tools: object = None
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": model,
+            "messages": messages,
+            "max_tokens": max_tokens,
+            "temperature": 0,
+            "stream": False,
+        }
+        if tools:  # the prefix as the upstream cached it, tools included; none to be called
+            body |= {"tools": tools, "tool_choice": "none"}
+        return body
+
+    def summary_reply(self, document: object) -> tuple[str, str | None]:
+        choices = (document.get("choices") if isinstance(document, dict) else None) or []
+        first = choices[0] if isinstance(choices, list) and isinstance(choices[0], dict) else {}
+        message = first.get("message")
+        content = message.get("content") if isinstance(message, dict) else None
+        reason = first.get("finish_reason")
+        return (content if isinstance(content, str) else ""), (reason if isinstance(reason, str) else None)
 
 
 def is_message_list(messages: object) -> bool:

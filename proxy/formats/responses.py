@@ -35,8 +35,7 @@ from typing import Any
 
 import orjson
 
-from proxy.formats.chat_completions import openai_error
-from proxy.formats.seam import CoreRequest, Message
+from proxy.formats.seam import CoreRequest, Message, openai_error
 from proxy.policy.refusals import Refusal, detect, detect_document
 
 CALLS = ("function_call", "custom_tool_call", "local_shell_call")
@@ -118,6 +117,37 @@ class Responses:
 
     def error_body(self, message: str, *, error_type: str, param: str | None, code: str | None) -> bytes:
         return openai_error(message, error_type=error_type, param=param, code=code)
+
+    summary_path: str = "/v1/responses"
+
+    def summary_request(
+        self, messages: list[Message], *, model: str, max_tokens: int, tools: object = None
+    ) -> dict[str, Any]:
+        """The prompt as `instructions`, the rest as input; not stored (`tools`: none, the in-place form is
+        Chat Completions' only)."""
+        instructions = "\n\n".join(str(m.get("content")) for m in messages if m.get("role") == "system")
+        others = [{"role": m["role"], "content": m.get("content")} for m in messages if m.get("role") != "system"]
+        return {
+            "model": model,
+            "instructions": instructions,
+            "input": others,
+            "max_output_tokens": max_tokens,
+            "store": False,
+            "stream": False,
+        }
+
+    def summary_reply(self, document: object) -> tuple[str, str | None]:
+        if not isinstance(document, dict):
+            return "", None
+        output = document.get("output")
+        texts = [
+            text_of_parts(item.get("content"))
+            for item in (output if isinstance(output, list) else [])
+            if isinstance(item, dict) and item.get("type") == "message"
+        ]
+        details = document.get("incomplete_details")
+        cut = isinstance(details, dict) and details.get("reason") == "max_output_tokens"
+        return "".join(texts), ("length" if cut else "stop")
 
 
 def view_of(

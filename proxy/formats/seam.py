@@ -25,10 +25,16 @@ Reading (`read`): the request body becomes a `CoreRequest`:
 
 Writing (`write`): the compacted message list back into the client's body. Only what compaction
 changed is rewritten: every other field of the body is kept as the client sent it, a message the
-core did not touch goes back as the format's own original item (its bytes unchanged, opaque ones
-included), and a new message (the summary, a masked or truncated tool result) is written in the
-format's own shape. When nothing was compacted `write` is never called: the client's exact bytes
-go upstream.
+core did not touch goes back as the format's own original item (re-serialized, equal in value:
+every string, encrypted content and signatures included, unchanged), and a new message (the
+summary, a masked or truncated tool result) is written in the format's own shape. The core keeps
+every tool call with its result (a cut never separates them), so `write` never has to. When
+nothing was compacted `write` is never called: the client's exact bytes go upstream.
+
+Summaries: when the upstream's own model summarizes a conversation, it is asked in the format the
+request came in (Codex's models answer only through the Responses API): `summary_request` builds a
+non-streaming request at `summary_path` from the summarizer's messages (the prompt first, as a
+`system` message), `summary_reply` reads the text and whether it was cut at the token limit.
 
 Answers: `refusal` and `stream_refusal` recognise "the prompt is too long" in an error body and
 in a stream's first event that `stream_pending` does not pass over (the Responses API announces
@@ -42,6 +48,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+import orjson
 
 from proxy.policy.refusals import Refusal
 
@@ -100,3 +108,20 @@ class WireFormat(Protocol):
     def error_body(self, message: str, *, error_type: str, param: str | None, code: str | None) -> bytes:
         """One of the proxy's own errors, in this format's error shape."""
         ...
+
+    summary_path: str  # where the upstream takes a request in this format, e.g. "/v1/chat/completions"
+
+    def summary_request(
+        self, messages: list[Message], *, model: str, max_tokens: int, tools: object = None
+    ) -> dict[str, Any]:
+        """A non-streaming request for `model`'s reply to `messages` (`tools`: offered, none to be called)."""
+        ...
+
+    def summary_reply(self, document: object) -> tuple[str, str | None]:
+        """The reply's text ("" when there is none) and how it ended (`length`: cut at the token limit)."""
+        ...
+
+
+def openai_error(message: str, *, error_type: str, param: str | None = None, code: str | None = None) -> bytes:
+    """OpenAI's error shape, which the Responses API and every OpenAI-compatible server share."""
+    return orjson.dumps({"error": {"message": message, "type": error_type, "param": param, "code": code}})

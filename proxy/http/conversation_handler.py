@@ -104,7 +104,7 @@ class ConversationHandler:
         """For a streaming request that may be compacted, `summarize.keepalive_after_s` of its model (else None)."""
         if not call.counted.streams or not self.pipeline.compacts(call.counted, call.options):
             return None
-        return self.pipeline.model_settings(call.counted.model).compaction.summarize.keepalive_after_s
+        return self.pipeline.keepalive_after(call.counted.model)
 
     async def respond_when(self, preparing: asyncio.Future[Prepared], call: Call) -> Relay:
         return await self.respond(call, await preparing)
@@ -138,8 +138,7 @@ class ConversationHandler:
     async def retry(self, call: Call, aim: RetryAim, *, refused: Prepared) -> Relay:
         """Once: the original request compacted again against what the refusal taught us."""
         prepared = await self.prepare(call, retry=aim)
-        if prepared.outcome is not None and refused.outcome is not None and refused.outcome.fresh:
-            prepared.outcome.previous = refused.outcome.previous  # what was dropped is counted from before both
+        prepared.follows(refused)
         call.exchange.headers["x-inflight-actions"] += ",retry"
         call.exchange.headers["x-inflight-retried"] = "1"
         response = await self.send(

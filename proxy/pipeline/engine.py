@@ -2,8 +2,8 @@
 
 The server's handler and the `inflight count` / `inflight compact` / `inflight eval` commands go
 through this one object, so they cannot disagree. It reads a request through its wire format
-(`proxy.formats`) and hands the core only the core's conversation. No HTTP here: model discovery
-and the summarizer are passed in as callables.
+(`proxy.formats`) and hands the core only the core's conversation. It makes no HTTP request of
+its own: model discovery and the summarizer (`pipeline/summarizer.py`) are passed in as callables.
 """
 
 from __future__ import annotations
@@ -145,6 +145,10 @@ class Pipeline:
             estimated=counted.count.estimated,
         )
 
+    def keepalive_after(self, model: str) -> float | None:
+        """`summarize.keepalive_after_s` of `model`: how long a streaming request may wait silently."""
+        return self.model_settings(model).compaction.summarize.keepalive_after_s
+
     def compacts(self, counted: Counted, options: Options) -> bool:
         """Whether this request may be rewritten and retried at all."""
         enabled = self.model_settings(counted.model).compaction.enabled
@@ -214,8 +218,7 @@ class Pipeline:
             summarizers=self._summarizers,
             client_authorization=options.authorization,
             summarizer_input_tokens=int(summary_window / accounting.ratio),
-            in_place=counted.wire.in_place_summaries,
-            api=counted.wire.name,
+            wire=counted.wire,
         )
         # No job for a retry (the turn it retries saw to that), nor for a request under every threshold.
         wanted = background and due and not retry

@@ -32,7 +32,7 @@ from proxy.compaction.conversation import (
 from proxy.compaction.facts import command_of, facts_of
 from proxy.compaction.stages.mask import TOOL_PRUNED
 from proxy.config import Compaction
-from proxy.formats import CHAT_COMPLETIONS
+from proxy.formats import CHAT_COMPLETIONS, WireFormat
 from proxy.pipeline.engine import Options, Pipeline
 from proxy.pipeline.parts import SummarizerFactory
 
@@ -77,9 +77,9 @@ class SizedSummarizers:
         self.oversize = 0
 
     def __call__(
-        self, options: Compaction, *, model: str, client_authorization: str | None, api: str = "chat_completions"
+        self, options: Compaction, *, model: str, client_authorization: str | None, wire: WireFormat | None = None
     ) -> Summarize:
-        summarize = self.inner(options, model=model, client_authorization=client_authorization, api=api)
+        summarize = self.inner(options, model=model, client_authorization=client_authorization, wire=wire)
         pipeline = self.pipeline_of[0]
         summary_model = options.summarize.model or model
 

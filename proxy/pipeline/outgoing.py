@@ -22,6 +22,11 @@ class Prepared:
     too_long: str | None = None  # why it cannot fit even compacted: the body is our best effort, sent anyway
     key: str = ""  # the conversation's key, once compaction looked at the request (the archive reuses it)
 
+    def follows(self, refused: Prepared) -> None:
+        """This is the retry of `refused`: what its compaction dropped counts from before both attempts."""
+        if self.outcome is not None and refused.outcome is not None and refused.outcome.fresh:
+            self.outcome.previous = refused.outcome.previous
+
 
 def as_sent(counted: Counted, accounting: Accounting, *, limit: int) -> Prepared:
     """The client's own bytes, with the headers that say nothing was done to them."""

@@ -14,6 +14,7 @@ from proxy.compaction import Budget, Compactor, Summarize, SummaryAhead, build_c
 from proxy.compaction.conversation import Message, observation_regex
 from proxy.compaction.stages import SummarizeStage
 from proxy.config import Compaction
+from proxy.formats import WireFormat
 from proxy.offload import on_home_loop
 from proxy.pipeline.accounting import Accounting
 from proxy.policy.windows import ContextRegistry
@@ -26,7 +27,7 @@ class SummarizerFactory(Protocol):
     the API the request came in through (`chat_completions` or `responses`: the upstream speaks it)."""
 
     def __call__(
-        self, options: Compaction, *, model: str, client_authorization: str | None, api: str = "chat_completions"
+        self, options: Compaction, *, model: str, client_authorization: str | None, wire: WireFormat | None = None
     ) -> Summarize: ...
 
     async def window(self, options: Compaction, model: str) -> int | None:
@@ -57,15 +58,14 @@ class CompactionParts:
     summarizers: SummarizerFactory | None
     client_authorization: str | None  # the client's, for the summarizer when no key is configured
     summarizer_input_tokens: int  # the summarizer's window, in our units
-    in_place: bool = True  # the wire format lets a summary be asked as a continuation of the request
-    api: str = "chat_completions"  # the API the request came in through: the upstream's summaries go that way
+    wire: WireFormat | None = None  # the request's format: the upstream's own model is asked in it
 
     def summarize(self) -> Summarize | None:
         if self.summarizers is None:
             return None
         model = self.accounting.model
         made = self.summarizers(
-            self.settings, model=model, client_authorization=self.client_authorization, api=self.api
+            self.settings, model=model, client_authorization=self.client_authorization, wire=self.wire
         )
         return on_home_loop(made)  # called from a worker thread's loop, it still runs on this one
 
@@ -97,7 +97,8 @@ class CompactionParts:
         stage = SummarizeStage(
             settings, summarize=summarize, count_text=self.count_text(), input_tokens=self.summarizer_input_tokens
         )
-        own_model = settings.base_url is None and settings.model in (None, self.accounting.model) and self.in_place
+        in_place = self.wire is None or self.wire.in_place_summaries
+        own_model = settings.base_url is None and settings.model in (None, self.accounting.model) and in_place
         return SummaryAhead(
             start_at=start_at,
             wait_s=settings.wait_s,

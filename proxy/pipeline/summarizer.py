@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from typing import Literal
 
 import orjson
 
@@ -20,6 +19,7 @@ from proxy.compaction.validation import headings, rejection
 from proxy.config import Compaction, Settings
 from proxy.config import Upstream as UpstreamSettings
 from proxy.errors import ProxyError
+from proxy.formats import CHAT_COMPLETIONS, WireFormat
 from proxy.metrics.observer import NO_OBSERVER, Observer
 from proxy.policy.windows import ContextRegistry
 from proxy.upstream.client import UpstreamClient
@@ -27,7 +27,6 @@ from proxy.upstream.headers import RawHeaders
 
 log = logging.getLogger("inflight")
 DISCOVERY_TIMEOUT_S = 10.0
-SummaryApi = Literal["chat_completions", "responses"]
 
 
 class SummarizerError(RuntimeError):
@@ -38,22 +37,21 @@ class SummarizerError(RuntimeError):
 
 
 class Summarizer:
-    """Asks the summarizer's endpoint for the summary, non-streaming, trying each model in turn.
-
-    Through Chat Completions, or through the Responses API (`api="responses"`) when the summary goes
-    to the upstream of a Responses request: models such as Codex's answer only there."""
+    """Asks the summarizer's endpoint for the summary, non-streaming, trying each model in turn, in the
+    shape of a wire format: Chat Completions, or the request's own when the upstream's model
+    summarizes it (models such as Codex's answer only through the Responses API)."""
 
     def __init__(
         self,
         client: UpstreamClient,
         *,
         timeout_s: float,
-        api: SummaryApi = "chat_completions",
+        wire: WireFormat = CHAT_COMPLETIONS,
         observer: Observer = NO_OBSERVER,
     ) -> None:
         self.client = client
         self.timeout_s = timeout_s
-        self.api = api
+        self.wire = wire
         self.observer = observer  # told each model's call: its outcome and how long it took
 
     async def __call__(self, job: SummaryJob, *, models: Sequence[str], authorization: str | None) -> str:
@@ -88,77 +86,31 @@ class Summarizer:
         raise SummarizerError("; ".join(errors) or "no summarizer model", rejected=rejected, status=status)
 
     async def complete(self, job: SummaryJob, *, model: str, authorization: str | None) -> tuple[str, object]:
-        """The reply's text and its `finish_reason`."""
+        """The reply's text and how it ended, asked in the wire format's shape."""
         headers: RawHeaders = [(b"content-type", b"application/json")]
         if authorization:
             headers.append((b"authorization", authorization.encode("latin-1")))
-        if self.api == "responses":
-            return await self.respond(job, model=model, headers=headers)
-        body = {
-            "model": model,
-            "messages": job.messages(),
-            "max_tokens": job.max_tokens,
-            "temperature": 0,
-            "stream": False,
-        }
-        if job.in_place is not None and job.in_place.tools:  # the prefix as cached, tools included; none called
-            body |= {"tools": job.in_place.tools, "tool_choice": "none"}
+        tools = job.in_place.tools if job.in_place is not None else None
+        body = self.wire.summary_request(job.messages(), model=model, max_tokens=job.max_tokens, tools=tools)
         status, answer = await self.client.send_whole(
-            "POST", "/v1/chat/completions", headers=headers, content=orjson.dumps(body), timeout_s=self.timeout_s
+            "POST", self.wire.summary_path, headers=headers, content=orjson.dumps(body), timeout_s=self.timeout_s
         )
         if status != 200:
             text = answer[:200].decode("utf-8", "replace")
             raise SummarizerError(f"status {status}: {text}", status=status)
-        parsed = orjson.loads(answer)  # not JSON: orjson.JSONDecodeError, a ValueError
-        choices = (parsed.get("choices") if isinstance(parsed, dict) else None) or []
-        content = choices[0].get("message", {}).get("content") if choices else None
-        if not isinstance(content, str) or not content.strip():
-            raise SummarizerError("no summary text in the response")
-        return content, choices[0].get("finish_reason")
-
-    async def respond(self, job: SummaryJob, *, model: str, headers: RawHeaders) -> tuple[str, object]:
-        """The summary through `POST /v1/responses`: the prompt as `instructions`, the rest as input, not stored;
-        the finish reason as Chat Completions names it (`length` when cut at `max_output_tokens`)."""
-        messages = job.messages()
-        instructions = "\n\n".join(str(m["content"]) for m in messages if m.get("role") == "system")
-        others = [{"role": m["role"], "content": m["content"]} for m in messages if m.get("role") != "system"]
-        body = {
-            "model": model,
-            "instructions": instructions,
-            "input": others,
-            "max_output_tokens": job.max_tokens,
-            "store": False,
-            "stream": False,
-        }
-        status, answer = await self.client.send_whole(
-            "POST", "/v1/responses", headers=headers, content=orjson.dumps(body), timeout_s=self.timeout_s
-        )
-        if status != 200:
-            text = answer[:200].decode("utf-8", "replace")
-            raise SummarizerError(f"status {status}: {text}", status=status)
-        parsed = orjson.loads(answer)
-        output = parsed.get("output") if isinstance(parsed, dict) else None
-        texts = [
-            part["text"]
-            for item in (output if isinstance(output, list) else [])
-            if isinstance(item, dict) and item.get("type") == "message"
-            for part in (item.get("content") or [])
-            if isinstance(part, dict) and part.get("type") == "output_text" and isinstance(part.get("text"), str)
-        ]
-        content = "".join(texts)
+        content, finish_reason = self.wire.summary_reply(orjson.loads(answer))  # not JSON: a ValueError
         if not content.strip():
             raise SummarizerError("no summary text in the response")
-        details = parsed.get("incomplete_details") if isinstance(parsed, dict) else None
-        cut = isinstance(details, dict) and details.get("reason") == "max_output_tokens"
-        return content, "length" if cut else "stop"
+        return content, finish_reason
 
 
 class Summarizers:
     """The summarizer for one request: which endpoint, which models, whose key.
 
-    The key is `compaction.summarize.api_key`, else the upstream's own key when summaries go to the
-    upstream, else the client's `Authorization` (the summary is the client's spending) unless the
-    proxy has keys of its own.
+    At the upstream: `compaction.summarize.api_key`, else the upstream's own key (or its URL's
+    `user:password`). At a `summarize.base_url` of its own: that URL's `user:password`, else
+    `summarize.api_key`. Else the client's `Authorization` (the summary is the client's spending),
+    unless the proxy has keys of its own (then the client's is one of them: never sent on).
     """
 
     def __init__(self, settings: Settings, upstream: UpstreamClient, *, observer: Observer = NO_OBSERVER) -> None:
@@ -195,9 +147,9 @@ class Summarizers:
         if base_url is None:
             return None
         registry = self._registries.setdefault(base_url, ContextRegistry(self.settings))
-        key = options.summarize.api_key
-        headers: RawHeaders = [(b"authorization", f"Bearer {key}".encode("latin-1"))] if key else []
         client = self.client_for(base_url)
+        authorization = own_authorization(options, client)
+        headers: RawHeaders = [(b"authorization", authorization.encode("latin-1"))] if authorization else []
 
         async def fetch_models() -> bytes:
             status, body = await client.send_whole(
@@ -216,27 +168,35 @@ class Summarizers:
         *,
         model: str,
         client_authorization: str | None,
-        api: str = "chat_completions",
+        wire: WireFormat | None = None,
     ) -> Summarize:
         summarize = options.summarize
         client = self.client_for(summarize.base_url)
         # A summarizer of its own (`summarize.base_url`) is asked through Chat Completions; the upstream
-        # through the API the request came in (`api`).
-        chosen: SummaryApi = "responses" if api == "responses" and summarize.base_url is None else "chat_completions"
-        summarizer = Summarizer(client, timeout_s=summarize.timeout_s, api=chosen, observer=self.observer)
+        # in the request's own format (`wire`).
+        shape = wire if wire is not None and summarize.base_url is None else CHAT_COMPLETIONS
+        summarizer = Summarizer(client, timeout_s=summarize.timeout_s, wire=shape, observer=self.observer)
         models = [summarize.model or model, *summarize.fallback_models]
         # With access.keys the client's Authorization is one of the proxy's own keys: never send it on.
         authorization = None if self.settings.access.keys else client_authorization
-        if summarize.api_key:
+        if summarize.base_url is not None:
+            authorization = own_authorization(options, client) or authorization
+        elif summarize.api_key:
             authorization = f"Bearer {summarize.api_key}"
-        elif summarize.base_url is None and self.settings.upstream.api_key:
+        elif self.settings.upstream.api_key:
             authorization = f"Bearer {self.settings.upstream.api_key}"
-        elif summarize.base_url is None and self.settings.upstream.basic_auth:
+        elif self.settings.upstream.basic_auth:
             authorization = f"Basic {self.settings.upstream.basic_auth}"
-        elif summarize.base_url is not None and client.basic_auth:  # user:password in summarize.base_url
-            authorization = f"Basic {client.basic_auth}"
 
         async def run(job: SummaryJob) -> str:
             return await summarizer(job, models=models, authorization=authorization)
 
         return run
+
+
+def own_authorization(options: Compaction, client: UpstreamClient) -> str | None:
+    """A summarizer at its own `summarize.base_url`: the `user:password` in that URL (which wins, as it
+    did when httpx sent these calls), else `summarize.api_key`, else None."""
+    if client.basic_auth:
+        return f"Basic {client.basic_auth}"
+    return f"Bearer {options.summarize.api_key}" if options.summarize.api_key else None

@@ -68,11 +68,14 @@ class UpstreamClient:
         self, method: str, v1_path: str, *, headers: RawHeaders, content: bytes | None, timeout_s: float
     ) -> tuple[int, bytes]:
         """A request the proxy makes on its own (a summary): exactly `headers` plus `Host`, the answer read
-        whole, all within `timeout_s` (`UpstreamTimeout` past it)."""
+        whole. `timeout_s` bounds each phase (connecting, waiting for a connection, writing, each read)
+        and the whole exchange (`UpstreamTimeout` past it)."""
         own = [(b"host", self._host_header), (b"accept-encoding", b"identity"), *headers]
+        timeouts = Timeouts(connect=timeout_s, read=timeout_s, write=timeout_s, pool=timeout_s)
+        target = self.target_for(v1_path.encode())
         try:
             async with asyncio.timeout(timeout_s):
-                response = await self.open(method, self.target_for(v1_path.encode()), headers=own, content=content)
+                response = await self.open(method, target, headers=own, content=content, timeouts=timeouts)
                 try:
                     async with upstream_errors(self.host):
                         return response.status, await response.aread()
@@ -88,12 +91,15 @@ class UpstreamClient:
         *,
         headers: RawHeaders,
         content: bytes | AsyncIterator[bytes] | None,
+        timeouts: Timeouts | None = None,
     ) -> Response:
-        """Send and return the response with its body still unread (the caller must `aclose()` it)."""
+        """Send and return the response with its body still unread (the caller must `aclose()` it).
+        `timeouts`: this request's own (default: `upstream.*_timeout_s`)."""
         if isinstance(content, bytes) and not any(name == b"content-length" for name, _ in headers):
             headers = [*headers, (b"content-length", str(len(content)).encode())]
+        outgoing = Outgoing(method.encode(), target, headers, content)
         async with upstream_errors(self.host):
-            return await self.pool.request(Outgoing(method.encode(), target, headers, content), self.timeouts)
+            return await self.pool.request(outgoing, timeouts or self.timeouts)
 
     async def aclose(self) -> None:
         await self.pool.aclose()

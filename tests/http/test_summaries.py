@@ -142,3 +142,31 @@ def test_a_summarizer_too_small_for_the_job_is_not_asked(
         response = post(proxy_url, agent_conversation(400, output_lines=5))
     assert response.status_code == 200 and "fallback" in response.headers["x-inflight-actions"]
     assert app.summaries == []  # a request it would refuse is never sent: the ledger stands in at once
+
+
+def test_a_summarizer_elsewhere_gets_the_credentials_in_its_url(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    """`user:password` in `summarize.base_url` is sent as Basic auth, to its `/models` and its summaries
+    alike (as httpx did when it sent these calls), never as part of the URL."""
+    import base64
+
+    from tests.support.servers import serve
+
+    _app, url = upstream
+    summarizer = UpstreamApp()
+    summarizer.models_body = {"object": "list", "data": [{"id": "sum", "object": "model", "max_model_len": 64000}]}
+    with serve(summarizer) as summarizer_url:
+        with_credentials = summarizer_url.replace("http://", "http://sum%40user:s3cret@") + "/v1"
+        overrides = {
+            **WINDOW,
+            "compaction": {"summarize": {"base_url": with_credentials, "model": "sum", "api_key": "sk-not-this"}},
+        }
+        with start_proxy(url, **overrides) as proxy_url:
+            response = post(proxy_url, task_conversation())
+    assert response.status_code == 200 and "summarize" in response.headers["x-inflight-actions"]
+    expected = "Basic " + base64.b64encode(b"sum@user:s3cret").decode()
+    asked = [r for r in summarizer.requests if r.path in ("/v1/models", "/v1/chat/completions")]
+    assert {r.path for r in asked} == {"/v1/models", "/v1/chat/completions"}
+    assert all(r.headers.get("authorization") == expected for r in asked)
+    assert all("s3cret" not in r.raw_path.decode() and "s3cret" not in r.headers["host"] for r in asked)
