@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -11,10 +13,12 @@ from starlette.types import ASGIApp
 
 from proxy.archive import open_archive
 from proxy.config import Settings
-from proxy.formats import CHAT_COMPLETIONS, RESPONSES, WireFormat
+from proxy.formats import CHAT_COMPLETIONS, Responses, WireFormat
+from proxy.formats.compaction_items import ItemKey
 from proxy.http.access import AccessGuard
 from proxy.http.admin import healthz, metrics_route, stats_route
 from proxy.http.archive_routes import ArchiveRoutes
+from proxy.http.compact_handler import CompactHandler
 from proxy.http.conversation_handler import ConversationHandler
 from proxy.http.endpoint import Endpoint
 from proxy.http.passthrough import PassThrough
@@ -36,6 +40,8 @@ def create_app(settings: Settings) -> ASGIApp:
     metrics = Metrics()
     summarizers = Summarizers(settings, upstream, observer=metrics)
     pipeline = build_pipeline(settings, summarizers=summarizers, background=True, observer=metrics)
+    item_key = ItemKey(item_secret(settings))
+    responses = Responses(item_key)  # opens the compaction items this deployment hands out
     archive = None
     if settings.archive.enabled:
         store = open_archive(settings.state, settings.archive)
@@ -69,6 +75,15 @@ def create_app(settings: Settings) -> ASGIApp:
         return JsonRoute(route, endpoint, methods=["POST"])
 
     other = Endpoint(PassThrough(upstream, limits=settings.limits), route="/v1/{path}", on_finish=metrics.exchange_done)
+
+    def compact_route() -> list[JsonRoute]:
+        """`POST /v1/responses/compact`, answered by us when the upstream has none (`responses.compact_fallback`)."""
+        if not settings.responses.compact_fallback:
+            return []
+        handler = CompactHandler(responses, item_key, pipeline, upstream, limits=settings.limits)
+        endpoint = Endpoint(handler, route="/v1/responses/compact", on_finish=metrics.exchange_done, wire=responses)
+        return [JsonRoute("/v1/responses/compact", endpoint, methods=["POST"])]
+
     routes = [
         JsonRoute("/healthz", healthz, methods=["GET"]),
         JsonRoute("/inflight/stats", stats_route(pipeline), methods=["GET"]),
@@ -76,7 +91,8 @@ def create_app(settings: Settings) -> ASGIApp:
         *ArchiveRoutes(archive.store if archive is not None else None, loopback_only=loopback_only).routes(),
         *Viewer().routes(),
         conversations("/v1/chat/completions", CHAT_COMPLETIONS),
-        conversations("/v1/responses", RESPONSES),
+        conversations("/v1/responses", responses),
+        *compact_route(),
         JsonRoute("/v1/{path:path}", other, methods=METHODS),
     ]
     # A bare router, not a Starlette app: the endpoints render their own errors, so the app's two
@@ -84,3 +100,13 @@ def create_app(settings: Settings) -> ASGIApp:
     router = Router(routes=routes, lifespan=lifespan, default=not_found)
     guarded = settings.access.keys or settings.access.admin
     return AccessGuard(router, settings.access, on_refused=metrics.refused) if guarded else router
+
+
+def item_secret(settings: Settings) -> bytes:
+    """The secret behind our compaction items: `responses.item_key`, else one derived from the upstream's
+    key (the same in every worker and after a restart), else a random one for this process."""
+    if settings.responses.item_key:
+        return settings.responses.item_key.encode()
+    if settings.upstream.api_key:
+        return hashlib.sha256(b"inflight compaction items\0" + settings.upstream.api_key.encode()).digest()
+    return os.urandom(32)

@@ -172,6 +172,23 @@ class Archive(Section):
     max_turns: int = Field(10_000, ge=10)  # per conversation; older turns go first
 
 
+class Responses(Section):
+    """The Responses API's server-side compaction for upstreams that lack it (`POST /v1/responses/compact`).
+
+    `compact_fallback`: answer it when the upstream does not (404, 405, 501). `item_key`: the secret
+    that seals the `compaction` items inflight hands out; every proxy of a deployment needs the same
+    one. Empty: derived from `upstream.api_key`, else random at each start (items then outlive
+    neither a restart nor another worker)."""
+
+    compact_fallback: bool = True
+    item_key: str = Field("", repr=False)
+
+    @field_validator("item_key", mode="before")
+    @classmethod
+    def _empty_key(cls, value: object) -> object:
+        return "" if value is None else value
+
+
 Encoding = Literal["o200k_base", "cl100k_base"]
 
 
@@ -200,6 +217,7 @@ class Settings(Section):
     compaction: Compaction = Compaction()
     state: State = State()
     archive: Archive = Archive()
+    responses: Responses = Responses()
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     # Each `models.<glob>.compaction` merged over the global block once, here, not on every request.
     _compactions: dict[str, Compaction] = PrivateAttr(default_factory=dict)

@@ -35,6 +35,8 @@ from typing import Any
 
 import orjson
 
+from proxy.errors import BadRequest
+from proxy.formats.compaction_items import ItemKey, is_ours
 from proxy.formats.seam import CoreRequest, Message, openai_error
 from proxy.policy.refusals import Refusal, detect, detect_document
 
@@ -47,6 +49,11 @@ Item = dict[str, Any]
 
 
 class Responses:
+    """The format; `item_key` opens inflight's own compaction items (None: a body carrying one is refused)."""
+
+    def __init__(self, item_key: ItemKey | None = None) -> None:
+        self.item_key = item_key
+
     name: str = "responses"
     session_header: str | None = "session-id"  # Codex's; `prompt_cache_key` in the body comes first
     usage_marker: bytes = b'"usage"'
@@ -59,6 +66,9 @@ class Responses:
         if isinstance(source, list) and not all(isinstance(item, dict) for item in source):
             return None
         messages, origins, opaque = view_of(payload.get("instructions"), source)
+        expanded: list[int] = []
+        if isinstance(source, list) and any(is_our_item(item) for item in source):
+            messages, origins, opaque, expanded = self.expand(messages, origins, opaque, source)
         view: dict[str, Any] = {"messages": messages, **tool_fields(payload)}
         limit = payload.get("max_output_tokens")
         session = payload.get("prompt_cache_key")
@@ -70,7 +80,45 @@ class Responses:
             opaque=frozenset(opaque),
             compactable=payload.get("previous_response_id") is None,
             origins=origins,
+            expanded=frozenset(expanded),
         )
+
+    def expand(
+        self, messages: list[Message], origins: list[tuple[int, ...] | None], opaque: list[int], items: list[Item]
+    ) -> tuple[list[Message], list[tuple[int, ...] | None], list[int], list[int]]:
+        """Our compaction items opened into the summary they hold (a user message, as the core writes
+        summaries), and what precedes the last one dropped as OpenAI drops it: it is in the summary.
+        System and developer messages before it stay (an agent sends its instructions every time)."""
+        last = max(i for i, item in enumerate(items) if is_our_item(item))
+        kept: list[tuple[Message, tuple[int, ...] | None, bool, bool]] = []
+        for index, (message, origin) in enumerate(zip(messages, origins, strict=True)):
+            item_index = origin[0] if origin else None
+            if item_index is not None and item_index < last and message.get("role") not in ("system", "developer"):
+                continue  # summarized by the compaction item that follows
+            if item_index is not None and is_our_item(items[item_index]):
+                if item_index < last:
+                    continue  # an older one of ours: the last one covers it
+                summary = self.open(items[item_index])
+                kept.append(({"role": "user", "content": summary}, origin, False, True))
+                continue
+            kept.append((message, origin, index in opaque, False))
+        return (
+            [m for m, _, _, _ in kept],
+            [o for _, o, _, _ in kept],
+            [i for i, (_, _, is_opaque, _) in enumerate(kept) if is_opaque],
+            [i for i, (_, _, _, is_expanded) in enumerate(kept) if is_expanded],
+        )
+
+    def open(self, item: Item) -> str:
+        summary = self.item_key.open(str(item.get("encrypted_content"))) if self.item_key is not None else None
+        if summary is None:
+            raise BadRequest(
+                "a compaction item in `input` was made by an inflight proxy with another key, or was edited: "
+                "it cannot be read (set the same `responses.item_key` on every proxy of a deployment)",
+                param="input",
+                code="invalid_compaction_item",
+            )
+        return summary
 
     def write(self, payload: dict[str, Any], request: CoreRequest, messages: list[Message]) -> bytes:
         source = payload["input"]
@@ -78,11 +126,14 @@ class Responses:
             source if isinstance(source, list) else [{"type": "message", "role": "user", "content": source}]
         )
         by_identity = {id(message): origin for message, origin in zip(request.messages, request.origins, strict=True)}
+        expanded = {id(request.messages[index]) for index in request.expanded}
         outputs = {item.get("call_id"): item for item in items if item.get("type") in OUTPUTS}
         written: list[Item] = []
         for message in messages:
             origin = by_identity.get(id(message))
-            if origin is not None:
+            if id(message) in expanded:
+                written.append(message_item(message))  # the summary our compaction item holds
+            elif origin is not None:
                 written += [items[index] for index in origin]  # untouched: its own items
             elif id(message) in by_identity:
                 continue  # the instructions: they stay in their own field
@@ -181,6 +232,11 @@ def view_of(
         messages.append(message)
         origins.append(indices)
     return messages, origins, opaque
+
+
+def is_our_item(item: object) -> bool:
+    """A `compaction` item inflight made (`proxy.formats.compaction_items`), not the upstream's."""
+    return isinstance(item, dict) and item.get("type") == "compaction" and is_ours(item.get("encrypted_content"))
 
 
 def turns_of(items: list[Item]) -> Iterator[tuple[int, ...]]:

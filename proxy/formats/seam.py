@@ -21,6 +21,8 @@ Reading (`read`): the request body becomes a `CoreRequest`:
 - `compactable`: False when part of the conversation is not in the body (the Responses API's
   `previous_response_id`): the request is counted, never rewritten.
 - `origins`: the format's own map from each message back to what it came from, for `write`.
+- `expanded`: messages the format made of what only inflight can read (its own compaction items):
+  such a body is always rewritten.
 - None when the body is not a conversation this format can count: it is forwarded as sent.
 
 Writing (`write`): the compacted message list back into the client's body. Only what compaction
@@ -68,6 +70,9 @@ class CoreRequest:
     compactable: bool = True  # False: part of the conversation lives upstream (`previous_response_id`)
     # The format's own map from each message back to what it came from (the Responses API: item indices).
     origins: list[tuple[int, ...] | None] = field(default_factory=list)
+    # Messages the format made of something the upstream cannot read (inflight's own compaction items):
+    # they go upstream as new messages, so the body is rewritten even when nothing is compacted.
+    expanded: frozenset[int] = field(default_factory=frozenset)
 
     @property
     def messages(self) -> list[Message]:

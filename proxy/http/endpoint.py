@@ -11,19 +11,19 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from starlette.requests import ClientDisconnect, Request
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from proxy.errors import ProxyError
 from proxy.formats import WireFormat
 from proxy.http.disconnect import ClientGone
 from proxy.http.error_response import DEFAULT_SHAPE, render
 from proxy.http.exchange import Exchange
-from proxy.http.keepalive import KeepAlive
-from proxy.http.relay import Relay
 
 log = logging.getLogger("inflight")
 
-Handler = Callable[[Request, Exchange], Awaitable[Relay | KeepAlive]]
+# What a handler returns: the answer as an ASGI callable that writes the exchange's log line when done
+# (a `Relay`, a `KeepAlive`, or an answer of the proxy's own).
+Handler = Callable[[Request, Exchange], Awaitable[ASGIApp]]
 
 
 class Endpoint:

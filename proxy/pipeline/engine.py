@@ -21,7 +21,7 @@ from proxy.config import Compaction, ModelSettings, Settings
 from proxy.formats import WireFormat
 from proxy.metrics.observer import NO_OBSERVER, Observer
 from proxy.pipeline.accounting import Accounting, Counted
-from proxy.pipeline.outgoing import Prepared, as_sent, rewritten
+from proxy.pipeline.outgoing import Prepared, as_sent, rewritten, translated
 from proxy.pipeline.parts import CompactionParts, SummarizerFactory, summarizer_window
 from proxy.policy.calibration import Calibration
 from proxy.policy.refusals import Refusal
@@ -167,6 +167,8 @@ class Pipeline:
         A `retry` aim replaces the accounted budget.
         """
         prepared = await self._prepare(counted, accounting, options, retry=retry)
+        if counted.request.expanded and not prepared.rewritten:
+            prepared = translated(counted, prepared)  # the upstream cannot read what the format expanded
         if self.degraded and self.compacts(counted, options):
             prepared.headers["x-inflight-state"] = "degraded"
             prepared.fields["state"] = "degraded"

@@ -39,6 +39,15 @@ def as_sent(counted: Counted, accounting: Accounting, *, limit: int) -> Prepared
     return Prepared(counted.raw, False, counted.count.total, limit, headers)
 
 
+def translated(counted: Counted, untouched: Prepared) -> Prepared:
+    """Nothing compacted, but the body carries what only inflight can read (its own compaction items):
+    the format writes it as the upstream reads it, the rest as it came."""
+    body = counted.wire.write(counted.payload, counted.request, counted.request.messages)
+    headers = untouched.headers | {"x-inflight-actions": "expanded"}
+    fields = untouched.fields | {"actions": "expanded"}
+    return Prepared(body, True, untouched.sent_tokens, untouched.limit, headers, fields, key=untouched.key)
+
+
 def rewritten(counted: Counted, accounting: Accounting, outcome: Outcome, *, limit: int, key: str) -> Prepared:
     """The compacted body, with the headers and log fields that say what was done to it."""
     before, after = accounting.calibrated(outcome.tokens_before), accounting.calibrated(outcome.tokens_after)

@@ -195,3 +195,63 @@ def test_a_summary_for_a_responses_request_is_asked_through_the_responses_api(
     sent = app.responses_requests()[-1].json()["input"]
     assert any("Summary number" in orjson.dumps(item).decode() for item in sent)
     assert app.responses.rejected == []
+
+
+def compact(proxy_url: str, items: list[dict[str, Any]]) -> httpx.Response:
+    return httpx.post(f"{proxy_url}/responses/compact", json={"model": MODEL, "input": items}, timeout=30)
+
+
+def test_compact_is_answered_by_inflight_when_the_upstream_has_none_and_its_item_read_back(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    app, url = upstream
+    app.responses.agent = TaskAgent(steps=60)
+    items = agent_items(20)
+    with start_proxy(url, models={MODEL: {"context_window": 9_000}}) as proxy_url:
+        response = compact(proxy_url, items)
+        assert response.status_code == 200, response.text
+        answer = response.json()
+        assert answer["object"] == "response.compaction"
+        output = answer["output"]
+        ours = [item for item in output if item["type"] == "compaction"]
+        assert len(ours) == 1 and ours[0]["encrypted_content"].startswith("inflight1.")
+        assert "Summary" not in ours[0]["encrypted_content"]  # opaque to the client
+        assert output[:2] == items[:2] and output[-3:] == items[-3:]  # the rules, the task, the latest turn
+        follow_up = [*output, {"type": "message", "role": "user", "content": "Go on."}]
+        body = {"model": MODEL, "input": follow_up, "tools": TOOLS}
+        went_on = httpx.post(f"{proxy_url}/responses", json=body, timeout=30)
+    assert went_on.status_code == 200 and went_on.headers["x-inflight-actions"] == "expanded"
+    sent = app.responses_requests()[-1].json()["input"]
+    assert "inflight1." not in orjson.dumps(sent).decode()  # the upstream never sees our item...
+    summary = [item for item in sent if item.get("role") == "user" and item not in items]
+    assert len(summary) == 2 and "## Ledger" in orjson.dumps(summary[0]).decode()  # ...but what it holds
+    assert app.responses.rejected == []
+    assert [r.path for r in app.requests if r.path.endswith("/compact")] == ["/v1/responses/compact"]
+
+
+def test_an_edited_or_foreign_compaction_item_is_refused_and_nothing_is_sent(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    app, url = upstream
+    items = agent_items(20)
+    with start_proxy(url, models={MODEL: {"context_window": 9_000}}, responses={"item_key": "one"}) as one:
+        item = next(i for i in compact(one, items).json()["output"] if i["type"] == "compaction")
+    token = item["encrypted_content"]
+    edited = {**item, "encrypted_content": token[:-6] + ("A" if token[-6] != "A" else "B") + token[-5:]}
+    before = len(app.responses_requests())
+    with start_proxy(url, responses={"item_key": "two"}) as two, start_proxy(url, responses={"item_key": "one"}) as one:
+        for proxy_url, bad in ((two, item), (one, edited)):
+            response = httpx.post(f"{proxy_url}/responses", json={"model": MODEL, "input": [bad, items[1]]})
+            assert response.status_code == 400
+            assert response.json()["error"]["code"] == "invalid_compaction_item"
+        good = httpx.post(f"{one}/responses", json={"model": MODEL, "input": [item, items[1]]})
+    assert good.status_code == 200
+    assert len(app.responses_requests()) == before + 1  # only the good one reached the upstream
+
+
+def test_an_upstream_that_compacts_answers_itself(upstream: tuple[UpstreamApp, str], proxy: str) -> None:
+    app, _ = upstream
+    app.compact_reply = {"id": "resp_1", "object": "response.compaction", "output": [], "usage": {}}
+    response = compact(proxy, agent_items(2))
+    assert response.status_code == 200 and response.json() == app.compact_reply
+    assert "x-inflight-actions" not in response.headers

@@ -183,6 +183,7 @@ class UpstreamApp:
         self.summarizer_delay = 0.0  # seconds before a summarizer call is answered (a hang, when long)
         self.summarizer_reply: tuple[str, str] | None = None  # (text, finish_reason) instead of a good summary
         self.responses = FakeResponses(windows=self.windows)  # POST /v1/responses
+        self.compact_reply: Any = None  # POST /v1/responses/compact, as OpenAI answers it (None: 404)
         self.models_body: Any = {
             "object": "list",
             "data": [{"id": "gpt-4o-mini", "object": "model", "created": 1700000000, "owned_by": "test"}],
@@ -256,22 +257,9 @@ class UpstreamApp:
             # Two events, then nothing until the proxy closes the connection.
             await self.stream_until_disconnect(record, receive, send)
             return
-        if record.path == "/_upstream/stats":
-            stats = {"summaries": self.summary_count, "last_messages": self.last_messages}
-            await self.respond(record, send, 200, orjson.dumps(stats), "application/json")
-            return
-        if record.path == "/v1/models" and record.method == "GET":
-            await self.respond(record, send, 200, orjson.dumps(self.models_body), "application/json")
-            return
-        if record.path == "/v1/embeddings":
-            embedding = {"object": "embedding", "index": 0, "embedding": [0.1, -0.2, 0.3]}
-            body: dict[str, Any] = {"object": "list", "data": [embedding]}
-            body |= {"model": "text-embedding-3-small", "usage": {"prompt_tokens": 2, "total_tokens": 2}}
-            await self.respond(record, send, 200, orjson.dumps(body), "application/json")
-            return
-        if record.path == "/v1/echo":
-            echo = {"method": record.method, "query": record.query.decode(), "length": len(record.body)}
-            await self.respond(record, send, 200, orjson.dumps(echo), "application/json")
+        fixed = self.fixed_answer(record)
+        if fixed is not None:
+            await self.respond(record, send, 200, orjson.dumps(fixed), "application/json")
             return
         if record.path == "/v1/chat/completions":
             await self.chat(record, receive, send)
@@ -282,6 +270,22 @@ class UpstreamApp:
         await self.respond(
             record, send, 404, b'{"error": {"message": "no route", "type": "not_found"}}', "application/json"
         )
+
+    def fixed_answer(self, record: Recorded) -> Any:
+        """The body of a route that answers the same whatever is sent (None: not one of them)."""
+        if record.path == "/_upstream/stats":
+            return {"summaries": self.summary_count, "last_messages": self.last_messages}
+        if record.path == "/v1/models" and record.method == "GET":
+            return self.models_body
+        if record.path == "/v1/embeddings":
+            embedding = {"object": "embedding", "index": 0, "embedding": [0.1, -0.2, 0.3]}
+            usage = {"prompt_tokens": 2, "total_tokens": 2}
+            return {"object": "list", "data": [embedding], "model": "text-embedding-3-small", "usage": usage}
+        if record.path == "/v1/echo":
+            return {"method": record.method, "query": record.query.decode(), "length": len(record.body)}
+        if record.path == "/v1/responses/compact":  # None (the default): 404, as vLLM answers it
+            return self.compact_reply
+        return None
 
     async def chat(self, record: Recorded, receive: Any, send: Any) -> None:
         payload = record.json()
@@ -336,8 +340,10 @@ class UpstreamApp:
             await self.respond(record, send, status, orjson.dumps(answer), "application/json")
 
     def responses_requests(self) -> list[Recorded]:
-        """The `POST /v1/responses` the client's requests became."""
-        return [r for r in self.requests if r.path == "/v1/responses" and r.method == "POST"]
+        """The `POST /v1/responses` the client's requests became (the proxy's summarizer calls are in `summaries`)."""
+        return [
+            r for r in self.requests if r.path == "/v1/responses" and r.method == "POST" and r not in self.summaries
+        ]
 
     async def summary(self, record: Recorded, receive: Any, send: Any, model: str, *, api: str = "chat") -> None:
         """A summarizer call, answered as a chat completion or (`api="responses"`) as a response."""
