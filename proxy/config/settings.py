@@ -178,10 +178,14 @@ class Responses(Section):
     `compact_fallback`: answer it when the upstream does not (404, 405, 501). `item_key`: the secret
     that seals the `compaction` items inflight hands out; every proxy of a deployment needs the same
     one. Empty: derived from `upstream.api_key`, else random at each start (items then outlive
-    neither a restart nor another worker)."""
+    neither a restart nor another worker). Taken over, a request's `context_management` compaction
+    is removed before forwarding and its `compact_threshold` becomes where inflight summarizes."""
 
     compact_fallback: bool = True
     item_key: str = Field("", repr=False)
+    # A request's `context_management: [{type: "compaction", compact_threshold}]`: "auto" forwards it, and
+    # takes it over for a model whose upstream refuses the field; "inflight" always takes it over.
+    context_management: Literal["auto", "inflight"] = "auto"
 
     @field_validator("item_key", mode="before")
     @classmethod

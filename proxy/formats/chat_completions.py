@@ -51,6 +51,12 @@ class ChatCompletions:
     def error_body(self, message: str, *, error_type: str, param: str | None, code: str | None) -> bytes:
         return openai_error(message, error_type=error_type, param=param, code=code)
 
+    def without_server_compaction(self, payload: dict[str, Any]) -> dict[str, Any]:
+        return payload  # Chat Completions has none
+
+    def rejects_server_compaction(self, status: int, body: bytes) -> bool:
+        return False
+
     summary_path: str = "/v1/chat/completions"
 
     def summary_request(

@@ -81,6 +81,7 @@ class Responses:
             compactable=payload.get("previous_response_id") is None,
             origins=origins,
             expanded=frozenset(expanded),
+            compact_at=compact_threshold(payload.get("context_management")),
         )
 
     def expand(
@@ -169,6 +170,19 @@ class Responses:
     def error_body(self, message: str, *, error_type: str, param: str | None, code: str | None) -> bytes:
         return openai_error(message, error_type=error_type, param=param, code=code)
 
+    def without_server_compaction(self, payload: dict[str, Any]) -> dict[str, Any]:
+        entries = payload.get("context_management")
+        if not isinstance(entries, list):
+            return payload
+        others = [e for e in entries if not (isinstance(e, dict) and e.get("type") == "compaction")]
+        without = {key: value for key, value in payload.items() if key != "context_management"}
+        return {**without, "context_management": others} if others else without
+
+    def rejects_server_compaction(self, status: int, body: bytes) -> bool:
+        # vLLM: "Unrecognized request argument supplied: context_management"; pydantic-based gateways:
+        # "context_management: Extra inputs are not permitted". Any 400 naming the field.
+        return status == 400 and b"context_management" in body
+
     summary_path: str = "/v1/responses"
 
     def summary_request(
@@ -232,6 +246,16 @@ def view_of(
         messages.append(message)
         origins.append(indices)
     return messages, origins, opaque
+
+
+def compact_threshold(entries: object) -> int | None:
+    """`context_management: [{"type": "compaction", "compact_threshold": N}]`: N (None: no such entry)."""
+    for entry in entries if isinstance(entries, list) else []:
+        if isinstance(entry, dict) and entry.get("type") == "compaction":
+            threshold = entry.get("compact_threshold")
+            if isinstance(threshold, int) and not isinstance(threshold, bool) and threshold > 0:
+                return threshold
+    return None
 
 
 def is_our_item(item: object) -> bool:

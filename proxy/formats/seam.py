@@ -23,6 +23,9 @@ Reading (`read`): the request body becomes a `CoreRequest`:
 - `origins`: the format's own map from each message back to what it came from, for `write`.
 - `expanded`: messages the format made of what only inflight can read (its own compaction items):
   such a body is always rewritten.
+- `compact_at`: the threshold of server-side compaction the client asks of the upstream; when the
+  upstream lacks it, inflight takes it over: `without_server_compaction` is the body without the
+  request, and `rejects_server_compaction` recognises an upstream that refuses the field.
 - None when the body is not a conversation this format can count: it is forwarded as sent.
 
 Writing (`write`): the compacted message list back into the client's body. Only what compaction
@@ -73,6 +76,9 @@ class CoreRequest:
     # Messages the format made of something the upstream cannot read (inflight's own compaction items):
     # they go upstream as new messages, so the body is rewritten even when nothing is compacted.
     expanded: frozenset[int] = field(default_factory=frozenset)
+    # The client asks the upstream to compact past this many tokens (the Responses API's
+    # `context_management`); None: it does not.
+    compact_at: int | None = None
 
     @property
     def messages(self) -> list[Message]:
@@ -112,6 +118,14 @@ class WireFormat(Protocol):
 
     def error_body(self, message: str, *, error_type: str, param: str | None, code: str | None) -> bytes:
         """One of the proxy's own errors, in this format's error shape."""
+        ...
+
+    def without_server_compaction(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """The body without its request for server-side compaction (the same body when it has none)."""
+        ...
+
+    def rejects_server_compaction(self, status: int, body: bytes) -> bool:
+        """The upstream refused the request for server-side compaction (an unknown field to it)."""
         ...
 
     summary_path: str  # where the upstream takes a request in this format, e.g. "/v1/chat/completions"

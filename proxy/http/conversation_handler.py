@@ -126,6 +126,9 @@ class ConversationHandler:
             await response.aclose()
             raise
         exchange.upstream_answered()  # for a held response: when its first event (or its error) was in
+        if held.refusal is None and self.refuses_server_compaction(call, response.status, held):
+            await response.aclose()
+            return await self.without_server_compaction(call)
         if held.refusal is None:
             return self.relay_with_usage(call, response, prepared, held=held)
         await response.aclose()
@@ -134,6 +137,20 @@ class ConversationHandler:
         if aim.blind:
             exchange.note("retry_aim", "blind")
         return await self.retry(call, aim, refused=prepared)
+
+    def refuses_server_compaction(self, call: Call, status: int, held: Held) -> bool:
+        """The upstream refused the request's `context_management` compaction, which inflight did not take over."""
+        if call.counted.request.compact_at is None or self.pipeline.takes_over_server_compaction(call.counted):
+            return False
+        return self.wire.rejects_server_compaction(status, b"".join(held.chunks))
+
+    async def without_server_compaction(self, call: Call) -> Relay:
+        """Once: the same request with its compaction taken over by inflight, from now on for this model."""
+        self.pipeline.learn_no_server_compaction(call.counted.model)
+        call.exchange.note("context_management", "refused")
+        call.accounting = await self.pipeline.account(call.counted, discovery(self.upstream, call.request))
+        call.exchange.note_all(call.accounting.log_fields())
+        return await self.respond(call, await self.prepare(call))
 
     async def retry(self, call: Call, aim: RetryAim, *, refused: Prepared) -> Relay:
         """Once: the original request compacted again against what the refusal taught us."""

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import functools
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+import orjson
 from cachetools import LRUCache
 
 from proxy.compaction import Budget, Conversation, ConversationCompactions, Outcome, conversation_key, head_length
@@ -66,6 +67,7 @@ class Pipeline:
         self._compactions = compactions
         self._summarizers = summarizers
         self._models: LRUCache[str, ModelSettings] = LRUCache(maxsize=4096)
+        self._servers_lacking: LRUCache[str, bool] = LRUCache(maxsize=4096)  # models without server compaction
 
     def model_settings(self, model: str) -> ModelSettings:
         """The config for `model` (a glob walk, so cached: it is asked several times a request)."""
@@ -131,19 +133,34 @@ class Pipeline:
             limits = self._registry.resolve(model)
         else:
             limits = await self._registry.resolve_async(model, fetch_models)
-        reserve_tokens = self.model_settings(model).compaction.reserve_tokens
+        settings = self.model_settings(model).compaction
+        budget = budget_for(
+            counted.request.output_limit, reserve_tokens=settings.reserve_tokens, context_window=limits.context_window
+        )
+        if self.takes_over_server_compaction(counted) and counted.request.compact_at is not None:
+            # The client's threshold is where it wants its context compacted: where inflight summarizes.
+            budget = min(budget, int(counted.request.compact_at / settings.summarize_at))
         return Accounting(
             model=model,
             encoding=counted.encoding.name,
             exact=counted.encoding.exact,
             limits=limits,
-            budget=budget_for(
-                counted.request.output_limit, reserve_tokens=reserve_tokens, context_window=limits.context_window
-            ),
+            budget=budget,
             raw_tokens=counted.count.total,
             ratio=1.0 if counted.encoding.exact else self._calibration.ratio(model),
             estimated=counted.count.estimated,
         )
+
+    def takes_over_server_compaction(self, counted: Counted) -> bool:
+        """The request asks the upstream to compact, and inflight does it instead: the config says so
+        (`responses.context_management: inflight`), or this model's upstream refused the field."""
+        if counted.request.compact_at is None:
+            return False
+        return self.settings.responses.context_management == "inflight" or counted.model in self._servers_lacking
+
+    def learn_no_server_compaction(self, model: str) -> None:
+        """`model`'s upstream refused a request for server-side compaction: inflight takes them over."""
+        self._servers_lacking[model] = True
 
     def keepalive_after(self, model: str) -> float | None:
         """`summarize.keepalive_after_s` of `model`: how long a streaming request may wait silently."""
@@ -166,9 +183,16 @@ class Pipeline:
 
         A `retry` aim replaces the accounted budget.
         """
+        taken_over = self.takes_over_server_compaction(counted)
+        if taken_over:  # the upstream must not see the request it cannot serve
+            stripped = counted.wire.without_server_compaction(counted.payload)
+            counted = replace(counted, payload=stripped, raw=orjson.dumps(stripped))
         prepared = await self._prepare(counted, accounting, options, retry=retry)
         if counted.request.expanded and not prepared.rewritten:
             prepared = translated(counted, prepared)  # the upstream cannot read what the format expanded
+        if taken_over:
+            prepared.rewritten = True  # the client's bytes less a field: its length is not the client's
+            prepared.fields["context_management"] = "inflight"
         if self.degraded and self.compacts(counted, options):
             prepared.headers["x-inflight-state"] = "degraded"
             prepared.fields["state"] = "degraded"

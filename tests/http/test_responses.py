@@ -255,3 +255,45 @@ def test_an_upstream_that_compacts_answers_itself(upstream: tuple[UpstreamApp, s
     response = compact(proxy, agent_items(2))
     assert response.status_code == 200 and response.json() == app.compact_reply
     assert "x-inflight-actions" not in response.headers
+
+
+def with_threshold(items: list[dict[str, Any]], threshold: int) -> dict[str, Any]:
+    management = [{"type": "compaction", "compact_threshold": threshold}]
+    return {"model": MODEL, "input": items, "tools": TOOLS, "context_management": management}
+
+
+def test_server_side_compaction_is_taken_over_for_an_upstream_that_refuses_it(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    app, url = upstream
+    app.responses.agent = TaskAgent(steps=60)
+    app.responses.knows_context_management = False
+    items = agent_items(12)
+    with start_proxy(url) as proxy_url:
+        first = httpx.post(f"{proxy_url}/responses", json=with_threshold(items, 4_000), timeout=30)
+        second = httpx.post(f"{proxy_url}/responses", json=with_threshold(items, 4_000), timeout=30)
+    assert first.status_code == 200 and second.status_code == 200
+    refused, taken_over, then = app.responses_requests()
+    assert "context_management" in refused.json() and app.responses.rejected[0].startswith("Unrecognized")
+    for request in (taken_over, then):  # without the field, compacted past the client's threshold
+        assert "context_management" not in request.json()
+        assert len(request.body) < len(refused.body) / 2
+    assert first.headers["x-inflight-actions"] != "none" and second.headers["x-inflight-actions"] != "none"
+    assert app.responses.rejected == [app.responses.rejected[0]]  # refused once; reasoning and calls intact
+
+
+def test_server_side_compaction_is_forwarded_to_an_upstream_that_serves_it_and_taken_over_when_told(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    app, url = upstream
+    body = orjson.dumps(with_threshold(agent_items(12), 4_000))
+    headers = {"content-type": "application/json"}
+    with start_proxy(url) as proxy_url:
+        forwarded = httpx.post(f"{proxy_url}/responses", content=body, headers=headers, timeout=30)
+    with start_proxy(url, responses={"context_management": "inflight"}) as proxy_url:
+        taken = httpx.post(f"{proxy_url}/responses", content=body, headers=headers, timeout=30)
+    assert forwarded.status_code == 200 and forwarded.headers["x-inflight-actions"] == "none"
+    assert taken.status_code == 200 and taken.headers["x-inflight-actions"] != "none"
+    as_forwarded, as_taken = app.responses_requests()
+    assert as_forwarded.body == body  # the upstream compacts: not ours to touch
+    assert "context_management" not in as_taken.json() and len(as_taken.body) < len(body) / 2

@@ -179,6 +179,7 @@ class FakeResponses:
     agent: TaskAgent | None = None
     windows: dict[str, int] = field(default_factory=dict)
     refusal_in_stream: bool = False
+    knows_context_management: bool = True  # False: a request with the field is refused, as vLLM refuses it
     reply_text: str = "Hello from the Responses API."
     serial: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     last_input: dict[str, list[Any]] = field(default_factory=dict)  # per prompt_cache_key: the previous input
@@ -219,6 +220,8 @@ class FakeResponses:
             [{"type": "message", "role": "user", "content": source}] if isinstance(source, str) else list(source or [])
         )
         problem = self.problem(items)
+        if problem is None and "context_management" in payload and not self.knows_context_management:
+            problem = "Unrecognized request argument supplied: context_management"
         if problem is not None:
             self.rejected.append(problem)
             error = {"error": {"message": problem, "type": "invalid_request_error", "param": "input", "code": None}}

@@ -9,7 +9,7 @@ for it): from then on the conversation carries the LLM summary instead of the di
 
 from __future__ import annotations
 
-from proxy.compaction.middle import grown_ledger, replace_middle
+from proxy.compaction.middle import choose_cut, grown_ledger, replace_middle
 from proxy.compaction.stage import Work
 from proxy.config import Summarize as SummarizeSettings
 
@@ -39,5 +39,14 @@ class PrecomputedStage:
         ledger = ahead.ledger if same_span and ahead.ledger is not None else grown_ledger(work, cut)
         replace_middle(work, cut, ahead.text, settings=self.settings, fallback=False, ledger=ledger, action=PRECOMPUTED)
         draft.ahead = None
+        later = choose_cut(work, self.settings) if work.tokens > work.budget.target else None
+        if later is not None and later > draft.prefix_len:
+            # The turns since the job's cut leave the request above target: a turn or two below the next
+            # compaction, which would rewrite the prefix again soon. They join the summary's span, kept
+            # by the ledger (their commands and facts), and the request lands near target.
+            ledger = grown_ledger(work, later)
+            replace_middle(
+                work, later, ahead.text, settings=self.settings, fallback=False, ledger=ledger, action=PRECOMPUTED
+            )
         if work.tokens > work.budget.summarize_at:  # the conversation grew past what it covers: the digest cuts on
             work.middle_replaced = False
