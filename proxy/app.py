@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -109,4 +110,9 @@ def item_secret(settings: Settings) -> bytes:
         return settings.responses.item_key.encode()
     if settings.upstream.api_key:
         return hashlib.sha256(b"inflight compaction items\0" + settings.upstream.api_key.encode()).digest()
+    if settings.responses.compact_fallback:
+        logging.getLogger("inflight").info(
+            "inflight: compaction items are sealed with a key of this process only (set responses.item_key "
+            "to read them after a restart or in another worker)"
+        )
     return os.urandom(32)

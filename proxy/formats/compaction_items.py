@@ -38,8 +38,8 @@ class ItemKey:
         if not is_ours(token) or len(token) > MAX_ITEM_CHARS:
             return None
         try:
-            raw = base64.urlsafe_b64decode(token[len(PREFIX) :].encode("ascii"))
-        except (ValueError, UnicodeEncodeError):
+            raw = base64.b64decode(token[len(PREFIX) :].encode("ascii"), altchars=b"-_", validate=True)
+        except (ValueError, UnicodeEncodeError):  # binascii.Error is a ValueError
             return None
         if len(raw) < NONCE_BYTES + TAG_BYTES:
             return None

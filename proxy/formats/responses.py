@@ -30,20 +30,31 @@ or in `response.completed`; a refusal is a 400 with `code: context_length_exceed
 
 from __future__ import annotations
 
+import logging
+import re
 from collections.abc import Iterator
 from typing import Any
 
 import orjson
 
-from proxy.errors import BadRequest
 from proxy.formats.compaction_items import ItemKey, is_ours
 from proxy.formats.seam import CoreRequest, Message, openai_error
 from proxy.policy.refusals import Refusal, detect, detect_document
 
+log = logging.getLogger("inflight")
+
 CALLS = ("function_call", "custom_tool_call", "local_shell_call")
 OUTPUTS = ("function_call_output", "custom_tool_call_output", "local_shell_call_output")
 PENDING_EVENTS = frozenset({"response.created", "response.in_progress", "response.queued"})
+UNREADABLE_ITEM = (
+    "[inflight: the summary of the earlier conversation was sealed by another inflight proxy (or changed) "
+    "and could not be read; the messages it replaced are not available]"
+)
 TEXT_PARTS = ("input_text", "output_text", "text", "summary_text", "reasoning_text")
+UNKNOWN_FIELD = re.compile(
+    rb"unrecognized|unknown|extra (inputs|fields)|not permitted|unsupported|not supported|unexpected"
+)
+MAX_ERROR_SCAN = 64 * 1024
 
 Item = dict[str, Any]
 
@@ -78,7 +89,8 @@ class Responses:
             output_limit=limit if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 else None,
             session=session if isinstance(session, str) and session else None,
             opaque=frozenset(opaque),
-            compactable=payload.get("previous_response_id") is None,
+            # With a stored response or conversation, the history lives upstream: not ours to rewrite.
+            compactable=payload.get("previous_response_id") is None and payload.get("conversation") is None,
             origins=origins,
             expanded=frozenset(expanded),
             compact_at=compact_threshold(payload.get("context_management")),
@@ -87,22 +99,27 @@ class Responses:
     def expand(
         self, messages: list[Message], origins: list[tuple[int, ...] | None], opaque: list[int], items: list[Item]
     ) -> tuple[list[Message], list[tuple[int, ...] | None], list[int], list[int]]:
-        """Our compaction items opened into the summary they hold (a user message, as the core writes
-        summaries), and what precedes the last one dropped as OpenAI drops it: it is in the summary.
-        System and developer messages before it stay (an agent sends its instructions every time)."""
+        """Our compaction items opened into the summaries they hold (user messages, as the core writes
+        summaries), and what the last one covers dropped, as OpenAI drops it: every item between the
+        head (the instructions, the task: all before the model's first output) and that last item,
+        except system and developer messages (an agent sends its instructions every time) and other
+        items of ours (each holds an earlier summary). A tool output whose call went goes too."""
         last = max(i for i, item in enumerate(items) if is_our_item(item))
+        head_end = next((i for i, item in enumerate(items) if is_output_item(item)), len(items))
         kept: list[tuple[Message, tuple[int, ...] | None, bool, bool]] = []
         for index, (message, origin) in enumerate(zip(messages, origins, strict=True)):
             item_index = origin[0] if origin else None
-            if item_index is not None and item_index < last and message.get("role") not in ("system", "developer"):
-                continue  # summarized by the compaction item that follows
             if item_index is not None and is_our_item(items[item_index]):
-                if item_index < last:
-                    continue  # an older one of ours: the last one covers it
-                summary = self.open(items[item_index])
-                kept.append(({"role": "user", "content": summary}, origin, False, True))
-                continue
-            kept.append((message, origin, index in opaque, False))
+                kept.append(({"role": "user", "content": self.open(items[item_index])}, origin, False, True))
+            elif (
+                item_index is None
+                or item_index < head_end
+                or item_index > last
+                or message.get("role") in ("system", "developer")
+            ):
+                kept.append((message, origin, index in opaque, False))
+        calls = {c.get("id") for m, _, _, _ in kept for c in m.get("tool_calls") or [] if isinstance(c, dict)}
+        kept = [k for k in kept if k[0].get("role") != "tool" or k[0].get("tool_call_id") in calls]
         return (
             [m for m, _, _, _ in kept],
             [o for _, o, _, _ in kept],
@@ -111,14 +128,13 @@ class Responses:
         )
 
     def open(self, item: Item) -> str:
+        """The summary an item of ours holds; one that no longer opens (sealed with another key, after a
+        restart without `responses.item_key`, or edited) is replaced by a note saying so: the request
+        still goes (the upstream could not read the item either), and nothing is dropped unsaid."""
         summary = self.item_key.open(str(item.get("encrypted_content"))) if self.item_key is not None else None
         if summary is None:
-            raise BadRequest(
-                "a compaction item in `input` was made by an inflight proxy with another key, or was edited: "
-                "it cannot be read (set the same `responses.item_key` on every proxy of a deployment)",
-                param="input",
-                code="invalid_compaction_item",
-            )
+            log.warning("[responses] a compaction item of inflight's could not be opened; sent as a note instead")
+            return UNREADABLE_ITEM
         return summary
 
     def write(self, payload: dict[str, Any], request: CoreRequest, messages: list[Message]) -> bytes:
@@ -127,27 +143,51 @@ class Responses:
             source if isinstance(source, list) else [{"type": "message", "role": "user", "content": source}]
         )
         by_identity = {id(message): origin for message, origin in zip(request.messages, request.origins, strict=True)}
+        where = {id(message): index for index, message in enumerate(request.messages)}
         expanded = {id(request.messages[index]) for index in request.expanded}
-        outputs = {item.get("call_id"): item for item in items if item.get("type") in OUTPUTS}
         written: list[Item] = []
+        position = 0  # compaction keeps the order: a changed message is found at or after the last one placed
         for message in messages:
             origin = by_identity.get(id(message))
+            if id(message) in where:
+                position = max(position, where[id(message)] + 1)
             if id(message) in expanded:
                 written.append(message_item(message))  # the summary our compaction item holds
             elif origin is not None:
                 written += [items[index] for index in origin]  # untouched: its own items
             elif id(message) in by_identity:
                 continue  # the instructions: they stay in their own field
-            elif message.get("role") == "tool" and message.get("tool_call_id") in outputs:
-                written.append(with_output(outputs[message["tool_call_id"]], message.get("content")))
+            elif (found := self.replaced_output(request, message, position)) is not None:
+                index, position = found
+                written.append(with_output(items[index], message.get("content")))
             else:
                 written.append(message_item(message))
         return orjson.dumps({**payload, "input": written})
+
+    @staticmethod
+    def replaced_output(request: CoreRequest, message: Message, start: int) -> tuple[int, int] | None:
+        """The output item a masked or truncated tool message came from, and the position after it: the
+        next tool message at or after `start` answering the same call (agents may reuse call ids)."""
+        if message.get("role") != "tool":
+            return None
+        for position in range(start, len(request.messages)):
+            original, origin = request.messages[position], request.origins[position]
+            if (
+                original.get("role") == "tool"
+                and original.get("tool_call_id") == message.get("tool_call_id")
+                and origin
+            ):
+                return origin[0], position + 1
+        return None
 
     def refusal(self, status: int, body: bytes, *, content_encoding: bytes | None) -> Refusal | None:
         return detect(status, body, content_encoding=content_encoding)
 
     def stream_pending(self, event: bytes) -> bool:
+        """`response.created` and the like, and comments (`: OPENROUTER PROCESSING`): nothing said yet."""
+        lines = [line for line in event.splitlines() if line.strip()]
+        if all(line.startswith(b":") for line in lines):
+            return True
         return event_type(event) in PENDING_EVENTS
 
     def stream_refusal(self, event: bytes) -> Refusal | None:
@@ -179,9 +219,11 @@ class Responses:
         return {**without, "context_management": others} if others else without
 
     def rejects_server_compaction(self, status: int, body: bytes) -> bool:
-        # vLLM: "Unrecognized request argument supplied: context_management"; pydantic-based gateways:
-        # "context_management: Extra inputs are not permitted". Any 400 naming the field.
-        return status == 400 and b"context_management" in body
+        # vLLM: "Unrecognized request argument supplied: context_management"; pydantic-based gateways
+        # (422): "context_management: Extra inputs are not permitted". The field named as unknown, not
+        # a value of it refused.
+        text = body[:MAX_ERROR_SCAN].lower()
+        return status in (400, 422) and b"context_management" in text and UNKNOWN_FIELD.search(text) is not None
 
     summary_path: str = "/v1/responses"
 
@@ -357,9 +399,19 @@ def text_of_parts(parts: object) -> str:
 
 
 def with_output(item: Item, content: object) -> Item:
-    """An output item with the output the core made of it (a mask or a cut), in the item's own form."""
+    """An output item with the output the core made of it, in the item's own form: a mask (a string)
+    replaces it whole; a cut of its parts changes only the text of the parts it cut (an image or a
+    file part stays as it was)."""
+    output = item.get("output")
+    if isinstance(output, list) and isinstance(content, list) and len(content) == len(output):
+        parts = []
+        for original, part in zip(output, content, strict=True):
+            text = part.get("text") if isinstance(part, dict) else None
+            keep = not isinstance(original, dict) or not isinstance(original.get("text"), str) or text is None
+            parts.append(original if keep else {**original, "text": text})
+        return {**item, "output": parts}
     text = content if isinstance(content, str) else text_of_parts(content)
-    if isinstance(item.get("output"), list):
+    if isinstance(output, list):
         return {**item, "output": [{"type": "input_text", "text": text}]}
     return {**item, "output": text}
 

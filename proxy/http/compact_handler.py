@@ -24,6 +24,7 @@ from starlette.requests import Request
 from proxy.config import Limits
 from proxy.formats import Responses
 from proxy.formats.compaction_items import ItemKey
+from proxy.formats.responses import text_of_parts
 from proxy.http.body import read_limited
 from proxy.http.conversation_handler import discovery, options_of
 from proxy.http.disconnect import cancelled_on_disconnect
@@ -37,7 +38,7 @@ from proxy.upstream.exceptions import upstream_errors
 from proxy.upstream.response import Response
 
 NOT_SERVED = frozenset({404, 405, 501})  # the upstream has no such route
-MAX_ANSWER_BYTES = 64 * 1024  # an upstream's "no such route" is short; a longer answer is relayed
+MAX_ANSWER_BYTES = 64 * 1024  # an upstream's "no such route" is short
 
 
 class CompactHandler:
@@ -54,77 +55,104 @@ class CompactHandler:
         encoding = request.headers.get("content-encoding", "")
         chunks = await read_limited(request, self.limits)
         intake = await read_request(chunks, encoding, self.pipeline, self.wire, limit=self.limits.max_body_bytes)
+        counted = intake.counted
+        body, rewritten = intake.raw, False
+        if counted is not None and counted.request.expanded:  # items of ours: the upstream cannot read them
+            body, rewritten = self.wire.write(counted.payload, counted.request, counted.request.messages), True
         async with cancelled_on_disconnect(request.receive):
             target = self.upstream.target_for(checked_path(request.scope), request.scope["query_string"])
-            headers = self.upstream.headers_for(request.scope["headers"])
+            headers = self.upstream.headers_for(request.scope["headers"], rewrite_body=rewritten)
             exchange.upstream_sending()
-            response = await self.upstream.open("POST", target, headers=headers, content=intake.raw)
+            response = await self.upstream.open("POST", target, headers=headers, content=body)
             exchange.upstream_answered()
-            if response.status not in NOT_SERVED or intake.counted is None:
+            if (
+                response.status not in NOT_SERVED
+                or counted is None
+                or not isinstance(counted.payload.get("input"), list)
+            ):
                 return relay(response, exchange)
-            await read_short(response, self.upstream.host)  # the upstream's 404: read, and answered by us
-            exchange.note("compacted_by", "inflight")
-            counted = intake.counted
+            theirs = await read_short(response, self.upstream.host)  # its "no such route", kept to relay if need be
             accounting = await self.pipeline.account(counted, discovery(self.upstream, request))
             options = replace(options_of(request, self.wire), mode="force")  # compacted, fit or not
             prepared = await self.pipeline.prepare(counted, accounting, options)
+        output = (
+            self.sealed(counted.payload["input"], orjson.loads(prepared.body)["input"]) if prepared.rewritten else None
+        )
+        if output is None:  # nothing summarized (not compactable, compaction off or failed): the upstream's answer
+            exchange.note("compacted_by", "none")
+            return JsonAnswer(theirs, exchange, status=response.status)
         exchange.headers = dict(prepared.headers)
-        exchange.note_all(accounting.log_fields() | prepared.fields)
-        sent = orjson.loads(prepared.body) if prepared.rewritten else counted.payload
-        output = self.sealed(counted.payload.get("input"), sent.get("input"))
-        before, after = accounting.prompt_tokens, accounting.calibrated(prepared.sent_tokens)
-        body = {
+        exchange.note_all(accounting.log_fields() | prepared.fields | {"compacted_by": "inflight"})
+        answer = {
             "id": f"resp_compact_{uuid.uuid4().hex}",
             "object": "response.compaction",
             "created_at": int(time.time()),
             "output": output,
-            "usage": {"input_tokens": before, "output_tokens": max(after - before, 0), "total_tokens": before},
+            "usage": {
+                "input_tokens": accounting.prompt_tokens,
+                "output_tokens": 0,
+                "total_tokens": accounting.prompt_tokens,
+            },
         }
-        return JsonAnswer(orjson.dumps(body), exchange)
+        return JsonAnswer(orjson.dumps(answer), exchange)
 
-    def sealed(self, original: object, compacted: object) -> list[Any]:
-        """The compacted items, each message the compaction wrote (the summary) sealed in a compaction item."""
+    def sealed(self, original: list[Any], compacted: object) -> list[Any] | None:
+        """The compacted items with the messages the compaction wrote (the summary, and an earlier one of
+        ours it kept) sealed in one compaction item, where the first stood; None when it wrote none."""
         if not isinstance(compacted, list):
-            return [{"type": "message", "role": "user", "content": compacted}]
-        theirs = [orjson.dumps(item) for item in original] if isinstance(original, list) else []
-        output: list[Any] = []
-        for item in compacted:
-            new = isinstance(item, dict) and item.get("type") == "message" and orjson.dumps(item) not in theirs
-            if new and item.get("role") == "user":
-                text = "".join(part.get("text", "") for part in item.get("content") or [] if isinstance(part, dict))
-                compaction = {"type": "compaction", "id": f"cmp_{uuid.uuid4().hex}"}
-                output.append(compaction | {"encrypted_content": self.item_key.seal(text)})
-            else:
-                output.append(item)
-        return output
+            return None
+        theirs = {orjson.dumps(item) for item in original}
+        written = [
+            i
+            for i, item in enumerate(compacted)
+            if isinstance(item, dict)
+            and item.get("type") == "message"
+            and item.get("role") == "user"
+            and orjson.dumps(item) not in theirs
+        ]
+        if not written:
+            return None
+        text = "\n\n".join(text_of_parts(compacted[i].get("content")) for i in written)
+        item = {"type": "compaction", "id": f"cmp_{uuid.uuid4().hex}", "encrypted_content": self.item_key.seal(text)}
+        return [
+            item if i == written[0] else other
+            for i, other in enumerate(compacted)
+            if i == written[0] or i not in written
+        ]
 
 
-async def read_short(response: Response, host: str) -> None:
-    """Read (at most a little of) an answer that is not relayed, so its connection can be reused or closed."""
+async def read_short(response: Response, host: str) -> bytes:
+    """An answer read whole up to `MAX_ANSWER_BYTES` (an upstream's "no such route" is short; past that
+    it is cut), and the response closed."""
+    chunks: list[bytes] = []
     try:
         size = 0
         async with upstream_errors(host):
             async for chunk in response.aiter_raw():
+                chunks.append(chunk)
                 size += len(chunk)
                 if size > MAX_ANSWER_BYTES:
                     break
     finally:
         await response.aclose()
+    return b"".join(chunks)[:MAX_ANSWER_BYTES]
 
 
 class JsonAnswer:
-    """Our own JSON answer, with the exchange's `x-inflight-*` headers and its log line."""
+    """A JSON answer of ours (or the upstream's, read whole), with the exchange's `x-inflight-*` headers
+    and its log line."""
 
-    def __init__(self, body: bytes, exchange: Exchange) -> None:
+    def __init__(self, body: bytes, exchange: Exchange, *, status: int = 200) -> None:
         self.body = body
         self.exchange = exchange
+        self.status = status
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        self.exchange.status = 200
+        self.exchange.status = self.status
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(self.body)).encode())]
         headers += [(k.encode("latin-1"), v.encode("latin-1")) for k, v in self.exchange.headers.items()]
         try:
-            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            await send({"type": "http.response.start", "status": self.status, "headers": headers})
             await send({"type": "http.response.body", "body": self.body, "more_body": False})
         finally:
             self.exchange.finish()

@@ -104,3 +104,44 @@ def test_refusals_usage_and_pending_events() -> None:
     assert RESPONSES.stream_refusal(b"data: " + orjson.dumps(delta)) is None
     assert RESPONSES.prompt_tokens({"type": "response.completed", "response": {"usage": {"input_tokens": 7}}}) == 7
     assert RESPONSES.prompt_tokens({"usage": {"input_tokens": 9}}) == 9
+
+
+def test_a_masked_output_is_written_over_its_own_item_when_call_ids_repeat() -> None:
+    def turn(n: int) -> list[dict[str, Any]]:
+        call = {"type": "function_call", "call_id": "call_1", "name": "run", "arguments": f'{{"n": {n}}}'}
+        return [call, {"type": "function_call_output", "id": f"o{n}", "call_id": "call_1", "output": f"out {n}"}]
+
+    body = {"model": "m", "input": [{"role": "user", "content": "go"}, *turn(1), *turn(2)]}
+    request = RESPONSES.read(body)
+    assert request is not None
+    messages = list(request.messages)
+    messages[2] = {**messages[2], "content": "[masked]"}  # the first turn's output
+    items = orjson.loads(RESPONSES.write(body, request, messages))["input"]
+    assert [item.get("output") for item in items if "output" in item] == ["[masked]", "out 2"]
+    assert [item.get("id") for item in items if "output" in item] == ["o1", "o2"]
+
+
+def test_a_cut_of_an_outputs_parts_keeps_its_image() -> None:
+    image = {"type": "input_image", "image_url": "data:image/png;base64,AAAA"}
+    output = [{"type": "input_text", "text": "long log " * 100}, image]
+    call = {"type": "custom_tool_call", "call_id": "c", "name": "exec", "input": "x"}
+    body = {
+        "model": "m",
+        "input": [{"role": "user", "content": "go"}, call, {**CUSTOM_OUTPUT, "call_id": "c", "output": output}],
+    }
+    request = RESPONSES.read(body)
+    assert request is not None
+    cut = {
+        **request.messages[2],
+        "content": [{"type": "text", "text": "long log [cut]"}, request.messages[2]["content"][1]],
+    }
+    items = orjson.loads(RESPONSES.write(body, request, [request.messages[0], request.messages[1], cut]))["input"]
+    assert items[2]["output"] == [{"type": "input_text", "text": "long log [cut]"}, image]
+
+
+def test_comments_are_pending_and_only_an_unknown_field_counts_as_refused() -> None:
+    assert RESPONSES.stream_pending(b": OPENROUTER PROCESSING")
+    assert RESPONSES.rejects_server_compaction(422, b'{"detail": "context_management: Extra inputs are not permitted"}')
+    assert RESPONSES.rejects_server_compaction(400, b"Unrecognized request argument supplied: context_management")
+    assert not RESPONSES.rejects_server_compaction(400, b"context_management.compact_threshold must be positive")
+    assert RESPONSES.read({"model": "m", "input": "hi", "conversation": "conv_1"}).compactable is False  # type: ignore[union-attr]
