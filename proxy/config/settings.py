@@ -14,27 +14,8 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 
-from proxy.config.compaction import OBSERVATION_PATTERN, Cache, Compaction, Mask, Summarize, Truncate
+from proxy.config.compaction import Compaction
 from proxy.config.section import Section
-
-__all__ = [
-    "OBSERVATION_PATTERN",
-    "Access",
-    "Archive",
-    "Cache",
-    "Compaction",
-    "ConfigError",
-    "Limits",
-    "Listen",
-    "Mask",
-    "ModelSettings",
-    "Section",
-    "Settings",
-    "State",
-    "Summarize",
-    "Truncate",
-    "Upstream",
-]
 
 
 class ConfigError(ValueError):
