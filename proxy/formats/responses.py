@@ -39,7 +39,7 @@ import orjson
 
 from proxy.formats.compaction_items import ItemKey, is_ours
 from proxy.formats.seam import CoreRequest, Message, openai_error
-from proxy.policy.refusals import Refusal, detect, detect_document
+from proxy.policy.refusals import Refusal, detect, detect_document, event_data
 
 log = logging.getLogger("inflight")
 
@@ -191,7 +191,7 @@ class Responses:
         return event_type(event) in PENDING_EVENTS
 
     def stream_refusal(self, event: bytes) -> Refusal | None:
-        document = event_data(event)
+        document = event_document(event)
         if not isinstance(document, dict):
             return None
         if document.get("type") == "response.failed" and isinstance(document.get("response"), dict):
@@ -452,8 +452,9 @@ def chat_tool(tool: dict[str, Any]) -> dict[str, Any]:
     return {"type": "function", "function": {"name": name, "description": orjson.dumps(tool).decode()}}
 
 
-def event_data(event: bytes) -> Any:
-    data = b"\n".join(line[5:].strip() for line in event.splitlines() if line.startswith(b"data:"))
+def event_document(event: bytes) -> Any:
+    """An SSE event's data, parsed (None: none, or not JSON)."""
+    data = event_data(event)
     try:
         return orjson.loads(data) if data else None
     except orjson.JSONDecodeError:
@@ -464,7 +465,7 @@ def event_type(event: bytes) -> str | None:
     for line in event.splitlines():
         if line.startswith(b"event:"):
             return line[6:].strip().decode("utf-8", "replace")
-    document = event_data(event)
+    document = event_document(event)
     kind = document.get("type") if isinstance(document, dict) else None
     return kind if isinstance(kind, str) else None
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
 
@@ -26,15 +27,15 @@ from proxy.formats import Responses
 from proxy.formats.compaction_items import ItemKey
 from proxy.formats.responses import text_of_parts
 from proxy.http.body import read_limited
-from proxy.http.conversation_handler import discovery, options_of
+from proxy.http.conversation_handler import discovery, options_of, post_upstream
 from proxy.http.disconnect import cancelled_on_disconnect
 from proxy.http.exchange import Exchange
 from proxy.http.intake import read_request
 from proxy.http.relay import Relay, relay
-from proxy.http.target import checked_path
 from proxy.pipeline.engine import Pipeline
 from proxy.upstream.client import UpstreamClient
 from proxy.upstream.exceptions import upstream_errors
+from proxy.upstream.headers import response_headers
 from proxy.upstream.response import Response
 
 NOT_SERVED = frozenset({404, 405, 501})  # the upstream has no such route
@@ -51,7 +52,7 @@ class CompactHandler:
         self.upstream = upstream
         self.limits = limits
 
-    async def __call__(self, request: Request, exchange: Exchange) -> Relay | JsonAnswer:
+    async def __call__(self, request: Request, exchange: Exchange) -> Relay:
         encoding = request.headers.get("content-encoding", "")
         chunks = await read_limited(request, self.limits)
         intake = await read_request(chunks, encoding, self.pipeline, self.wire, limit=self.limits.max_body_bytes)
@@ -60,11 +61,7 @@ class CompactHandler:
         if counted is not None and counted.request.expanded:  # items of ours: the upstream cannot read them
             body, rewritten = self.wire.write(counted.payload, counted.request, counted.request.messages), True
         async with cancelled_on_disconnect(request.receive):
-            target = self.upstream.target_for(checked_path(request.scope), request.scope["query_string"])
-            headers = self.upstream.headers_for(request.scope["headers"], rewrite_body=rewritten)
-            exchange.upstream_sending()
-            response = await self.upstream.open("POST", target, headers=headers, content=body)
-            exchange.upstream_answered()
+            response = await post_upstream(self.upstream, request, exchange, body, rewritten=rewritten)
             if (
                 response.status not in NOT_SERVED
                 or counted is None
@@ -80,7 +77,7 @@ class CompactHandler:
         )
         if output is None:  # nothing summarized (not compactable, compaction off or failed): the upstream's answer
             exchange.note("compacted_by", "none")
-            return JsonAnswer(theirs, exchange, status=response.status)
+            return json_answer(theirs, exchange, status=response.status)
         exchange.headers = dict(prepared.headers)
         exchange.note_all(accounting.log_fields() | prepared.fields | {"compacted_by": "inflight"})
         answer = {
@@ -94,7 +91,7 @@ class CompactHandler:
                 "total_tokens": accounting.prompt_tokens,
             },
         }
-        return JsonAnswer(orjson.dumps(answer), exchange)
+        return json_answer(orjson.dumps(answer), exchange)
 
     def sealed(self, original: list[Any], compacted: object) -> list[Any] | None:
         """The compacted items with the messages the compaction wrote (the summary, and an earlier one of
@@ -138,21 +135,15 @@ async def read_short(response: Response, host: str) -> bytes:
     return b"".join(chunks)[:MAX_ANSWER_BYTES]
 
 
-class JsonAnswer:
-    """A JSON answer of ours (or the upstream's, read whole), with the exchange's `x-inflight-*` headers
-    and its log line."""
+def json_answer(body: bytes, exchange: Exchange, *, status: int = 200) -> Relay:
+    """A JSON answer of ours (or the upstream's, read whole), relayed like any other: the exchange's
+    `x-inflight-*` headers, its log line when it is out."""
 
-    def __init__(self, body: bytes, exchange: Exchange, *, status: int = 200) -> None:
-        self.body = body
-        self.exchange = exchange
-        self.status = status
+    async def whole() -> AsyncIterator[bytes]:
+        yield body
 
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        self.exchange.status = self.status
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(self.body)).encode())]
-        headers += [(k.encode("latin-1"), v.encode("latin-1")) for k, v in self.exchange.headers.items()]
-        try:
-            await send({"type": "http.response.start", "status": self.status, "headers": headers})
-            await send({"type": "http.response.body", "body": self.body, "more_body": False})
-        finally:
-            self.exchange.finish()
+    async def nothing_to_close() -> None:
+        return None
+
+    own = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    return Relay(status, response_headers(own, exchange.headers), whole(), nothing_to_close, exchange, streaming=False)

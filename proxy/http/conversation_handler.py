@@ -178,16 +178,7 @@ class ConversationHandler:
     async def send(
         self, request: Request, exchange: Exchange, body: bytes, *, rewritten: bool, identity: bool = False
     ) -> Response:
-        target = self.upstream.target_for(checked_path(request.scope), request.scope["query_string"])
-        client_headers = request.scope["headers"]
-        if identity:
-            client_headers = [(k, v) for k, v in client_headers if k.lower() != b"accept-encoding"]
-            client_headers.append((b"accept-encoding", b"identity"))
-        headers = self.upstream.headers_for(client_headers, rewrite_body=rewritten)
-        exchange.upstream_sending()
-        response = await self.upstream.open("POST", target, headers=headers, content=body)
-        exchange.upstream_answered()
-        return response
+        return await post_upstream(self.upstream, request, exchange, body, rewritten=rewritten, identity=identity)
 
     def relay_with_usage(
         self, call: Call, response: Response, prepared: Prepared, *, held: Held | None = None
@@ -211,6 +202,29 @@ class ConversationHandler:
                 pipeline.record_usage(model, estimate=prepared.sent_tokens, actual=actual)
 
         return relay(response, call.exchange, chunks=tap(chunks, reader.feed, calibrate))
+
+
+async def post_upstream(
+    upstream: UpstreamClient,
+    request: Request,
+    exchange: Exchange,
+    body: bytes,
+    *,
+    rewritten: bool,
+    identity: bool = False,
+) -> Response:
+    """`body` POSTed to the request's path upstream with the client's headers, timed on the exchange.
+    `rewritten`: not the client's bytes (its length is recomputed); `identity`: ask for no encoding."""
+    target = upstream.target_for(checked_path(request.scope), request.scope["query_string"])
+    client_headers = request.scope["headers"]
+    if identity:
+        client_headers = [(k, v) for k, v in client_headers if k.lower() != b"accept-encoding"]
+        client_headers.append((b"accept-encoding", b"identity"))
+    headers = upstream.headers_for(client_headers, rewrite_body=rewritten)
+    exchange.upstream_sending()
+    response = await upstream.open("POST", target, headers=headers, content=body)
+    exchange.upstream_answered()
+    return response
 
 
 def discovery(upstream: UpstreamClient, request: Request) -> FetchModels:

@@ -184,14 +184,14 @@ class Pipeline:
         A `retry` aim replaces the accounted budget.
         """
         taken_over = self.takes_over_server_compaction(counted)
-        if taken_over:  # the upstream must not see the request it cannot serve
-            stripped = counted.wire.without_server_compaction(counted.payload)
-            counted = replace(counted, payload=stripped, raw=orjson.dumps(stripped))
+        if taken_over:  # the upstream must not see the request it cannot serve: compaction writes without it
+            counted = replace(counted, payload=counted.wire.without_server_compaction(counted.payload))
         prepared = await self._prepare(counted, accounting, options, retry=retry)
         if counted.request.expanded and not prepared.rewritten:
             prepared = translated(counted, prepared)  # the upstream cannot read what the format expanded
         if taken_over:
-            prepared.rewritten = True  # the client's bytes less a field: its length is not the client's
+            if not prepared.rewritten:  # nothing compacted: the client's body less the field
+                prepared.body, prepared.rewritten = orjson.dumps(counted.payload), True
             prepared.fields["context_management"] = "inflight"
         if self.degraded and self.compacts(counted, options):
             prepared.headers["x-inflight-state"] = "degraded"

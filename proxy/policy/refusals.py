@@ -240,9 +240,14 @@ def first_event(buffer: bytes) -> tuple[bytes, bytes] | None:
     return buffer[:end], buffer[end + length :]
 
 
+def event_data(event: bytes) -> bytes:
+    """The data of an SSE event: its `data:` lines, joined."""
+    return b"\n".join(line[5:].strip() for line in event.splitlines() if line.startswith(b"data:"))
+
+
 def detect_event(event: bytes) -> Refusal | None:
     """An SSE event that is an error object about the context length (vLLM and others stream them)."""
-    data = b"\n".join(line[5:].strip() for line in event.splitlines() if line.startswith(b"data:"))
+    data = event_data(event)
     if b"error" not in data:
         return None
     try:
