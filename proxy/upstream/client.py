@@ -58,11 +58,7 @@ class UpstreamClient:
     async def fetch(self, v1_path: str, *, headers: RawHeaders) -> tuple[int, bytes]:
         """GET a small resource from the upstream and read it whole."""
         response = await self.open("GET", self.target_for(v1_path.encode()), headers=headers, content=None)
-        try:
-            async with upstream_errors(self.host):
-                return response.status, await response.aread()
-        finally:
-            await response.aclose()
+        return await self.read_whole(response)
 
     async def send_whole(
         self, method: str, v1_path: str, *, headers: RawHeaders, content: bytes | None, timeout_s: float
@@ -76,13 +72,17 @@ class UpstreamClient:
         try:
             async with asyncio.timeout(timeout_s):
                 response = await self.open(method, target, headers=own, content=content, timeouts=timeouts)
-                try:
-                    async with upstream_errors(self.host):
-                        return response.status, await response.aread()
-                finally:
-                    await response.aclose()
+                return await self.read_whole(response)
         except TimeoutError as exc:
             raise UpstreamTimeout(f"upstream {self.host} gave no whole answer within {timeout_s:g} s") from exc
+
+    async def read_whole(self, response: Response) -> tuple[int, bytes]:
+        """The response's status and whole body; the response closed."""
+        try:
+            async with upstream_errors(self.host):
+                return response.status, await response.aread()
+        finally:
+            await response.aclose()
 
     async def open(
         self,
