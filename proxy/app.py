@@ -14,7 +14,7 @@ from starlette.types import ASGIApp
 
 from proxy.archive import open_archive
 from proxy.config import Settings
-from proxy.formats import CHAT_COMPLETIONS, Responses, WireFormat
+from proxy.formats import CHAT_COMPLETIONS, MESSAGES, Responses, WireFormat
 from proxy.formats.compaction_items import ItemKey
 from proxy.http.access import AccessGuard
 from proxy.http.admin import healthz, metrics_route, stats_route
@@ -38,8 +38,19 @@ METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "HEAD"]
 def create_app(settings: Settings) -> ASGIApp:
     """Build a proxy app; everything it holds lives in objects it owns, nothing in module globals."""
     upstream = UpstreamClient(settings.upstream)
+    # A format's own upstream (`upstreams.<format>`); Anthropic's takes the proxy's key as `x-api-key`.
+    by_format = {
+        name: UpstreamClient(settings.upstream_for(name), key_header=key_header)
+        for name, key_header in (("chat_completions", b""), ("responses", b""), ("messages", b"x-api-key"))
+        if name in settings.upstreams or key_header
+    }
+    clients = [upstream, *by_format.values()]
+
+    def upstream_of(wire: WireFormat) -> UpstreamClient:
+        return by_format.get(wire.name, upstream)
+
     metrics = Metrics()
-    summarizers = Summarizers(settings, upstream, observer=metrics)
+    summarizers = Summarizers(settings, upstream, by_format=by_format, observer=metrics)
     pipeline = build_pipeline(settings, summarizers=summarizers, background=True, observer=metrics)
     item_key = ItemKey(item_secret(settings))
     responses = Responses(item_key)  # opens the compaction items this deployment hands out
@@ -65,23 +76,29 @@ def create_app(settings: Settings) -> ASGIApp:
                 await pipeline.aclose()
             finally:
                 await summarizers.aclose()
-                await upstream.aclose()
+                for client in clients:
+                    await client.aclose()
 
     loopback_only = not settings.access.admin and not settings.access.allow_anonymous
 
     def conversations(route: str, wire: WireFormat) -> JsonRoute:
         """A wire format's conversation endpoint: counted, compacted when needed, retried once."""
-        handler = ConversationHandler(wire, pipeline, upstream, limits=settings.limits, archive=archive)
+        handler = ConversationHandler(wire, pipeline, upstream_of(wire), limits=settings.limits, archive=archive)
         endpoint = Endpoint(handler, route=route, on_finish=metrics.exchange_done, wire=wire)
         return JsonRoute(route, endpoint, methods=["POST"])
 
-    other = Endpoint(PassThrough(upstream, limits=settings.limits), route="/v1/{path}", on_finish=metrics.exchange_done)
+    def forwarded(route: str, wire: WireFormat = CHAT_COMPLETIONS) -> JsonRoute:
+        """Every other request under `route`, forwarded as it came to `wire`'s upstream."""
+        passthrough = PassThrough(upstream_of(wire), limits=settings.limits)
+        label = route.replace("{path:path}", "{path}")  # the metrics' route label
+        endpoint = Endpoint(passthrough, route=label, on_finish=metrics.exchange_done, wire=wire)
+        return JsonRoute(route, endpoint, methods=METHODS)
 
     def compact_route() -> list[JsonRoute]:
         """`POST /v1/responses/compact`, answered by us when the upstream has none (`responses.compact_fallback`)."""
         if not settings.responses.compact_fallback:
             return []
-        handler = CompactHandler(responses, item_key, pipeline, upstream, limits=settings.limits)
+        handler = CompactHandler(responses, item_key, pipeline, upstream_of(responses), limits=settings.limits)
         endpoint = Endpoint(handler, route="/v1/responses/compact", on_finish=metrics.exchange_done, wire=responses)
         return [JsonRoute("/v1/responses/compact", endpoint, methods=["POST"])]
 
@@ -94,7 +111,9 @@ def create_app(settings: Settings) -> ASGIApp:
         conversations("/v1/chat/completions", CHAT_COMPLETIONS),
         conversations("/v1/responses", responses),
         *compact_route(),
-        JsonRoute("/v1/{path:path}", other, methods=METHODS),
+        conversations("/v1/messages", MESSAGES),
+        forwarded("/v1/messages/{path:path}", MESSAGES),  # count_tokens, batches: to Anthropic's upstream
+        forwarded("/v1/{path:path}"),
     ]
     # A bare router, not a Starlette app: the endpoints render their own errors, so the app's two
     # error-handling middlewares would only add a wrapper to every `send` of every response.
@@ -108,8 +127,9 @@ def item_secret(settings: Settings) -> bytes:
     key (the same in every worker and after a restart), else a random one for this process."""
     if settings.responses.item_key:
         return settings.responses.item_key.encode()
-    if settings.upstream.api_key:
-        return hashlib.sha256(b"inflight compaction items\0" + settings.upstream.api_key.encode()).digest()
+    if settings.upstream_for("responses").api_key:
+        key = settings.upstream_for("responses").api_key
+        return hashlib.sha256(b"inflight compaction items\0" + key.encode()).digest()
     if settings.responses.compact_fallback:
         logging.getLogger("inflight").info(
             "inflight: compaction items are sealed with a key of this process only (set responses.item_key "

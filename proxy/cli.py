@@ -149,7 +149,7 @@ async def _compact(args: argparse.Namespace, settings: Settings) -> tuple[dict[s
         payload, counted = counted_request(args, pipeline)
         accounting = await pipeline.account(counted, None)
         key = os.environ.get("OPENAI_API_KEY", "")
-        options = Options(mode="force", authorization=f"Bearer {key}" if key else None)
+        options = Options(mode="force", credentials=[(b"authorization", b"Bearer " + key.encode())] if key else [])
         return payload, await pipeline.prepare(counted, accounting, options)
     finally:
         await pipeline.aclose()

@@ -33,6 +33,9 @@ class Upstream(Section):
     connect_timeout_s: float = Field(10, gt=0)
     read_timeout_s: float = Field(600, gt=0)
     max_connections: int = Field(512, ge=1)
+    # How `api_key` goes out: `Authorization: Bearer` (OpenAI and most servers) or `x-api-key` (Anthropic).
+    # Unset: `x-api-key` for Anthropic Messages requests, Bearer for the rest.
+    auth: Literal["bearer", "x-api-key"] | None = None
 
     # `user:pass@` taken out of base_url, base64-encoded: sent as `Authorization: Basic`, never as part
     # of the URL (which reaches the Host header, error messages and the log).
@@ -203,18 +206,37 @@ class Settings(Section):
     state: State = State()
     archive: Archive = Archive()
     responses: Responses = Responses()
+    # A wire format's own upstream (else `upstream`): one proxy serves Claude Code to an Anthropic-compatible
+    # server and OpenAI-format agents to another.
+    upstreams: dict[Literal["chat_completions", "responses", "messages"], Upstream] = Field(default_factory=dict)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     # Each `models.<glob>.compaction` merged over the global block once, here, not on every request.
     _compactions: dict[str, Compaction] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="after")
     def _keys_need_an_upstream_key(self) -> Settings:
-        if self.access.keys and not self.upstream.api_key:
-            raise ValueError(
-                "access.keys is set, so clients send the proxy's keys, not the upstream's: "
-                "set upstream.api_key to the key the proxy uses upstream"
-            )
+        if not self.access.keys:
+            return self
+        for name, upstream in (
+            ("upstream", self.upstream),
+            *((f"upstreams.{k}", u) for k, u in self.upstreams.items()),
+        ):
+            if not upstream.api_key and not upstream.basic_auth:
+                raise ValueError(
+                    "access.keys is set, so clients send the proxy's keys, not the upstream's: "
+                    f"set {name}.api_key to the key the proxy uses upstream"
+                )
         return self
+
+    def upstream_for(self, wire: str) -> Upstream:
+        """The upstream of a wire format (`upstreams.<name>`, else `upstream`)."""
+        found: Upstream | None = self.upstreams.get(wire)  # type: ignore[call-overload]
+        return found if found is not None else self.upstream
+
+    @property
+    def holds_upstream_key(self) -> bool:
+        """Whether the proxy sends a key of its own to any upstream (then anyone who reaches it spends it)."""
+        return any(u.api_key for u in (self.upstream, *self.upstreams.values()))
 
     @model_validator(mode="after")
     def _model_overrides_valid(self) -> Settings:

@@ -1,21 +1,24 @@
 """Wire formats: one module per API shape, each translating between its bytes and the core's conversation.
 
 The contract every format keeps is `seam.WireFormat` (its docstring says it in full). Chat
-Completions is `chat_completions`, the Responses API `responses`; Anthropic Messages comes next,
-as a module beside them. Only the pipeline and the edge import this package; the core never does.
+Completions is `chat_completions`, the Responses API `responses`, Anthropic Messages `messages`.
+Only the pipeline and the edge import this package; the core never does.
 """
 
 from proxy.formats.chat_completions import CHAT_COMPLETIONS, ChatCompletions
+from proxy.formats.messages import MESSAGES, Messages
 from proxy.formats.responses import RESPONSES, Responses
 from proxy.formats.seam import CoreRequest, Message, WireFormat
 from proxy.formats.usage import UsageReader
 
 __all__ = [
     "CHAT_COMPLETIONS",
+    "MESSAGES",
     "RESPONSES",
     "ChatCompletions",
     "CoreRequest",
     "Message",
+    "Messages",
     "Responses",
     "UsageReader",
     "WireFormat",

@@ -21,6 +21,7 @@ from proxy.policy.refusals import Refusal, detect, detect_event
 class ChatCompletions:
     name: str = "chat_completions"
     session_header: str | None = None  # none of its own: `x-inflight-session`, else the head
+    session_header_first: bool = False
     usage_marker: bytes = b'"usage"'
     in_place_summaries: bool = True
 
@@ -57,6 +58,7 @@ class ChatCompletions:
     def rejects_server_compaction(self, status: int, body: bytes) -> bool:
         return False
 
+    summary_headers: tuple[tuple[bytes, bytes], ...] = ()
     summary_path: str = "/v1/chat/completions"
 
     def summary_request(

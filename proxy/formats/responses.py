@@ -67,6 +67,7 @@ class Responses:
 
     name: str = "responses"
     session_header: str | None = "session-id"  # Codex's; `prompt_cache_key` in the body comes first
+    session_header_first: bool = False
     usage_marker: bytes = b'"usage"'
     in_place_summaries: bool = False  # a summary through Chat Completions cannot reuse this API's prompt cache
 
@@ -225,6 +226,7 @@ class Responses:
         text = body[:MAX_ERROR_SCAN].lower()
         return status in (400, 422) and b"context_management" in text and UNKNOWN_FIELD.search(text) is not None
 
+    summary_headers: tuple[tuple[bytes, bytes], ...] = ()
     summary_path: str = "/v1/responses"
 
     def summary_request(

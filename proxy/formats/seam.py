@@ -15,9 +15,11 @@ Reading (`read`): the request body becomes a `CoreRequest`:
 - `opaque`: the indices of messages the core must never edit: encrypted reasoning items, signed
   thinking blocks, compaction items. They are kept byte for byte or dropped whole with the turn
   they belong to (the assistant output they precede), never rewritten, masked or reordered.
-- `output_limit`: the reply's reserve the client asked for (`max_tokens`, `max_output_tokens`).
-- `session`: a conversation id the body carries (`prompt_cache_key`), else None; the client's
-  `x-inflight-session` comes first, a header of the format's own (`session_header`) after it.
+- `output_limit`: the reply's reserve the client asked for (`max_tokens`, `max_output_tokens`);
+  `output_limit_binding` False when the upstream need not fit it (Claude Code asks 128k of any model).
+- `session`: a conversation id the body carries (`prompt_cache_key`, `metadata.user_id`), else None;
+  the client's `x-inflight-session` comes first, a header of the format's own (`session_header`)
+  before or after the body's (`session_header_first`).
 - `compactable`: False when part of the conversation is not in the body (the Responses API's
   `previous_response_id`): the request is counted, never rewritten.
 - `origins`: the format's own map from each message back to what it came from, for `write`.
@@ -68,6 +70,9 @@ class CoreRequest:
     model: str
     view: dict[str, Any]  # Chat Completions-shaped: `messages` and the tool fields
     output_limit: int | None = None
+    # False: the upstream does not refuse a prompt that leaves less room than `output_limit` (Anthropic's
+    # models stop at the window): the budget reserves at most the configured reserve (<= window/4).
+    output_limit_binding: bool = True
     session: str | None = None
     opaque: frozenset[int] = field(default_factory=frozenset)
     compactable: bool = True  # False: part of the conversation lives upstream (`previous_response_id`)
@@ -89,6 +94,7 @@ class CoreRequest:
 class WireFormat(Protocol):
     name: str  # e.g. "chat_completions": for the log line and the metrics
     session_header: str | None  # a request header that names the conversation (None: the format has none)
+    session_header_first: bool  # that header names it before the body does (else after)
     usage_marker: bytes  # an event without these bytes carries no usage: not parsed
     in_place_summaries: bool  # a summary may be asked as a Chat Completions continuation of this body
 
@@ -129,6 +135,7 @@ class WireFormat(Protocol):
         ...
 
     summary_path: str  # where the upstream takes a request in this format, e.g. "/v1/chat/completions"
+    summary_headers: tuple[tuple[bytes, bytes], ...]  # what such a request needs beside its credentials
 
     def summary_request(
         self, messages: list[Message], *, model: str, max_tokens: int, tools: object = None

@@ -1,9 +1,9 @@
 """Inbound keys: who may spend the upstream key the proxy holds.
 
-With `access.keys` set, every `/v1` request must carry one of them as `Authorization: Bearer …`
-(the upstream gets `upstream.api_key` instead), and `/inflight/*` and `/metrics` one of
-`access.admin_keys`. `/healthz` stays open for load balancers. Keys are compared in constant time,
-each against all.
+With `access.keys` set, every `/v1` request must carry one of them as `Authorization: Bearer …` or
+(as Anthropic's clients send it) `x-api-key: …` (the upstream gets `upstream.api_key` instead), and
+`/inflight/*` and `/metrics` one of `access.admin_keys`. `/healthz` stays open for load balancers.
+Keys are compared in constant time, each against all.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from proxy.config import Access, Settings
 from proxy.errors import ProxyError
-from proxy.http.error_response import render
+from proxy.formats import MESSAGES
+from proxy.http.error_response import DEFAULT_SHAPE, render
 
 OPEN_PATHS = frozenset({"/healthz"})
 VIEWER = "/inflight/ui"  # static files that hold no data: the page asks for an admin key before any JSON
@@ -33,11 +34,15 @@ class InvalidApiKey(ProxyError):
 
 
 def presented_key(scope: Scope) -> bytes | None:
+    """The key as OpenAI's clients send it (`Authorization: Bearer`), else as Anthropic's (`x-api-key`)."""
+    api_key = None
     for name, value in scope["headers"]:
         if name == b"authorization":
             scheme, _, key = value.partition(b" ")
             return key.strip() if scheme.lower() == b"bearer" else None
-    return None
+        if name == b"x-api-key" and api_key is None:
+            api_key = value.strip()
+    return api_key
 
 
 def accepted(key: bytes | None, keys: tuple[str, ...]) -> bool:
@@ -62,8 +67,12 @@ class AccessGuard:
             keys = self.access.admin if admin else self.access.keys
             if keys and not accepted(presented_key(scope), keys):
                 kind = "an admin key" if admin else "one of the proxy's keys"
-                message = f"Incorrect or missing API key: this proxy needs {kind} as 'Authorization: Bearer <key>'."
-                await render(InvalidApiKey(message))(scope, receive, send)
+                message = (
+                    f"Incorrect or missing API key: this proxy needs {kind} as 'Authorization: Bearer <key>' "
+                    "or 'x-api-key: <key>'."
+                )
+                wire = MESSAGES if scope["path"].startswith("/v1/messages") else DEFAULT_SHAPE
+                await render(InvalidApiKey(message), wire=wire)(scope, receive, send)
                 if self.on_refused is not None:
                     self.on_refused(scope["path"])
                 return
@@ -76,7 +85,7 @@ def startup_problem(settings: Settings) -> str | None:
     access, host = settings.access, settings.listen.host
     if access.allow_anonymous or is_loopback(host):
         return None
-    if settings.upstream.api_key and not access.keys:
+    if settings.holds_upstream_key and not access.keys:
         return (
             f"upstream.api_key is set and the proxy would listen on {host}, so anyone who can reach "
             "it would spend that key. Set access.keys (the keys clients must send), or listen on 127.0.0.1, or set "

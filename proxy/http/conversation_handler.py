@@ -32,7 +32,7 @@ from proxy.pipeline.outgoing import Prepared
 from proxy.policy.retry import RetryAim
 from proxy.policy.windows import FetchModels
 from proxy.upstream.client import UpstreamClient
-from proxy.upstream.headers import header_value, is_event_stream
+from proxy.upstream.headers import KEY_HEADERS, header_value, is_event_stream
 from proxy.upstream.response import Response
 
 log = logging.getLogger("inflight")
@@ -247,5 +247,5 @@ def options_of(request: Request, wire: WireFormat) -> Options:
         mode=request.headers.get("x-inflight-compaction", "").strip().lower(),
         session=request.headers.get("x-inflight-session"),
         session_hint=hint,
-        authorization=request.headers.get("authorization"),
+        credentials=[(name, value) for name, value in request.scope["headers"] if name in KEY_HEADERS],
     )

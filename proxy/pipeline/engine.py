@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
@@ -27,10 +27,11 @@ from proxy.pipeline.parts import CompactionParts, SummarizerFactory, summarizer_
 from proxy.policy.calibration import Calibration
 from proxy.policy.refusals import Refusal
 from proxy.policy.retry import RetryAim, retry_limit
-from proxy.policy.windows import ContextRegistry, FetchModels, budget_for
+from proxy.policy.windows import ContextRegistry, FetchModels, budget_for, reserve_for
 from proxy.records import open_record_store
 from proxy.tokens import EncodingChoice, TokenCounter, choose_encoding
 from proxy.tokens.text import counted_or_estimated
+from proxy.upstream.headers import RawHeaders
 
 log = logging.getLogger("inflight")
 
@@ -42,7 +43,8 @@ class Options:
     mode: str = ""  # "off": forward untouched, never retry; "force": compact even if it fits
     session: str | None = None  # `x-inflight-session`: before any the body names
     session_hint: str | None = None  # the wire format's own session header: after the body's
-    authorization: str | None = None  # the client's, for the summarizer when no key is configured
+    # The client's `Authorization` and `x-api-key`, for the summarizer when no key is configured.
+    credentials: RawHeaders = field(default_factory=list)
 
 
 class Pipeline:
@@ -134,9 +136,7 @@ class Pipeline:
         else:
             limits = await self._registry.resolve_async(model, fetch_models)
         settings = self.model_settings(model).compaction
-        budget = budget_for(
-            counted.request.output_limit, reserve_tokens=settings.reserve_tokens, context_window=limits.context_window
-        )
+        budget = self.budget(counted, limits.context_window)
         if self.takes_over_server_compaction(counted) and counted.request.compact_at is not None:
             # The client's threshold is where it wants its context compacted: where inflight summarizes.
             budget = min(budget, int(counted.request.compact_at / settings.summarize_at))
@@ -150,6 +150,15 @@ class Pipeline:
             ratio=1.0 if counted.encoding.exact else self._calibration.ratio(model),
             estimated=counted.count.estimated,
         )
+
+    def budget(self, counted: Counted, context_window: int) -> int:
+        """The prompt's budget in `context_window`: the window less the reply's reserve (what the request
+        asks, capped at the configured reserve when the upstream need not fit it)."""
+        reserve_tokens = self.model_settings(counted.model).compaction.reserve_tokens
+        asked = counted.request.output_limit
+        if asked is not None and not counted.request.output_limit_binding:
+            asked = min(asked, reserve_for(None, reserve_tokens=reserve_tokens, context_window=context_window))
+        return budget_for(asked, reserve_tokens=reserve_tokens, context_window=context_window)
 
     def takes_over_server_compaction(self, counted: Counted) -> bool:
         """The request asks the upstream to compact, and inflight does it instead: the config says so
@@ -242,7 +251,7 @@ class Pipeline:
             accounting=accounting,
             counter=self._counter,
             summarizers=self._summarizers,
-            client_authorization=options.authorization,
+            client_credentials=options.credentials,
             summarizer_input_tokens=int(summary_window / accounting.ratio),
             wire=counted.wire,
         )
@@ -259,10 +268,7 @@ class Pipeline:
         learned_budget = None
         if refusal.context_window:
             self._registry.learn(accounting.model, refusal.context_window)
-            reserve_tokens = self.model_settings(accounting.model).compaction.reserve_tokens
-            learned_budget = budget_for(
-                counted.request.output_limit, reserve_tokens=reserve_tokens, context_window=refusal.context_window
-            )
+            learned_budget = self.budget(counted, refusal.context_window)
         if refusal.prompt_tokens and prepared.sent_tokens:
             self._calibration.record(accounting.model, estimate=prepared.sent_tokens, actual=refusal.prompt_tokens)
         previous = accounting.budget if not prepared.rewritten else prepared.limit
@@ -304,5 +310,6 @@ def build_pipeline(
 def key_of(counted: Counted, options: Options) -> str:
     """The conversation's key: the client's session (its header, else the body's), else its model and head."""
     head = counted.count.digests[: head_length(counted.request.messages)]
-    session = options.session or counted.request.session or options.session_hint
+    request, hint = counted.request, options.session_hint
+    session = options.session or (hint if counted.wire.session_header_first else None) or request.session or hint
     return conversation_key(session=session, model=counted.model, head_digests=head)

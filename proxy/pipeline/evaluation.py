@@ -35,6 +35,7 @@ from proxy.config import Compaction
 from proxy.formats import CHAT_COMPLETIONS, WireFormat
 from proxy.pipeline.engine import Options, Pipeline
 from proxy.pipeline.parts import SummarizerFactory
+from proxy.upstream.headers import RawHeaders
 
 KINDS = ("paths", "errors", "commands", "names")
 
@@ -77,9 +78,9 @@ class SizedSummarizers:
         self.oversize = 0
 
     def __call__(
-        self, options: Compaction, *, model: str, client_authorization: str | None, wire: WireFormat | None = None
+        self, options: Compaction, *, model: str, client_credentials: RawHeaders, wire: WireFormat | None = None
     ) -> Summarize:
-        summarize = self.inner(options, model=model, client_authorization=client_authorization, wire=wire)
+        summarize = self.inner(options, model=model, client_credentials=client_credentials, wire=wire)
         pipeline = self.pipeline_of[0]
         summary_model = options.summarize.model or model
 

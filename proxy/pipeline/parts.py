@@ -20,6 +20,7 @@ from proxy.pipeline.accounting import Accounting
 from proxy.policy.windows import ContextRegistry
 from proxy.tokens import TokenCounter
 from proxy.tokens.text import counted_or_estimated
+from proxy.upstream.headers import RawHeaders
 
 
 class SummarizerFactory(Protocol):
@@ -27,7 +28,7 @@ class SummarizerFactory(Protocol):
     the API the request came in through (`chat_completions` or `responses`: the upstream speaks it)."""
 
     def __call__(
-        self, options: Compaction, *, model: str, client_authorization: str | None, wire: WireFormat | None = None
+        self, options: Compaction, *, model: str, client_credentials: RawHeaders, wire: WireFormat | None = None
     ) -> Summarize: ...
 
     async def window(self, options: Compaction, model: str) -> int | None:
@@ -56,7 +57,7 @@ class CompactionParts:
     accounting: Accounting
     counter: TokenCounter
     summarizers: SummarizerFactory | None
-    client_authorization: str | None  # the client's, for the summarizer when no key is configured
+    client_credentials: RawHeaders  # the client's key headers, for the summarizer when no key is configured
     summarizer_input_tokens: int  # the summarizer's window, in our units
     wire: WireFormat | None = None  # the request's format: the upstream's own model is asked in it
 
@@ -64,9 +65,7 @@ class CompactionParts:
         if self.summarizers is None:
             return None
         model = self.accounting.model
-        made = self.summarizers(
-            self.settings, model=model, client_authorization=self.client_authorization, wire=self.wire
-        )
+        made = self.summarizers(self.settings, model=model, client_credentials=self.client_credentials, wire=self.wire)
         return on_home_loop(made)  # called from a worker thread's loop, it still runs on this one
 
     def count_message(self) -> Callable[[Message], int]:

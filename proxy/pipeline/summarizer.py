@@ -23,7 +23,7 @@ from proxy.formats import CHAT_COMPLETIONS, WireFormat
 from proxy.metrics.observer import NO_OBSERVER, Observer
 from proxy.policy.windows import ContextRegistry
 from proxy.upstream.client import UpstreamClient
-from proxy.upstream.headers import RawHeaders
+from proxy.upstream.headers import RawHeaders, key_headers
 
 log = logging.getLogger("inflight")
 DISCOVERY_TIMEOUT_S = 10.0
@@ -54,7 +54,7 @@ class Summarizer:
         self.wire = wire
         self.observer = observer  # told each model's call: its outcome and how long it took
 
-    async def __call__(self, job: SummaryJob, *, models: Sequence[str], authorization: str | None) -> str:
+    async def __call__(self, job: SummaryJob, *, models: Sequence[str], credentials: RawHeaders) -> str:
         errors: list[str] = []
         rejected = None
         status = None
@@ -63,7 +63,7 @@ class Summarizer:
         for model in models:
             started = time.perf_counter()
             try:
-                text, finish_reason = await self.complete(job, model=model, authorization=authorization)
+                text, finish_reason = await self.complete(job, model=model, credentials=credentials)
             except (ProxyError, SummarizerError, ValueError) as exc:
                 self.observer.summarizer_called(outcome="error", seconds=time.perf_counter() - started)
                 status = getattr(exc, "status", None) or status
@@ -85,11 +85,9 @@ class Summarizer:
             log.warning("[compaction] summary from %s rejected (%s); not installed", model, rejected)
         raise SummarizerError("; ".join(errors) or "no summarizer model", rejected=rejected, status=status)
 
-    async def complete(self, job: SummaryJob, *, model: str, authorization: str | None) -> tuple[str, object]:
+    async def complete(self, job: SummaryJob, *, model: str, credentials: RawHeaders) -> tuple[str, object]:
         """The reply's text and how it ended, asked in the wire format's shape."""
-        headers: RawHeaders = [(b"content-type", b"application/json")]
-        if authorization:
-            headers.append((b"authorization", authorization.encode("latin-1")))
+        headers: RawHeaders = [(b"content-type", b"application/json"), *self.wire.summary_headers, *credentials]
         tools = job.in_place.tools if job.in_place is not None else None
         body = self.wire.summary_request(job.messages(), model=model, max_tokens=job.max_tokens, tools=tools)
         status, answer = await self.client.send_whole(
@@ -107,23 +105,33 @@ class Summarizer:
 class Summarizers:
     """The summarizer for one request: which endpoint, which models, whose key.
 
-    At the upstream: `compaction.summarize.api_key`, else the upstream's own key (or its URL's
-    `user:password`). At a `summarize.base_url` of its own: that URL's `user:password`, else
-    `summarize.api_key`. Else the client's `Authorization` (the summary is the client's spending),
-    unless the proxy has keys of its own (then the client's is one of them: never sent on).
+    At the upstream (the request's format's own, `upstreams.<format>`): `compaction.summarize.api_key`,
+    else that upstream's own key (or its URL's `user:password`), each sent as that upstream takes it.
+    At a `summarize.base_url` of its own: that URL's `user:password`, else `summarize.api_key`. Else the
+    client's `Authorization` or `x-api-key` (the summary is the client's spending), unless the proxy has
+    keys of its own (then the client's is one of them: never sent on).
     """
 
-    def __init__(self, settings: Settings, upstream: UpstreamClient, *, observer: Observer = NO_OBSERVER) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        upstream: UpstreamClient,
+        *,
+        by_format: dict[str, UpstreamClient] | None = None,
+        observer: Observer = NO_OBSERVER,
+    ) -> None:
         self.settings = settings
         self.upstream = upstream  # the proxy's own: summaries that go to the upstream share its pool
+        self.by_format = by_format or {}  # a format's own upstream, where it has one
         self.observer = observer
         self._registries: dict[str, ContextRegistry] = {}  # one per summarizer endpoint, discovered once
         self._clients: dict[str, UpstreamClient] = {}  # one per `summarize.base_url` (a handful: from the config)
 
-    def client_for(self, base_url: str | None) -> UpstreamClient:
-        """The upstream's client, or the one for a summarizer at its own `base_url` (made on first use)."""
+    def client_for(self, base_url: str | None, wire: WireFormat | None = None) -> UpstreamClient:
+        """The upstream's client (the format's own), or the one for a summarizer at its own `base_url`
+        (made on first use)."""
         if base_url is None:
-            return self.upstream
+            return self.by_format.get(wire.name, self.upstream) if wire is not None else self.upstream
         client = self._clients.get(base_url)
         if client is None:
             upstream = self.settings.upstream
@@ -167,29 +175,29 @@ class Summarizers:
         options: Compaction,
         *,
         model: str,
-        client_authorization: str | None,
+        client_credentials: RawHeaders,
         wire: WireFormat | None = None,
     ) -> Summarize:
         summarize = options.summarize
-        client = self.client_for(summarize.base_url)
+        client = self.client_for(summarize.base_url, wire)
         # A summarizer of its own (`summarize.base_url`) is asked through Chat Completions; the upstream
         # in the request's own format (`wire`).
         shape = wire if wire is not None and summarize.base_url is None else CHAT_COMPLETIONS
         summarizer = Summarizer(client, timeout_s=summarize.timeout_s, wire=shape, observer=self.observer)
         models = [summarize.model or model, *summarize.fallback_models]
-        # With access.keys the client's Authorization is one of the proxy's own keys: never send it on.
-        authorization = None if self.settings.access.keys else client_authorization
+        own: RawHeaders
         if summarize.base_url is not None:
-            authorization = own_authorization(options, client) or authorization
+            authorization = own_authorization(options, client)
+            own = [(b"authorization", authorization.encode("latin-1"))] if authorization else []
         elif summarize.api_key:
-            authorization = f"Bearer {summarize.api_key}"
-        elif self.settings.upstream.api_key:
-            authorization = f"Bearer {self.settings.upstream.api_key}"
-        elif self.settings.upstream.basic_auth:
-            authorization = f"Basic {self.settings.upstream.basic_auth}"
+            own = key_headers(summarize.api_key, "", client.key_header)
+        else:
+            own = client.own_credentials()
+        # With access.keys the client's key is one of the proxy's own: never sent on.
+        credentials = own or ([] if self.settings.access.keys else list(client_credentials))
 
         async def run(job: SummaryJob) -> str:
-            return await summarizer(job, models=models, authorization=authorization)
+            return await summarizer(job, models=models, credentials=credentials)
 
         return run
 

@@ -114,6 +114,13 @@ WORDINGS: tuple[Wording, ...] = (
     _w("xai", rf"maximum prompt length is (?P<window>{N}) but the request contains (?P<prompt>{N}) tokens"),
     # Anthropic through compatible gateways: "prompt is too long: 202609 tokens > 200000 maximum"
     _w("anthropic", rf"prompt is too long: (?P<prompt>{N}) tokens > (?P<window>{N}) maximum"),
+    # Anthropic, when the reply's reserve is what tips it over: "input length and `max_tokens` exceed context
+    # limit: 190000 + 21333 > 200000, decrease input length or `max_tokens` and try again"
+    _w(
+        "anthropic",
+        rf"input length and `?max_tokens`? exceed context limit: (?P<prompt>{N}) \+ (?P<max_tokens>{N}) > "
+        rf"(?P<window>{N})",
+    ),
     # Gemini: "The input token count (134123) exceeds the maximum number of tokens allowed (131072)."
     _w(
         "gemini",
@@ -161,6 +168,8 @@ def detect_document(document: Any) -> Refusal | None:
             found = wording.pattern.search(message)
             if found:
                 groups = found.groupdict()
+                if (_int(groups.get("max_tokens")) or 0) >= (_int(groups.get("window")) or 1 << 62):
+                    return None  # the reply's reserve alone fills the window: no compaction can help
                 window = _int(groups.get("window")) or numbers.get("n_ctx")
                 prompt = _int(groups.get("prompt")) or numbers.get("n_prompt_tokens")
                 return Refusal(wording.upstream, window, prompt)

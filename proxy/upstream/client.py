@@ -14,17 +14,20 @@ from proxy.config import Upstream as UpstreamSettings
 from proxy.errors import UpstreamTimeout
 from proxy.upstream.connection import Outgoing
 from proxy.upstream.exceptions import upstream_errors
-from proxy.upstream.headers import CREDENTIALS, RawHeaders, filter_headers, request_headers
+from proxy.upstream.headers import CREDENTIALS, RawHeaders, filter_headers, key_headers, request_headers
 from proxy.upstream.pool import ConnectionPool, Timeouts
 from proxy.upstream.response import Response
 
 
 class UpstreamClient:
-    def __init__(self, settings: UpstreamSettings) -> None:
+    """`key_header`: how this upstream takes the proxy's key (`upstream.auth`, else the format's way)."""
+
+    def __init__(self, settings: UpstreamSettings, *, key_header: bytes = b"authorization") -> None:
         parts = urlsplit(settings.base_url)
         self.host = parts.netloc
         self.api_key = settings.api_key
         self.basic_auth = settings.basic_auth
+        self.key_header = {"bearer": b"authorization", "x-api-key": b"x-api-key"}.get(settings.auth or "", key_header)
         self._host_header = self.host.encode("idna")
         self._base_path = parts.path.rstrip("/").encode("utf-8")
         self.pool = ConnectionPool(
@@ -48,8 +51,17 @@ class UpstreamClient:
 
     def headers_for(self, raw: Iterable[tuple[bytes, bytes]], *, rewrite_body: bool = False) -> RawHeaders:
         return request_headers(
-            raw, host=self._host_header, api_key=self.api_key, basic_auth=self.basic_auth, rewrite_body=rewrite_body
+            raw,
+            host=self._host_header,
+            api_key=self.api_key,
+            basic_auth=self.basic_auth,
+            key_header=self.key_header,
+            rewrite_body=rewrite_body,
         )
+
+    def own_credentials(self) -> RawHeaders:
+        """The proxy's key for this upstream, as it takes it ([]: the proxy holds none)."""
+        return key_headers(self.api_key, self.basic_auth, self.key_header)
 
     def credential_headers(self, raw: Iterable[tuple[bytes, bytes]]) -> RawHeaders:
         """Only who the client is (for requests the proxy makes on its own, like model discovery)."""

@@ -21,7 +21,10 @@ HOP_BY_HOP = frozenset(
     }
 )
 # Who the client is: all that requests the proxy makes on its own behalf (model discovery) carry.
-CREDENTIALS = frozenset({b"authorization", b"openai-organization", b"openai-project", b"api-key"})
+CREDENTIALS = frozenset(
+    {b"authorization", b"openai-organization", b"openai-project", b"api-key", b"x-api-key", b"anthropic-version"}
+)
+KEY_HEADERS = frozenset({b"authorization", b"x-api-key"})  # replaced by the proxy's own key when it has one
 
 
 def filter_headers(raw: Iterable[tuple[bytes, bytes]], drop: frozenset[bytes] = frozenset()) -> RawHeaders:
@@ -49,7 +52,13 @@ def is_event_stream(raw: Iterable[tuple[bytes, bytes]]) -> bool:
 
 
 def request_headers(
-    raw: Iterable[tuple[bytes, bytes]], *, host: bytes, api_key: str, basic_auth: str = "", rewrite_body: bool = False
+    raw: Iterable[tuple[bytes, bytes]],
+    *,
+    host: bytes,
+    api_key: str,
+    basic_auth: str = "",
+    key_header: bytes = b"authorization",
+    rewrite_body: bool = False,
 ) -> RawHeaders:
     """The client's headers as the upstream gets them: `Host` ours, the configured key instead of theirs."""
     drop = {b"host"}
@@ -58,11 +67,18 @@ def request_headers(
         drop |= {b"content-length", b"content-encoding"}
     headers = filter_headers(raw, frozenset(drop))
     headers.insert(0, (b"host", host))
-    if api_key or basic_auth:
-        headers = [(n, v) for n, v in headers if n != b"authorization"]
-        value = b"Bearer " + api_key.encode("latin-1") if api_key else b"Basic " + basic_auth.encode("ascii")
-        headers.append((b"authorization", value))
+    own = key_headers(api_key, basic_auth, key_header)
+    if own:
+        headers = [(n, v) for n, v in headers if n not in KEY_HEADERS] + own
     return headers
+
+
+def key_headers(api_key: str, basic_auth: str, key_header: bytes) -> RawHeaders:
+    """The proxy's own key as its upstream takes it (`Authorization: Bearer`, or `x-api-key`); none: []."""
+    if api_key:
+        key = api_key.encode("latin-1")
+        return [(b"x-api-key", key)] if key_header == b"x-api-key" else [(b"authorization", b"Bearer " + key)]
+    return [(b"authorization", b"Basic " + basic_auth.encode("ascii"))] if basic_auth else []
 
 
 def response_headers(raw: Iterable[tuple[bytes, bytes]], extra: dict[str, str] | None = None) -> RawHeaders:
