@@ -3,7 +3,8 @@
 It is a raw ASGI app so that what it sends is exactly what it records. Tests steer it with the
 `x-scenario` request header (which the proxy forwards like any other header) or by queueing
 `Scripted` replies for the next chat completions. It can enforce a context window per model,
-refusing like OpenAI does, and it answers the proxy's summarizer calls.
+refusing like OpenAI does, and it answers the proxy's summarizer calls. The Responses API and
+Anthropic's Messages API have their own fakes (`responses.py`, `messages.py`), each with its agent.
 
 Benchmarks run it in its own process: `python -m tests.support.upstream --port N [--window M=T]`;
 `GET /_upstream/stats` then tells them what it saw.
@@ -25,6 +26,7 @@ from typing import Any
 import orjson
 
 from proxy.tokens import TokenCounter
+from tests.support.messages import FakeMessages, beta_names, error_body, message_object, text_of
 from tests.support.responses import FakeResponses, assistant_message, response_object, sse_event
 from tests.support.servers import read_body
 
@@ -124,8 +126,34 @@ def is_summarizer_call(payload: dict[str, Any]) -> bool:
     return any(isinstance(text, str) and text.startswith(SUMMARY_PROMPT_START) for text in ends)
 
 
+def is_messages_summarizer_call(payload: dict[str, Any]) -> bool:
+    """The proxy's summary prompt opens the `system` (a string or text blocks), or (asked in place) the last message."""
+    messages = payload.get("messages")
+    last = (
+        messages[-1].get("content")
+        if isinstance(messages, list) and messages and isinstance(messages[-1], dict)
+        else None
+    )
+    system = payload.get("system")
+    texts = (
+        [system] if isinstance(system, str) else [text_of([block]) for block in system or [] if isinstance(block, dict)]
+    )
+    return any(text.startswith(SUMMARY_PROMPT_START) for text in [*texts, text_of(last)])
+
+
 def summary_body(model: str, text: str, finish_reason: str, api: str) -> bytes:
-    """A summarizer's reply: a chat completion, or a response (cut short: `incomplete`, as OpenAI says it)."""
+    """A summarizer's reply: a chat completion, a response (cut short: `incomplete`, as OpenAI says it), or a
+    message (cut short: `stop_reason: max_tokens`, as Anthropic says it)."""
+    if api == "messages":
+        usage = {
+            "input_tokens": 100,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 0,
+            "output_tokens": 50,
+        }
+        reply = message_object("msg_summary", model, [{"type": "text", "text": text}], usage)
+        reply["stop_reason"] = "max_tokens" if finish_reason == "length" else "end_turn"
+        return orjson.dumps(reply)
     if api != "responses":
         reply = completion(model, text)
         reply["choices"][0]["finish_reason"] = finish_reason
@@ -183,6 +211,7 @@ class UpstreamApp:
         self.summarizer_delay = 0.0  # seconds before a summarizer call is answered (a hang, when long)
         self.summarizer_reply: tuple[str, str] | None = None  # (text, finish_reason) instead of a good summary
         self.responses = FakeResponses(windows=self.windows)  # POST /v1/responses
+        self.messages = FakeMessages(windows=self.windows)  # POST /v1/messages and /v1/messages/count_tokens
         self.compact_reply: Any = None  # POST /v1/responses/compact, as OpenAI answers it (None: 404)
         self.models_body: Any = {
             "object": "list",
@@ -267,6 +296,14 @@ class UpstreamApp:
         if record.path == "/v1/responses" and record.method == "POST":
             await self.answer_responses(record, receive, send)
             return
+        if record.path == "/v1/messages" and record.method == "POST":
+            await self.answer_messages(record, receive, send)
+            return
+        if record.path == "/v1/messages/count_tokens" and record.method == "POST":
+            betas = beta_names(record.headers.get("anthropic-beta"))
+            status, counted = self.messages.count_tokens(record.json(), betas)
+            await self.respond(record, send, status, orjson.dumps(counted), "application/json")
+            return
         await self.respond(
             record, send, 404, b'{"error": {"message": "no route", "type": "not_found"}}', "application/json"
         )
@@ -339,6 +376,29 @@ class UpstreamApp:
         else:
             await self.respond(record, send, status, orjson.dumps(answer), "application/json")
 
+    async def answer_messages(self, record: Recorded, receive: Any, send: Any) -> None:
+        payload = record.json()
+        if is_messages_summarizer_call(payload):
+            await self.summary(record, receive, send, str(payload.get("model")), api="messages")
+            return
+        if self.script:
+            reply = self.script.popleft()
+            if reply.events is not None:
+                await self.stream(record, send, [e if isinstance(e, bytes) else sse_event(e) for e in reply.events])
+            else:
+                body = reply.body if isinstance(reply.body, bytes) else orjson.dumps(reply.body)
+                await self.respond(record, send, reply.status, body, reply.content_type)
+            return
+        status, answer, events = self.messages.answer(payload, beta_names(record.headers.get("anthropic-beta")))
+        if events is not None:
+            await self.stream(record, send, [sse_event(event) for event in events], delay=self.stream_interval)
+        else:
+            await self.respond(record, send, status, orjson.dumps(answer), "application/json")
+
+    def messages_requests(self) -> list[Recorded]:
+        """The `POST /v1/messages` the client's requests became (the proxy's summarizer calls are in `summaries`)."""
+        return [r for r in self.requests if r.path == "/v1/messages" and r.method == "POST" and r not in self.summaries]
+
     def responses_requests(self) -> list[Recorded]:
         """The `POST /v1/responses` the client's requests became (the proxy's summarizer calls are in `summaries`)."""
         return [
@@ -346,7 +406,8 @@ class UpstreamApp:
         ]
 
     async def summary(self, record: Recorded, receive: Any, send: Any, model: str, *, api: str = "chat") -> None:
-        """A summarizer call, answered as a chat completion or (`api="responses"`) as a response."""
+        """A summarizer call, answered as a chat completion, or as a response (`api="responses"`) or a message
+        (`api="messages"`)."""
         if self.record:
             self.summaries.append(record)
         self.summary_count += 1
@@ -357,7 +418,11 @@ class UpstreamApp:
             except TimeoutError:
                 pass
         if self.summarizer_status != 200:
-            error = {"error": {"message": "summarizer down", "type": "server_error", "param": None, "code": None}}
+            error: dict[str, Any] = {
+                "error": {"message": "summarizer down", "type": "server_error", "param": None, "code": None}
+            }
+            if api == "messages":
+                error = error_body("summarizer down", "api_error")
             await self.respond(record, send, self.summarizer_status, orjson.dumps(error), "application/json")
             return
         if self.summarizer_reply is not None:

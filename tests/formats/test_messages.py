@@ -1,0 +1,217 @@
+"""Anthropic Messages against the seam's contract: content blocks read as messages and written back,
+and a long Claude Code-shaped conversation compacted by the real pipeline into a valid request."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from typing import Any
+
+import orjson
+import pytest
+
+from proxy.config import Settings
+from proxy.formats import MESSAGES
+from proxy.formats.messages import MAX_BREAKPOINTS
+from proxy.pipeline.engine import Options, build_pipeline
+
+EPHEMERAL = {"type": "ephemeral"}
+THINKING: dict[str, Any] = {"type": "thinking", "thinking": "List the files first.", "signature": "sig-1"}
+USE: dict[str, Any] = {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": "ls"}}
+RESULT: dict[str, Any] = {"type": "tool_result", "tool_use_id": "toolu_1", "content": "a.py\nb.py", "is_error": False}
+REMINDER: dict[str, Any] = {"type": "text", "text": "<system-reminder>keep going</system-reminder>"}
+BODY: dict[str, Any] = {
+    "model": "claude-sonnet-4-5",
+    "max_tokens": 128000,
+    "system": [
+        {"type": "text", "text": "You are Claude Code."},
+        {"type": "text", "text": "Be brief.", "cache_control": EPHEMERAL},
+    ],
+    "messages": [
+        {"role": "user", "content": "Fix the parser."},
+        {"role": "assistant", "content": [THINKING, {"type": "text", "text": "Looking."}, USE]},
+        {"role": "user", "content": [RESULT, REMINDER]},
+        {"role": "system", "content": "The user switched to plan mode."},
+        {"role": "assistant", "content": [{"type": "text", "text": "Done.", "cache_control": EPHEMERAL}]},
+    ],
+    "tools": [{"name": "Bash", "description": "Run a command.", "input_schema": {"type": "object"}}],
+    "thinking": {"type": "adaptive"},
+    "metadata": {"user_id": orjson.dumps({"device_id": "d", "session_id": "5e55-10n"}).decode()},
+}
+
+
+def test_blocks_read_as_messages_with_thinking_opaque_and_tool_results_apart() -> None:
+    request = MESSAGES.read(BODY)
+    assert request is not None
+    roles = [m["role"] for m in request.messages]
+    assert roles == ["system", "user", "assistant", "tool", "user", "system", "assistant"]
+    assert request.messages[0]["content"] == "You are Claude Code.\nBe brief."
+    turn = request.messages[2]
+    assert turn["tool_calls"] == [
+        {"id": "toolu_1", "type": "function", "function": {"name": "Bash", "arguments": '{"command":"ls"}'}}
+    ]
+    assert turn["reasoning_content"] == "List the files first."  # counted; the signature is not
+    assert request.opaque == frozenset({2})  # the turn with thinking: kept or dropped whole
+    assert request.origins == [None, (0,), (1,), (2, 0), (2, 1), (3,), (4,)]
+    assert request.messages[3] == {"role": "tool", "tool_call_id": "toolu_1", "content": "a.py\nb.py"}
+    assert request.session == "5e55-10n"
+    assert request.output_limit == 128000 and not request.output_limit_binding
+    assert request.view["tools"][0]["function"]["parameters"] == {"type": "object"}
+
+
+def test_untouched_messages_go_back_as_they_came() -> None:
+    request = MESSAGES.read(BODY)
+    assert request is not None
+    assert orjson.loads(MESSAGES.write(BODY, request, list(request.messages))) == BODY
+
+
+def test_a_masked_result_keeps_its_block_and_a_summary_joins_the_user_turn_before_it() -> None:
+    request = MESSAGES.read(BODY)
+    assert request is not None
+    messages = request.messages
+    summary = {"role": "user", "content": "[summary] the parser was fixed"}
+    masked = {**messages[3], "content": "[output masked]"}
+    written = orjson.loads(MESSAGES.write(BODY, request, [messages[0], messages[1], summary, messages[2], masked]))
+    out = written["messages"]
+    assert out[0] == {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "Fix the parser."},
+            {"type": "text", "text": summary["content"], "cache_control": EPHEMERAL},  # "Done."'s, dropped
+        ],
+    }
+    assert out[1] == BODY["messages"][1]  # thinking and its signature byte for byte
+    assert out[2] == {"role": "user", "content": [{**RESULT, "content": "[output masked]"}]}  # is_error kept
+    assert written["system"] == BODY["system"] and written["tools"] == BODY["tools"]
+
+
+def test_a_breakpoint_on_a_removed_message_moves_to_the_summary_and_never_more_than_four() -> None:
+    def turn(n: int, mark: bool) -> list[dict[str, Any]]:
+        use = {"type": "tool_use", "id": f"t{n}", "name": "Bash", "input": {"command": f"step {n}"}}
+        result: dict[str, Any] = {"type": "tool_result", "tool_use_id": f"t{n}", "content": f"out {n}"}
+        if mark:
+            result["cache_control"] = {"type": "ephemeral", "ttl": "1h"}
+        return [{"role": "assistant", "content": [use]}, {"role": "user", "content": [result]}]
+
+    system = [{"type": "text", "text": "part 0"}, {"type": "text", "text": "part 1", "cache_control": EPHEMERAL}]
+    tools = [{"name": "Bash", "input_schema": {"type": "object"}, "cache_control": EPHEMERAL}]
+    history = [m for n in range(4) for m in turn(n, mark=n in (0, 3))]
+    body = {
+        "model": "m",
+        "max_tokens": 100,
+        "system": system,
+        "tools": tools,
+        "messages": [{"role": "user", "content": "go"}, *history],
+    }
+    request = MESSAGES.read(body)
+    assert request is not None
+    messages = request.messages
+    summary = {"role": "user", "content": "[summary] steps 0 and 1"}
+    kept = [messages[0], messages[1], summary, *messages[6:]]  # the turns of steps 0 and 1 replaced
+    out = orjson.loads(MESSAGES.write(body, request, kept))["messages"]
+    assert out[0]["content"][1] == {
+        "type": "text",
+        "text": summary["content"],
+        "cache_control": {"type": "ephemeral", "ttl": "1h"},
+    }
+    marks = [b for m in out for b in m["content"] if isinstance(b, dict) and "cache_control" in b]
+    assert len(marks) + 2 == MAX_BREAKPOINTS  # one in the system, one on the tools
+    assert out[-1]["content"][0]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}  # the latest is kept
+
+
+def test_refusal_wordings_usage_sessions_and_errors() -> None:
+    too_long = {
+        "type": "error",
+        "error": {"type": "invalid_request_error", "message": "prompt is too long: 60123 tokens > 55000 maximum"},
+    }
+    refusal = MESSAGES.refusal(400, orjson.dumps(too_long), content_encoding=None)
+    assert refusal is not None and (refusal.context_window, refusal.prompt_tokens) == (55000, 60123)
+    message = "input length and `max_tokens` exceed context limit: 50000 + 8000 > 55000, decrease input length"
+    refusal = MESSAGES.refusal(
+        400, orjson.dumps({"type": "error", "error": {"message": message}}), content_encoding=None
+    )
+    assert refusal is not None and (refusal.context_window, refusal.prompt_tokens) == (55000, 50000)
+    hopeless = message.replace("50000 + 8000", "100 + 60000")  # the reply's reserve alone: not the prompt's fault
+    assert (
+        MESSAGES.refusal(400, orjson.dumps({"type": "error", "error": {"message": hopeless}}), content_encoding=None)
+        is None
+    )
+    in_stream = b"event: error\ndata: " + orjson.dumps(too_long)
+    assert MESSAGES.stream_refusal(in_stream) is not None
+    assert MESSAGES.stream_pending(b'event: ping\ndata: {"type": "ping"}') and MESSAGES.stream_pending(b": keep-alive")
+    start = {
+        "type": "message_start",
+        "message": {
+            "usage": {
+                "input_tokens": 5,
+                "cache_read_input_tokens": 900,
+                "cache_creation_input_tokens": 95,
+                "output_tokens": 1,
+            }
+        },
+    }
+    assert MESSAGES.prompt_tokens(start) == 1000  # every prompt token, however it was served
+    assert MESSAGES.prompt_tokens({"type": "message_delta", "usage": {"output_tokens": 40}}) is None
+    assert MESSAGES.prompt_tokens({"usage": {"input_tokens": 12}}) == 12
+    legacy = {"user_id": "user_abc_account__session_0d3c5e1a-8f7e-4c55-9a1e-3b2c1d0e9f8a"}
+    assert MESSAGES.read({**BODY, "metadata": legacy}).session == "0d3c5e1a-8f7e-4c55-9a1e-3b2c1d0e9f8a"  # type: ignore[union-attr]
+    error = orjson.loads(
+        MESSAGES.error_body("no key", error_type="invalid_request_error", param=None, code="invalid_api_key")
+    )
+    assert error == {"type": "error", "error": {"type": "authentication_error", "message": "no key"}}
+    assert MESSAGES.read({"model": "m", "messages": [{"role": "user"}]}) is None
+
+
+def claude_code_conversation(steps: int, *, output_lines: int) -> dict[str, Any]:
+    """What Claude Code sends after `steps` Bash calls: signed thinking each turn, the tool results with
+    a reminder, a breakpoint on the last block, two on the system."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": [{"type": "text", "text": "Do the FAKE-TASK."}]}]
+    for n in range(steps):
+        thinking = {"type": "thinking", "thinking": f"Step {n} next.", "signature": f"sig-{n}"}
+        use = {"type": "tool_use", "id": f"toolu_{n}", "name": "Bash", "input": {"command": f"run step {n}"}}
+        output = "\n".join(f"step {n} line {i}: checked module_{n}_{i}.py" for i in range(output_lines))
+        result = {"type": "tool_result", "tool_use_id": f"toolu_{n}", "content": f"{output}\nSTEP {n} DONE"}
+        messages += [{"role": "assistant", "content": [thinking, use]}, {"role": "user", "content": [result]}]
+    messages[-1]["content"][-1]["cache_control"] = EPHEMERAL
+    return {**BODY, "messages": messages}
+
+
+@pytest.mark.parametrize("steps", [12, 40])
+def test_the_pipeline_compacts_a_claude_code_conversation_into_a_valid_request(steps: int) -> None:
+    body = claude_code_conversation(steps, output_lines=60)
+    settings = Settings.model_validate(
+        {"models": {"claude-*": {"context_window": 12_000}}, "discover_context_window": False}
+    )
+    pipeline = build_pipeline(settings, summarizers=None)
+    raw = orjson.dumps(body)
+
+    async def prepare() -> bytes:
+        counted = pipeline.count(raw, body, MESSAGES)
+        assert counted is not None
+        accounting = await pipeline.account(counted, None)
+        assert accounting.budget == 12_000 - 3_000  # 128k asked: the reserve is capped at a quarter
+        prepared = await pipeline.prepare(counted, accounting, Options())
+        assert prepared.rewritten and prepared.too_long is None
+        await pipeline.aclose()
+        return prepared.body
+
+    sent = orjson.loads(asyncio.run(prepare()))
+    assert sent["system"] == body["system"] and sent["tools"] == body["tools"]
+    originals = {orjson.dumps(m): m for m in body["messages"] if m["role"] == "assistant"}
+    pending: set[str] = set()
+    roles = []
+    for message in sent["messages"]:
+        roles.append(message["role"])
+        content = message["content"]
+        blocks = content if isinstance(content, list) else []
+        results = {b["tool_use_id"] for b in blocks if b.get("type") == "tool_result"}
+        assert results == pending  # every tool_use answered in the very next user turn, nothing else
+        pending = {b["id"] for b in blocks if b.get("type") == "tool_use"}
+        if message["role"] == "assistant":
+            assert orjson.dumps(message) in originals  # thinking and signatures verbatim
+    assert not pending
+    assert all(a != b for a, b in itertools.pairwise(roles))  # turns alternate
+    marks = sum(1 for m in sent["messages"] for b in m["content"] if isinstance(b, dict) and "cache_control" in b)
+    assert marks + 1 <= MAX_BREAKPOINTS
+    assert sent["messages"][-1] == body["messages"][-1]  # the latest result, whole, with its breakpoint
+    assert "Do the FAKE-TASK." in orjson.dumps(sent["messages"][0]).decode()
