@@ -451,10 +451,15 @@ def assistant_blocks(message: Message) -> list[Block]:
 
 
 def breakpoints_of(field: object) -> int:
-    """The `cache_control` breakpoints in `system`, `tools` or one message's content."""
-    if not isinstance(field, list):
+    """The `cache_control` breakpoints in `system`, `tools` or content, a tool result's own parts included."""
+    if isinstance(field, list):
+        return sum(breakpoints_of(item) for item in field)
+    if not isinstance(field, dict):
         return 0
-    return sum(1 for item in field if isinstance(item, dict) and item.get("cache_control") is not None)
+    return (field.get("cache_control") is not None) + breakpoints_of(field.get("content"))
+
+
+Spot = tuple[int, ...]  # a block's path in the messages: (message, block) or (message, block, part)
 
 
 def place_breakpoints(
@@ -463,34 +468,42 @@ def place_breakpoints(
     """Move a breakpoint of the removed messages to the summary; keep at most `budget` in the messages."""
     kept = {entry.source for entry in written.entries}
     removed = [
-        block["cache_control"]
+        control
         for index, message in enumerate(originals)
         if index not in kept
-        for block in blocks_or_none(message.get("content"))
-        if isinstance(block, dict) and block.get("cache_control") is not None
+        for _, control in marks_of(message.get("content"), (index,))
     ]
     if removed and written.summary_at is not None:
         index, position = written.summary_at
         content = list(out[index]["content"])
         content[position] = {**content[position], "cache_control": removed[-1]}  # the nearest the tail
         out[index] = {**out[index], "content": content}
-    spots = [
-        (i, j)
-        for i, message in enumerate(out)
-        for j, block in enumerate(blocks_or_none(message.get("content")))
-        if isinstance(block, dict) and block.get("cache_control") is not None
-    ]
+    spots = [spot for i, message in enumerate(out) for spot, _ in marks_of(message.get("content"), (i,))]
     # Dropped first: the oldest, then the summary's; the latest (it caches the most) last.
     order = [spot for spot in spots[:-1] if spot != written.summary_at]
     order += [spot for spot in spots[:-1] if spot == written.summary_at] + spots[-1:]
-    for i, j in order[: max(len(spots) - max(budget, 0), 0)]:
-        content = list(out[i]["content"])
-        content[j] = {key: value for key, value in content[j].items() if key != "cache_control"}
-        out[i] = {**out[i], "content": content}
+    for spot in order[: max(len(spots) - max(budget, 0), 0)]:
+        out[spot[0]] = without_mark(out[spot[0]], spot[1:])
 
 
-def blocks_or_none(content: object) -> list[Any]:
-    return content if isinstance(content, list) else []
+def marks_of(content: object, path: Spot) -> list[tuple[Spot, Any]]:
+    """Each breakpoint in a message's content, in order: its path and its `cache_control`."""
+    found: list[tuple[Spot, Any]] = []
+    for j, block in enumerate(content if isinstance(content, list) else []):
+        if isinstance(block, dict):
+            if block.get("cache_control") is not None:
+                found.append(((*path, j), block["cache_control"]))
+            found += marks_of(block.get("content"), (*path, j))
+    return found
+
+
+def without_mark(node: dict[str, Any], path: Spot) -> dict[str, Any]:
+    """`node` (a message or a block) with the breakpoint at `path` in its content taken off (copies, no edit)."""
+    if not path:
+        return {key: value for key, value in node.items() if key != "cache_control"}
+    content = list(node["content"])
+    content[path[0]] = without_mark(content[path[0]], path[1:])
+    return {**node, "content": content}
 
 
 def event_name(event: bytes) -> str | None:
