@@ -177,6 +177,15 @@ class Responses(Section):
         return "" if value is None else value
 
 
+class Messages(Section):
+    """Anthropic Messages' context editing for upstreams that lack it (`context_management.edits`).
+
+    "auto" forwards the request's edits, and does them itself for a model whose upstream refuses the
+    field; "inflight" always does them itself (for an upstream that ignores the field)."""
+
+    context_management: Literal["auto", "inflight"] = "auto"
+
+
 Encoding = Literal["o200k_base", "cl100k_base"]
 
 
@@ -206,6 +215,7 @@ class Settings(Section):
     state: State = State()
     archive: Archive = Archive()
     responses: Responses = Responses()
+    messages: Messages = Messages()
     # A wire format's own upstream (else `upstream`): one proxy serves Claude Code to an Anthropic-compatible
     # server and OpenAI-format agents to another.
     upstreams: dict[Literal["chat_completions", "responses", "messages"], Upstream] = Field(default_factory=dict)
@@ -232,6 +242,11 @@ class Settings(Section):
         """The upstream of a wire format (`upstreams.<name>`, else `upstream`)."""
         found: Upstream | None = self.upstreams.get(wire)  # type: ignore[call-overload]
         return found if found is not None else self.upstream
+
+    def manages_context(self, wire: str) -> bool:
+        """Inflight always does what a request of `wire` asks of the upstream's context management."""
+        section = self.messages if wire == "messages" else self.responses
+        return section.context_management == "inflight"
 
     @property
     def holds_upstream_key(self) -> bool:

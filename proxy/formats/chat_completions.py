@@ -10,11 +10,12 @@ the stream's last event (`stream_options.include_usage`); errors are OpenAI's
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 
-from proxy.formats.seam import CoreRequest, Message, openai_error
+from proxy.formats.seam import CoreRequest, Message, TakenOver, openai_error
 from proxy.policy.refusals import Refusal, detect, detect_event
 
 
@@ -52,8 +53,14 @@ class ChatCompletions:
     def error_body(self, message: str, *, error_type: str, param: str | None, code: str | None) -> bytes:
         return openai_error(message, error_type=error_type, param=param, code=code)
 
-    def without_server_compaction(self, payload: dict[str, Any]) -> dict[str, Any]:
-        return payload  # Chat Completions has none
+    def take_over(self, payload: dict[str, Any], *, prompt_tokens: int, count: Callable[[str], int]) -> TakenOver:
+        return TakenOver(payload)  # Chat Completions has none
+
+    def reported_body(self, body: bytes, report: dict[str, Any]) -> bytes:
+        return body
+
+    def reported_event(self, event: bytes, report: dict[str, Any]) -> bytes:
+        return event
 
     def rejects_server_compaction(self, status: int, body: bytes) -> bool:
         return False

@@ -35,12 +35,14 @@ event; errors are Anthropic's `{"type": "error", "error": {"type", "message"}}`.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from proxy.formats.seam import CoreRequest, Message
+from proxy.formats.context_editing import apply_edits, asks_edits
+from proxy.formats.seam import CoreRequest, Message, TakenOver, refuses_field
 from proxy.policy.refusals import Refusal, detect, detect_document, event_data
 
 Block = dict[str, Any]
@@ -94,6 +96,7 @@ class Messages:
             session=session_of(payload.get("metadata")),
             opaque=frozenset(opaque),
             origins=origins,
+            server_edits=asks_edits(payload),
         )
 
     def write(self, payload: dict[str, Any], request: CoreRequest, messages: list[Message]) -> bytes:
@@ -151,11 +154,31 @@ class Messages:
         kind = ERROR_CODES.get(code or "") or ERROR_TYPES.get(error_type, error_type)
         return orjson.dumps({"type": "error", "error": {"type": kind, "message": message}})
 
-    def without_server_compaction(self, payload: dict[str, Any]) -> dict[str, Any]:
-        return payload
+    def take_over(self, payload: dict[str, Any], *, prompt_tokens: int, count: Callable[[str], int]) -> TakenOver:
+        """The context edits the body asks for, done here (`proxy.formats.context_editing`)."""
+        edited = apply_edits(payload, prompt_tokens=prompt_tokens, count=count)
+        return TakenOver(edited.payload, {"applied_edits": edited.applied} if edited.applied else None)
+
+    def reported_body(self, body: bytes, report: dict[str, Any]) -> bytes:
+        document = orjson.loads(body)
+        return orjson.dumps({**document, "context_management": report}) if isinstance(document, dict) else body
+
+    def reported_event(self, event: bytes, report: dict[str, Any]) -> bytes:
+        """`message_delta` carries the report in a stream, as Anthropic sends it."""
+        if event_name(event) != "message_delta" and b'"message_delta"' not in event:
+            return event
+        lines = event.split(b"\n")
+        for index, line in enumerate(lines):
+            if line.startswith(b"data:"):
+                document = orjson.loads(line[5:])
+                if isinstance(document, dict) and document.get("type") == "message_delta":
+                    lines[index] = b"data: " + orjson.dumps({**document, "context_management": report})
+        return b"\n".join(lines)
 
     def rejects_server_compaction(self, status: int, body: bytes) -> bool:
-        return False
+        """An upstream that does not know `context_management` (a gateway's "Extra inputs are not
+        permitted", vLLM's "Unrecognized request argument") or the beta it needs."""
+        return refuses_field(status, body, (b"context_management", b"context-management"))
 
     def summary_request(
         self, messages: list[Message], *, model: str, max_tokens: int, tools: object = None

@@ -31,14 +31,13 @@ or in `response.completed`; a refusal is a 400 with `code: context_length_exceed
 from __future__ import annotations
 
 import logging
-import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import orjson
 
 from proxy.formats.compaction_items import ItemKey, is_ours
-from proxy.formats.seam import CoreRequest, Message, openai_error
+from proxy.formats.seam import CoreRequest, Message, TakenOver, openai_error, refuses_field
 from proxy.policy.refusals import Refusal, detect, detect_document, event_data
 
 log = logging.getLogger("inflight")
@@ -51,10 +50,6 @@ UNREADABLE_ITEM = (
     "and could not be read; the messages it replaced are not available]"
 )
 TEXT_PARTS = ("input_text", "output_text", "text", "summary_text", "reasoning_text")
-UNKNOWN_FIELD = re.compile(
-    rb"unrecognized|unknown|extra (inputs|fields)|not permitted|unsupported|not supported|unexpected"
-)
-MAX_ERROR_SCAN = 64 * 1024
 
 Item = dict[str, Any]
 
@@ -211,6 +206,15 @@ class Responses:
     def error_body(self, message: str, *, error_type: str, param: str | None, code: str | None) -> bytes:
         return openai_error(message, error_type=error_type, param=param, code=code)
 
+    def take_over(self, payload: dict[str, Any], *, prompt_tokens: int, count: Callable[[str], int]) -> TakenOver:
+        return TakenOver(self.without_server_compaction(payload))
+
+    def reported_body(self, body: bytes, report: dict[str, Any]) -> bytes:
+        return body  # nothing to report: the upstream reports its own compaction
+
+    def reported_event(self, event: bytes, report: dict[str, Any]) -> bytes:
+        return event
+
     def without_server_compaction(self, payload: dict[str, Any]) -> dict[str, Any]:
         entries = payload.get("context_management")
         if not isinstance(entries, list):
@@ -220,11 +224,7 @@ class Responses:
         return {**without, "context_management": others} if others else without
 
     def rejects_server_compaction(self, status: int, body: bytes) -> bool:
-        # vLLM: "Unrecognized request argument supplied: context_management"; pydantic-based gateways
-        # (422): "context_management: Extra inputs are not permitted". The field named as unknown, not
-        # a value of it refused.
-        text = body[:MAX_ERROR_SCAN].lower()
-        return status in (400, 422) and b"context_management" in text and UNKNOWN_FIELD.search(text) is not None
+        return refuses_field(status, body, (b"context_management",))
 
     summary_headers: tuple[tuple[bytes, bytes], ...] = ()
     summary_path: str = "/v1/responses"

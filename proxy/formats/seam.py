@@ -25,9 +25,13 @@ Reading (`read`): the request body becomes a `CoreRequest`:
 - `origins`: the format's own map from each message back to what it came from, for `write`.
 - `expanded`: messages the format made of what only inflight can read (its own compaction items):
   such a body is always rewritten.
-- `compact_at`: the threshold of server-side compaction the client asks of the upstream; when the
-  upstream lacks it, inflight takes it over: `without_server_compaction` is the body without the
-  request, and `rejects_server_compaction` recognises an upstream that refuses the field.
+- `compact_at`: the threshold of server-side compaction the client asks of the upstream (the
+  Responses API's `context_management`); `server_edits`: the client asks the upstream to edit its
+  context (Anthropic's `context_management.edits`). When the upstream lacks either, inflight takes
+  it over: `take_over` does what the upstream would have done (a format's own edits) and removes
+  the request, with the report the upstream would have given, which `reported_body` and
+  `reported_event` put in the answer; `rejects_server_compaction` recognises an upstream that
+  refuses the field.
 - None when the body is not a conversation this format can count: it is forwarded as sent.
 
 Writing (`write`): the compacted message list back into the client's body. Only what compaction
@@ -53,6 +57,8 @@ proxy's own errors in the shape that format's clients parse.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -61,6 +67,15 @@ import orjson
 from proxy.policy.refusals import Refusal
 
 Message = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class TakenOver:
+    """A body whose request for context management inflight did itself: the body to go on with, and the
+    report the upstream would have given (None: nothing to report)."""
+
+    payload: dict[str, Any]
+    report: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -84,6 +99,12 @@ class CoreRequest:
     # The client asks the upstream to compact past this many tokens (the Responses API's
     # `context_management`); None: it does not.
     compact_at: int | None = None
+    server_edits: bool = False  # the client asks the upstream to edit its context (Anthropic's `context_management`)
+
+    @property
+    def server_managed(self) -> bool:
+        """The client asks the upstream to manage its context (compact it, or edit it)."""
+        return self.compact_at is not None or self.server_edits
 
     @property
     def messages(self) -> list[Message]:
@@ -126,8 +147,17 @@ class WireFormat(Protocol):
         """One of the proxy's own errors, in this format's error shape."""
         ...
 
-    def without_server_compaction(self, payload: dict[str, Any]) -> dict[str, Any]:
-        """The body without its request for server-side compaction (the same body when it has none)."""
+    def take_over(self, payload: dict[str, Any], *, prompt_tokens: int, count: Callable[[str], int]) -> TakenOver:
+        """The body with what it asks of the upstream's context management done here, the request removed
+        (`prompt_tokens`: the prompt's size in the upstream's units; `count`: a text's, likewise)."""
+        ...
+
+    def reported_body(self, body: bytes, report: dict[str, Any]) -> bytes:
+        """A whole JSON answer with the report of the context management done here."""
+        ...
+
+    def reported_event(self, event: bytes, report: dict[str, Any]) -> bytes:
+        """One event of a stream, with the report where the upstream would have put it (else as it is)."""
         ...
 
     def rejects_server_compaction(self, status: int, body: bytes) -> bool:
@@ -151,3 +181,18 @@ class WireFormat(Protocol):
 def openai_error(message: str, *, error_type: str, param: str | None = None, code: str | None = None) -> bytes:
     """OpenAI's error shape, which the Responses API and every OpenAI-compatible server share."""
     return orjson.dumps({"error": {"message": message, "type": error_type, "param": param, "code": code}})
+
+
+UNKNOWN_FIELD = re.compile(
+    rb"unrecognized|unknown|extra (inputs|fields)|not permitted|unsupported|not supported|unexpected"
+)
+MAX_ERROR_SCAN = 64 * 1024
+
+
+def refuses_field(status: int, body: bytes, names: tuple[bytes, ...]) -> bool:
+    """An error that names one of `names` as a field (or beta) the upstream does not know: vLLM's
+    "Unrecognized request argument supplied: context_management", a pydantic gateway's (422)
+    "context_management: Extra inputs are not permitted". Not a value of it refused."""
+    text = body[:MAX_ERROR_SCAN].lower()
+    named = any(name in text for name in names)
+    return status in (400, 422) and named and UNKNOWN_FIELD.search(text) is not None

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 from starlette.requests import Request
 
@@ -29,6 +31,7 @@ from proxy.pipeline.accounting import Accounting, Counted
 from proxy.pipeline.archiving import Archiver
 from proxy.pipeline.engine import Options, Pipeline
 from proxy.pipeline.outgoing import Prepared
+from proxy.policy.refusals import first_event
 from proxy.policy.retry import RetryAim
 from proxy.policy.windows import FetchModels
 from proxy.upstream.client import UpstreamClient
@@ -112,9 +115,9 @@ class ConversationHandler:
     async def respond(self, call: Call, prepared: Prepared) -> Relay:
         """From the prepared body to the relay of the upstream's answer (a retry included)."""
         request, exchange, accounting = call.request, call.exchange, call.accounting
-        response = await self.send(
-            request, exchange, prepared.body, rewritten=prepared.rewritten, identity=call.identity
-        )
+        # A report goes into the answer, which must come unencoded to be written in.
+        identity = call.identity or prepared.report is not None
+        response = await self.send(request, exchange, prepared.body, rewritten=prepared.rewritten, identity=identity)
         if not self.pipeline.compacts(call.counted, call.options) or prepared.too_long:
             # A retry could only shrink it to the same floor: a refusal of this one goes to the client as it is.
             return self.relay_with_usage(call, response, prepared)
@@ -140,7 +143,7 @@ class ConversationHandler:
 
     def refuses_server_compaction(self, call: Call, status: int, held: Held) -> bool:
         """The upstream refused the request's `context_management` compaction, which inflight did not take over."""
-        if call.counted.request.compact_at is None or self.pipeline.takes_over_server_compaction(call.counted):
+        if not call.counted.request.server_managed or self.pipeline.takes_over_server_compaction(call.counted):
             return False
         return self.wire.rejects_server_compaction(status, b"".join(held.chunks))
 
@@ -158,8 +161,9 @@ class ConversationHandler:
         prepared.follows(refused)
         call.exchange.headers["x-inflight-actions"] += ",retry"
         call.exchange.headers["x-inflight-retried"] = "1"
+        identity = call.identity or prepared.report is not None
         response = await self.send(
-            call.request, call.exchange, prepared.body, rewritten=prepared.rewritten, identity=call.identity
+            call.request, call.exchange, prepared.body, rewritten=prepared.rewritten, identity=identity
         )
         return self.relay_with_usage(call, response, prepared)
 
@@ -201,7 +205,8 @@ class ConversationHandler:
             if actual is not None:
                 pipeline.record_usage(model, estimate=prepared.sent_tokens, actual=actual)
 
-        return relay(response, call.exchange, chunks=tap(chunks, reader.feed, calibrate))
+        answer = relay(response, call.exchange, chunks=tap(chunks, reader.feed, calibrate))
+        return answer if prepared.report is None else reported(answer, self.wire, prepared.report)
 
 
 async def post_upstream(
@@ -225,6 +230,50 @@ async def post_upstream(
     response = await upstream.open("POST", target, headers=headers, content=body)
     exchange.upstream_answered()
     return response
+
+
+def reported(answer: Relay, wire: WireFormat, report: dict[str, Any]) -> Relay:
+    """The answer with the report of what inflight did in the upstream's place (Anthropic's
+    `context_management`) written in: the JSON body whole, or the stream's event that carries it. An
+    encoded answer (the upstream ignored our `identity`) goes as it came."""
+    if header_value(answer.headers, b"content-encoding") not in (None, b"identity"):
+        log.info("[context_management] the answer came encoded: sent without the report of the edits made")
+        return answer
+    if is_event_stream(answer.headers):
+        answer.chunks = reported_events(answer.chunks, wire, report)
+        return answer
+    answer.headers = [(name, value) for name, value in answer.headers if name != b"content-length"]
+    answer.chunks = reported_whole(answer.chunks, wire, report)
+    return answer
+
+
+async def reported_whole(
+    chunks: AsyncIterator[bytes], wire: WireFormat, report: dict[str, Any]
+) -> AsyncIterator[bytes]:
+    body = b"".join([chunk async for chunk in chunks])
+    try:
+        yield wire.reported_body(body, report)
+    except ValueError:  # not JSON after all: as it came
+        yield body
+
+
+async def reported_events(
+    chunks: AsyncIterator[bytes], wire: WireFormat, report: dict[str, Any]
+) -> AsyncIterator[bytes]:
+    """The stream event by event as it comes, each through `wire.reported_event`."""
+    buffer = b""
+    async for chunk in chunks:
+        buffer += chunk
+        while (found := first_event(buffer)) is not None:
+            event, rest = found
+            separator = buffer[len(event) : len(buffer) - len(rest)]
+            buffer = rest
+            try:
+                yield wire.reported_event(event, report) + separator
+            except ValueError:
+                yield event + separator
+    if buffer:
+        yield buffer
 
 
 def discovery(upstream: UpstreamClient, request: Request) -> FetchModels:

@@ -21,6 +21,7 @@ from proxy.compaction.background.scheduler import BackgroundSummaries
 from proxy.config import Compaction, ModelSettings, Settings
 from proxy.formats import WireFormat
 from proxy.metrics.observer import NO_OBSERVER, Observer
+from proxy.offload import call_sized
 from proxy.pipeline.accounting import Accounting, Counted
 from proxy.pipeline.outgoing import Prepared, as_sent, rewritten, translated
 from proxy.pipeline.parts import CompactionParts, SummarizerFactory, summarizer_window
@@ -161,11 +162,27 @@ class Pipeline:
         return budget_for(asked, reserve_tokens=reserve_tokens, context_window=context_window)
 
     def takes_over_server_compaction(self, counted: Counted) -> bool:
-        """The request asks the upstream to compact, and inflight does it instead: the config says so
-        (`responses.context_management: inflight`), or this model's upstream refused the field."""
-        if counted.request.compact_at is None:
+        """The request asks the upstream to compact or edit its context, and inflight does it instead: the
+        config says so (`responses.context_management`, `messages.context_management`: inflight), or this
+        model's upstream refused the field."""
+        if not counted.request.server_managed:
             return False
-        return self.settings.responses.context_management == "inflight" or counted.model in self._servers_lacking
+        return self.settings.manages_context(counted.wire.name) or counted.model in self._servers_lacking
+
+    async def take_over(self, counted: Counted, accounting: Accounting) -> tuple[Counted, dict[str, Any] | None]:
+        """What the request asks of the upstream's context management, done here (the format's own edits),
+        the request removed; counted again when the edits changed the conversation."""
+
+        def count(text: str) -> int:
+            return accounting.calibrated(self.text_tokens(counted.model, text))
+
+        wire = counted.wire
+        taken = wire.take_over(counted.payload, prompt_tokens=accounting.prompt_tokens, count=count)
+        if taken.report is None:  # nothing edited: the view still holds, less the field
+            return replace(counted, payload=taken.payload), None
+        raw = orjson.dumps(taken.payload)
+        recounted = await call_sized(lambda: self.count(raw, taken.payload, wire), counted.count.total)
+        return (recounted or replace(counted, payload=taken.payload)), taken.report
 
     def learn_no_server_compaction(self, model: str) -> None:
         """`model`'s upstream refused a request for server-side compaction: inflight takes them over."""
@@ -193,9 +210,11 @@ class Pipeline:
         A `retry` aim replaces the accounted budget.
         """
         taken_over = self.takes_over_server_compaction(counted)
+        report = None
         if taken_over:  # the upstream must not see the request it cannot serve: compaction writes without it
-            counted = replace(counted, payload=counted.wire.without_server_compaction(counted.payload))
+            counted, report = await self.take_over(counted, accounting)
         prepared = await self._prepare(counted, accounting, options, retry=retry)
+        prepared.report = report
         if counted.request.expanded and not prepared.rewritten:
             prepared = translated(counted, prepared)  # the upstream cannot read what the format expanded
         if taken_over:

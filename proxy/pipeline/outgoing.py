@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from proxy.compaction import Outcome
 from proxy.pipeline.accounting import Accounting, Counted
@@ -21,6 +22,8 @@ class Prepared:
     outcome: Outcome | None = None
     too_long: str | None = None  # why it cannot fit even compacted: the body is our best effort, sent anyway
     key: str = ""  # the conversation's key, once compaction looked at the request (the archive reuses it)
+    # What inflight did in the upstream's place (Anthropic's `context_management.applied_edits`): for the answer.
+    report: dict[str, Any] | None = None
 
     def follows(self, refused: Prepared) -> None:
         """This is the retry of `refused`: what its compaction dropped counts from before both attempts."""

@@ -135,20 +135,30 @@ def breakpoints(body: dict[str, Any]) -> int:
 
 
 @pytest.mark.parametrize(
-    ("model", "told", "own_compaction"),
+    ("model", "told", "own_compaction", "context_management"),
     [
-        (MODEL, False, False),
-        (MODEL, True, False),
-        (MODEL, False, True),
-        (NEWER_MODEL, True, True),
+        (MODEL, False, False, True),
+        (MODEL, True, False, True),
+        (MODEL, False, True, True),
+        (NEWER_MODEL, True, True, True),
+        (MODEL, False, False, False),
     ],
-    ids=["learned", "told", "learned-own-compaction-on", "newer-model-told-own-compaction-on"],
+    ids=[
+        "learned",
+        "told",
+        "learned-own-compaction-on",
+        "newer-model-told-own-compaction-on",
+        "learned-upstream-without-context-management",
+    ],
 )
 def test_claude_code_finishes_every_step_through_inflight(
-    start_proxy: ProxyFactory, model: str, told: bool, own_compaction: bool
+    start_proxy: ProxyFactory, model: str, told: bool, own_compaction: bool, context_management: bool
 ) -> None:
+    """Compacted before any refusal reaches it, with its own compaction off or on; over an upstream that
+    refuses the `context_management` Claude Code always sends, inflight takes the field over."""
     assert BINARY is not None
     app = fake_upstream(model, WINDOW, system_messages=model == NEWER_MODEL)
+    app.messages.supports_context_management = context_management
     models = {model: {"context_window": WINDOW}} if told else {}
     with serve(app) as url, start_proxy(f"{url}/v1", models=models) as proxy_url:
         run = run_claude(
@@ -159,7 +169,10 @@ def test_claude_code_finishes_every_step_through_inflight(
     assert "Prompt is too long" not in run.output  # Claude Code never saw a refusal
     assert steps_done(app) == STEPS
     requests = app.messages_requests()
-    assert app.messages.rejected == []  # every thinking block verbatim, every tool_use with its result
+    # every thinking block verbatim, every tool_use with its result; the field refused once, if it is
+    assert app.messages.rejected == (
+        [] if context_management else ["context_management: Extra inputs are not permitted"]
+    )
     assert all(breakpoints(r.json()) <= 4 for r in requests)
     assert len({orjson.dumps(r.json()["system"]) for r in requests}) == 1  # `system` never touched
     assert not [r for r in requests if COMPACTION_REQUEST in r.body.decode()]  # it never summarized by itself

@@ -14,6 +14,7 @@ import orjson
 import pytest
 from anthropic.types import MessageParam, ThinkingConfigEnabledParam, ToolParam
 
+from proxy.formats.context_editing import CLEARED_RESULT
 from tests.conftest import ProxyFactory
 from tests.support.logs import log_lines
 from tests.support.messages import MessagesTaskAgent, thinking_signature
@@ -260,3 +261,76 @@ def test_a_summary_for_a_messages_request_is_asked_through_the_messages_api(
     assert "Summary number" in orjson.dumps(sent[0]).decode()  # joined to the task's turn: roles alternate
     assert [m["role"] for m in sent[:2]] == ["user", "assistant"]
     assert app.messages.rejected == []
+
+
+EDITS: list[dict[str, Any]] = [
+    {
+        "type": "clear_tool_uses_20250919",
+        "trigger": {"type": "input_tokens", "value": 1_000},
+        "keep": {"type": "tool_uses", "value": 2},
+    },
+    {"type": "clear_thinking_20251015", "keep": {"type": "thinking_turns", "value": 1}},
+]
+
+
+@pytest.mark.parametrize(
+    ("stream", "told"), [(False, False), (True, False), (True, True)], ids=["refused", "refused-stream", "told-stream"]
+)
+def test_context_edits_are_done_by_inflight_for_an_upstream_that_refuses_them(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory, stream: bool, told: bool
+) -> None:
+    """Refused ("context_management: Extra inputs are not permitted", as a gateway says it), or told
+    (`messages.context_management: inflight`, for an upstream that ignores the field)."""
+    app, url = upstream
+    app.messages.agent = MessagesTaskAgent(steps=40)
+    app.messages.supports_context_management = False
+    messages = agent_messages(8)
+    replies = []
+    config = {"messages": {"context_management": "inflight"}} if told else {}
+    with start_proxy(url, **config) as proxy_url, client_for(proxy_url) as client:
+        for _ in range(2):
+            kwargs: dict[str, Any] = {"model": MODEL, "max_tokens": 4096, "tools": TOOLS, "messages": messages}
+            kwargs |= {"context_management": {"edits": EDITS}, "betas": ["context-management-2025-06-27"]}
+            if stream:
+                with client.beta.messages.stream(**kwargs) as events:
+                    replies.append(events.get_final_message())
+            else:
+                replies.append(client.beta.messages.create(**kwargs))
+    sent = app.messages_requests()
+    if not told:
+        refused = sent.pop(0)
+        assert "context_management" in refused.json()
+        assert app.messages.rejected == ["context_management: Extra inputs are not permitted"]
+    assert len(sent) == 2  # the refusal taught it: the second request went without the field at once
+    for request, reply in zip(sent, replies, strict=True):
+        body = request.json()
+        assert "context_management" not in body and body["tools"] == TOOLS
+        cleared = [
+            block["content"] == CLEARED_RESULT
+            for message in body["messages"]
+            for block in message["content"]
+            if isinstance(block, dict) and block["type"] == "tool_result"
+        ]
+        assert cleared == [True] * 6 + [False] * 2  # all but the latest two results
+        thinking = [m for m in body["messages"] if m["role"] == "assistant" and m["content"][0]["type"] == "thinking"]
+        assert thinking == [messages[-2]]  # the latest turn's only
+        assert reply.context_management is not None
+        edits = [edit.model_dump() for edit in reply.context_management.applied_edits]
+        assert [(e["type"], e.get("cleared_tool_uses"), e.get("cleared_thinking_turns")) for e in edits] == [
+            ("clear_tool_uses_20250919", 6, None),
+            ("clear_thinking_20251015", None, 7),
+        ]
+        assert all(e["cleared_input_tokens"] > 0 for e in edits)
+        assert reply.content[-1].type == "tool_use"  # the agent goes on: the latest result is whole
+
+
+def test_context_edits_pass_through_to_an_upstream_that_does_them(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    app, url = upstream
+    body = {"model": MODEL, "max_tokens": 100, "messages": agent_messages(3), "context_management": {"edits": EDITS}}
+    raw = orjson.dumps(body)
+    with start_proxy(url) as proxy_url:
+        response = httpx.post(f"{proxy_url}/messages", content=raw, headers={"content-type": "application/json"})
+    assert response.status_code == 200 and response.content == bytes(app.messages_requests()[-1].sent)
+    assert [r.body for r in app.messages_requests()] == [raw]  # as sent: the upstream does them itself

@@ -1,0 +1,101 @@
+"""Anthropic's context edits as inflight does them for an upstream without them: what each option clears,
+and the report, as Anthropic words it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from proxy.formats.context_editing import CLEARED_RESULT, apply_edits, asks_edits
+
+
+def count(text: str) -> int:
+    return len(text) // 4
+
+
+def conversation(turns: int, *, tool: str = "Bash") -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Do the task."}]
+    for n in range(turns):
+        thinking = {"type": "thinking", "thinking": f"Now step {n}, thinking it over.", "signature": f"s{n}"}
+        use = {"type": "tool_use", "id": f"t{n}", "name": tool if n % 2 else "Bash", "input": {"command": f"step {n}"}}
+        result = {"type": "tool_result", "tool_use_id": f"t{n}", "content": f"output of step {n} " * 50}
+        messages += [{"role": "assistant", "content": [thinking, use]}, {"role": "user", "content": [result]}]
+    return messages
+
+
+def results(messages: list[dict[str, Any]]) -> list[str]:
+    return [b["content"] for m in messages if m["role"] == "user" for b in m["content"] if isinstance(b, dict)]
+
+
+def edit(payload: dict[str, Any], prompt_tokens: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    edited = apply_edits(payload, prompt_tokens=prompt_tokens, count=count)
+    assert "context_management" not in edited.payload and payload["messages"] != []  # the client's body untouched
+    return edited.payload["messages"], edited.applied
+
+
+def test_old_tool_results_are_cleared_past_the_trigger_keeping_the_latest() -> None:
+    messages = conversation(6)
+    body = {"messages": messages, "context_management": {"edits": [{"type": "clear_tool_uses_20250919"}]}}
+    assert asks_edits(body) and not asks_edits({"messages": messages})
+    assert edit(body, prompt_tokens=90_000) == (messages, [])  # under the default trigger (100k): nothing
+    edited, applied = edit(body, prompt_tokens=120_000)
+    assert results(edited)[:3] == [CLEARED_RESULT] * 3 and results(edited)[3:] == results(messages)[3:]  # keep 3
+    [report] = applied
+    assert report["type"] == "clear_tool_uses_20250919" and report["cleared_tool_uses"] == 3
+    assert report["cleared_input_tokens"] == sum(count(r) - count(CLEARED_RESULT) for r in results(messages)[:3])
+    assert [m for m in edited if m["role"] == "assistant"] == [m for m in messages if m["role"] == "assistant"]
+    assert messages[2]["content"][0]["content"] != CLEARED_RESULT  # the client's messages were not edited
+
+
+@pytest.mark.parametrize(
+    ("options", "cleared"),
+    [
+        ({"trigger": {"type": "tool_uses", "value": 5}, "keep": {"type": "tool_uses", "value": 1}}, 5),
+        ({"trigger": {"type": "tool_uses", "value": 6}}, 0),  # 6 uses: not past the trigger
+        ({"trigger": {"type": "input_tokens", "value": 1000}, "exclude_tools": ["Read"]}, 2),  # t1 is Read
+        (
+            {
+                "trigger": {"type": "input_tokens", "value": 1000},
+                "clear_at_least": {"type": "input_tokens", "value": 10**6},
+            },
+            0,
+        ),
+    ],
+    ids=["tool-uses-trigger-keep-1", "under-the-trigger", "excluded-tool", "not-enough-to-clear"],
+)
+def test_trigger_keep_exclude_and_clear_at_least(options: dict[str, Any], cleared: int) -> None:
+    messages = conversation(6, tool="Read")
+    body = {"messages": messages, "context_management": {"edits": [{"type": "clear_tool_uses_20250919", **options}]}}
+    edited, applied = edit(body, prompt_tokens=5_000)
+    assert results(edited).count(CLEARED_RESULT) == cleared
+    assert [r["cleared_tool_uses"] for r in applied] == ([cleared] if cleared else [])
+
+
+def test_tool_inputs_are_cleared_when_asked() -> None:
+    messages = conversation(5)
+    clear = {
+        "type": "clear_tool_uses_20250919",
+        "trigger": {"type": "tool_uses", "value": 1},
+        "clear_tool_inputs": True,
+    }
+    edited, _ = edit({"messages": messages, "context_management": {"edits": [clear]}}, prompt_tokens=1)
+    inputs = [b["input"] for m in edited if m["role"] == "assistant" for b in m["content"] if b["type"] == "tool_use"]
+    assert inputs[:2] == [{}, {}] and inputs[2:] == [{"command": f"step {n}"} for n in (2, 3, 4)]
+
+
+def test_thinking_is_cleared_from_all_but_the_latest_turns_unless_all_are_kept() -> None:
+    messages = conversation(4)
+    messages.insert(1, {"role": "assistant", "content": [{"type": "thinking", "thinking": "alone", "signature": "x"}]})
+    messages.insert(2, {"role": "user", "content": "go on"})
+    keep_two = {"type": "clear_thinking_20251015", "keep": {"type": "thinking_turns", "value": 2}}
+    edited, applied = edit({"messages": messages, "context_management": {"edits": [keep_two]}}, prompt_tokens=1)
+    with_thinking = [m for m in edited if m["role"] == "assistant" and m["content"][0]["type"] == "thinking"]
+    assert with_thinking == [messages[1], messages[7], messages[9]]  # thinking alone stays; the latest two
+    [report] = applied
+    assert report == {"type": "clear_thinking_20251015", "cleared_thinking_turns": 2, "cleared_input_tokens": 14}
+    keep_all = {"type": "clear_thinking_20251015", "keep": "all"}  # what Claude Code sends
+    assert edit({"messages": messages, "context_management": {"edits": [keep_all]}}, prompt_tokens=1) == (messages, [])
+    default = {"type": "clear_thinking_20251015"}  # keeps the latest turn's only
+    edited, _ = edit({"messages": messages, "context_management": {"edits": [default]}}, prompt_tokens=1)
+    assert sum(1 for m in edited if m["role"] == "assistant" and m["content"][0]["type"] == "thinking") == 2
