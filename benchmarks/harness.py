@@ -26,6 +26,14 @@ CHAT_REQUEST = orjson.dumps(
 RESPONSES_REQUEST = orjson.dumps(
     {"model": "gpt-4o-mini", "instructions": "Be brief.", "input": [{"role": "user", "content": "Say ok."}]}
 )
+MESSAGES_REQUEST = orjson.dumps(
+    {
+        "model": "claude-opus-5-5",
+        "max_tokens": 100,
+        "system": "Be brief.",
+        "messages": [{"role": "user", "content": "Say ok."}],
+    }
+)
 
 
 def percentile(values: Sequence[float], pct: float) -> float:

@@ -4,12 +4,13 @@ Starts the fake upstream (zero-latency JSON; SSE with 64 events at a fixed inter
 inflight proxy in front of it, each in its own process, then measures direct and proxied
 requests interleaved in the same run. Prints a table; it asserts nothing.
 
-    python -m benchmarks.overhead [--requests 2000] [--streams 200] [--archive] [--api responses]
+    python -m benchmarks.overhead [--requests 2000] [--streams 200] [--archive] [--api responses|messages]
 
 `--archive` runs the proxy with `archive.enabled` (every turn written to an in-memory SQLite
 archive): the cost of keeping the archive, which is off by default. `--api responses` measures
 `POST /v1/responses` instead of `/v1/chat/completions` (the fake's stream: its lifecycle events
-around one message, each `INTERVAL_S` apart).
+around one message, each `INTERVAL_S` apart), `--api messages` Anthropic's `POST /v1/messages`
+(its events around one text block, likewise).
 """
 
 from __future__ import annotations
@@ -20,7 +21,15 @@ import time
 
 import orjson
 
-from benchmarks.harness import CHAT_REQUEST, RESPONSES_REQUEST, RawConnection, median, percentile, table
+from benchmarks.harness import (
+    CHAT_REQUEST,
+    MESSAGES_REQUEST,
+    RESPONSES_REQUEST,
+    RawConnection,
+    median,
+    percentile,
+    table,
+)
 from tests.support.processes import fake_upstream, inflight
 
 EVENTS = 64
@@ -28,6 +37,7 @@ INTERVAL_S = 0.002
 APIS = {  # path, request body
     "chat": ("/chat/completions", CHAT_REQUEST),
     "responses": ("/responses", RESPONSES_REQUEST),
+    "messages": ("/messages", MESSAGES_REQUEST),
 }
 
 
@@ -122,8 +132,8 @@ async def measure(direct: str, proxied: str, args: argparse.Namespace) -> None:
     rps_direct, rps_proxy = median(conc["direct"][1]), median(conc["proxy"][1])
     added_rps = f"{rps_proxy - rps_direct:+.0f}"
     rows.append(["requests/s, concurrency 32", f"{rps_direct:.0f}", f"{rps_proxy:.0f}", added_rps])
-    # Chat: the role event, the content events, four tool-call events, the finish event, [DONE]. Responses:
-    # as many as the upstream sent directly.
+    # Chat: the role event, the content events, four tool-call events, the finish event, [DONE]. Responses
+    # and Messages: as many as the upstream sent directly.
     sent = EVENTS + 7 if args.api == "chat" else stream["direct"][1][0]
     received = f"{sum(stream['proxy'][1])}/{sent * args.streams}"
     rows.append(["stream events received/sent", f"{sum(stream['direct'][1])}/{sent * args.streams}", received, ""])

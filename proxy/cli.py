@@ -54,11 +54,13 @@ def serve(args: argparse.Namespace) -> int:
         raise ConfigError(problem)
     check_workers(settings, args.workers)
     prepare_process(settings)
+    own = "".join(f", {name} -> {upstream.base_url}" for name, upstream in settings.upstreams.items())
     logging.getLogger("inflight").info(
-        "inflight listening on http://%s:%d/v1 -> %s",
+        "inflight listening on http://%s:%d/v1 -> %s%s",
         settings.listen.host,
         settings.listen.port,
         settings.upstream.base_url,
+        own,
     )
     if args.workers > 1:
         return serve_workers(settings, args.workers)

@@ -1,0 +1,87 @@
+"""The real Claude Code's 30-step task over the fake upstream: alone and through inflight, and the cache.
+
+    python -m benchmarks.claude_code [--window 55000] [--steps 30] [--lines 170] [--model claude-sonnet-4-5]
+
+Runs `claude -p` (the binary `.ci/run` installs under `.cache/agents/`, or `INFLIGHT_CLAUDE`) against
+the fake upstream's Messages API, whose window the task outgrows at step 10: straight to the
+upstream with no window, with the window (its own compaction off, then on), and through inflight
+left to learn the window or told it, with Claude Code's own compaction off or on, and over an
+upstream that refuses `context_management`. Prints, per run, the steps finished, the requests the
+upstream answered and refused, the summaries Claude Code asked for itself and those inflight asked
+for (in the background, through the Messages API), and the share of prompt tokens the fake's
+simulated prompt cache served (inflight's summary calls are not in it). Asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from benchmarks.harness import table
+from proxy.app import create_app
+from proxy.config import load_settings
+from proxy.http.server import uvicorn_options
+from tests.agents.claude_code import claude_binary, run_claude
+from tests.support.messages import COMPACTION_REQUEST, MessagesTaskAgent
+from tests.support.responses import TASK_MARKER
+from tests.support.servers import serve
+from tests.support.upstream import UpstreamApp
+
+PROMPT = f"Do the {TASK_MARKER}: run the steps one by one."
+RUNS = (  # label, the window enforced, how (direct, learned, told), its own compaction, context_management known
+    ("alone, no window", None, "direct", False, True),
+    ("alone", "window", "direct", False, True),
+    ("alone, its own compaction on", "window", "direct", True, True),
+    ("inflight, learns the window", "window", "learned", False, True),
+    ("inflight, told the window", "window", "told", False, True),
+    ("inflight, learns, its own compaction on", "window", "learned", True, True),
+    ("inflight, learns, upstream without context_management", "window", "learned", False, False),
+)
+
+
+def run(binary: str, args: argparse.Namespace, window: int | None, via: str, own: bool, managed: bool) -> list[object]:
+    app = UpstreamApp(windows={args.model: window} if window else {})
+    app.messages.agent = MessagesTaskAgent(steps=args.steps, output_lines=args.lines)
+    app.messages.supports_context_management = managed
+    with serve(app) as url:
+        if via == "direct":
+            done = run_claude(binary, url, PROMPT, model=args.model, own_compaction=own)
+        else:
+            models = {args.model: {"context_window": window}} if via == "told" else {}
+            settings = load_settings(None, overrides={"upstream": {"base_url": f"{url}/v1"}, "models": models})
+            with serve(create_app(settings), **{**uvicorn_options(settings), "log_level": "warning"}) as proxy:
+                done = run_claude(binary, proxy, PROMPT, model=args.model, own_compaction=own)
+    answered = app.messages_requests()
+    last = answered[-1].body.decode() if answered else ""
+    finished = max((n for n in range(args.steps + 1) if f"STEP {n} DONE" in last), default=0)
+    summaries = sum(1 for r in answered if COMPACTION_REQUEST in r.body.decode())
+    fake = app.messages
+    return [
+        f"{finished}/{args.steps}" + (" FINISHED" if "FINISHED" in done.output else ""),
+        len(answered) - fake.refused - len(fake.rejected),
+        fake.refused,
+        summaries,
+        len(app.summaries),
+        f"{fake.cache_read_tokens / max(fake.prompt_tokens, 1):.1%}",
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--window", type=int, default=55_000, help="the fake upstream's window (tokens)")
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--lines", type=int, default=170, help="lines each step's command prints")
+    parser.add_argument("--model", default="claude-sonnet-4-5")
+    args = parser.parse_args()
+    binary = claude_binary()
+    if binary is None:
+        raise SystemExit("Claude Code is not installed: npm install --prefix .cache/agents @anthropic-ai/claude-code")
+    rows = []
+    for label, window, via, own, managed in RUNS:
+        size = args.window if window else None
+        rows.append([label, *run(binary, args, size, via, own, managed)])
+    print(f"{args.model}, window {args.window}, {args.steps} steps of {args.lines} lines")
+    print(table(rows, ["run", "steps", "answered", "refused", "its own summaries", "inflight's summaries", "cached share"]))
+
+
+if __name__ == "__main__":
+    main()
