@@ -80,7 +80,8 @@ def main() -> None:
         size = args.window if window else None
         rows.append([label, *run(binary, args, size, via, own, managed)])
     print(f"{args.model}, window {args.window}, {args.steps} steps of {args.lines} lines")
-    print(table(rows, ["run", "steps", "answered", "refused", "its own summaries", "inflight's summaries", "cached share"]))
+    header = ["run", "steps", "answered", "refused", "its own summaries", "inflight's summaries", "cached share"]
+    print(table(rows, header))
 
 
 if __name__ == "__main__":

@@ -42,8 +42,8 @@ from typing import Any
 import orjson
 
 from proxy.formats.context_editing import apply_edits, asks_edits
-from proxy.formats.seam import CoreRequest, Message, TakenOver, refuses_field
-from proxy.policy.refusals import Refusal, detect, detect_document, event_data
+from proxy.formats.seam import CoreRequest, Message, TakenOver, refuses_field, text_of_parts
+from proxy.policy.refusals import Refusal, detect, detect_event
 
 Block = dict[str, Any]
 THINKING = ("thinking", "redacted_thinking")
@@ -77,7 +77,7 @@ class Messages:
         messages: list[Message] = []
         origins: list[tuple[int, ...] | None] = []
         opaque: list[int] = []
-        system = text_of_blocks(payload.get("system"))
+        system = text_of_parts(payload.get("system"))
         if system:
             messages.append({"role": "system", "content": system})
             origins.append(None)
@@ -131,14 +131,7 @@ class Messages:
         return all(line.startswith(b":") for line in lines) or event_name(event) == "ping"
 
     def stream_refusal(self, event: bytes) -> Refusal | None:
-        data = event_data(event)
-        if b"error" not in data:
-            return None
-        try:
-            document = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            return None
-        return detect_document(document) if isinstance(document, dict) and "error" in document else None
+        return detect_event(event)  # `event: error`, `{"type": "error", "error": {...}}`
 
     def prompt_tokens(self, document: object) -> int | None:
         """Every prompt token, however the upstream served it: fresh, read from its cache, or written to it."""
@@ -210,7 +203,7 @@ def views_of(index: int, message: dict[str, Any]) -> list[tuple[Message, tuple[i
     if role == "assistant":
         return [assistant_view(content, index)]
     if role == "system":
-        return [({"role": "system", "content": text_of_blocks(content)}, (index,), False)]
+        return [({"role": "system", "content": text_of_parts(content)}, (index,), False)]
     if role != "user":  # a role this module does not know: kept as it came, counted by its size
         return [({"role": "user", "content": orjson.dumps(message).decode()}, (index,), True)]
     if isinstance(content, str):
@@ -281,14 +274,6 @@ def image_url(source: dict[str, Any]) -> str:
     if source.get("type") == "base64":
         return f"data:{source.get('media_type') or 'image/png'};base64,{source.get('data') or ''}"
     return str(source.get("url") or "")
-
-
-def text_of_blocks(content: object) -> str:
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        return ""
-    return "\n".join(b["text"] for b in content if isinstance(b, dict) and isinstance(b.get("text"), str))
 
 
 def is_block(block: object, kind: str) -> bool:
@@ -363,7 +348,7 @@ def with_result(block: Block, content: object) -> Block:
             same = not is_block(kept, "text") or text is None
             blocks.append(kept if same else {**kept, "text": text})
         return {**block, "content": blocks}
-    text = content if isinstance(content, str) else text_of_blocks(content)
+    text = content if isinstance(content, str) else text_of_parts(content)
     return {**block, "content": text}
 
 
@@ -406,21 +391,16 @@ class Written:
     def new(self, message: Message) -> None:
         """A message the core wrote: the summary, or one the last resort cut. A user turn joins the user
         message before it (roles alternate); an assistant's is written with its calls as `tool_use`."""
-        role = message.get("role")
+        role, text = message.get("role"), text_of_parts(message.get("content"))
         if role == "assistant":
             self.entries.append(Entry(None, "assistant", {"role": "assistant", "content": assistant_blocks(message)}))
             return
-        if role == "tool":
-            block: Block = {
-                "type": "tool_result",
-                "tool_use_id": message.get("tool_call_id"),
-                "content": text_of(message),
-            }
-        else:
-            block = {"type": "text", "text": text_of(message)}
         if role == "system":
-            self.entries.append(Entry(None, "system", {"role": "system", "content": text_of(message)}))
+            self.entries.append(Entry(None, "system", {"role": "system", "content": text}))
             return
+        block: Block = {"type": "text", "text": text}
+        if role == "tool":
+            block = {"type": "tool_result", "tool_use_id": message.get("tool_call_id"), "content": text}
         last = self.entries[-1] if self.entries else None
         if last is not None and last.role == "user":
             if last.blocks is None:
@@ -448,18 +428,9 @@ def blocks_of(content: object) -> list[Block]:
     return [{"type": "text", "text": content if isinstance(content, str) else ""}]
 
 
-def text_of(message: Message) -> str:
-    content = message.get("content")
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
-    return ""
-
-
 def assistant_blocks(message: Message) -> list[Block]:
     blocks: list[Block] = []
-    if text := text_of(message):
+    if text := text_of_parts(message.get("content")):
         blocks.append({"type": "text", "text": text})
     for call in message.get("tool_calls") or []:
         function = call.get("function") if isinstance(call, dict) else None

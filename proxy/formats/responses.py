@@ -37,7 +37,7 @@ from typing import Any
 import orjson
 
 from proxy.formats.compaction_items import ItemKey, is_ours
-from proxy.formats.seam import CoreRequest, Message, TakenOver, openai_error, refuses_field
+from proxy.formats.seam import CoreRequest, Message, TakenOver, openai_error, refuses_field, text_of_parts
 from proxy.policy.refusals import Refusal, detect, detect_document, event_data
 
 log = logging.getLogger("inflight")
@@ -390,14 +390,6 @@ def content_of(content: object) -> str | list[dict[str, Any]]:
         else:
             parts.append({"type": "text", "text": orjson.dumps(part).decode()})
     return parts
-
-
-def text_of_parts(parts: object) -> str:
-    if isinstance(parts, str):
-        return parts
-    if not isinstance(parts, list):
-        return ""
-    return "\n".join(p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str))
 
 
 def with_output(item: Item, content: object) -> Item:

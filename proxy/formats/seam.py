@@ -196,3 +196,12 @@ def refuses_field(status: int, body: bytes, names: tuple[bytes, ...]) -> bool:
     text = body[:MAX_ERROR_SCAN].lower()
     named = any(name in text for name in names)
     return status in (400, 422) and named and UNKNOWN_FIELD.search(text) is not None
+
+
+def text_of_parts(parts: object) -> str:
+    """The text of a content: a string, or the `text` of its parts (blocks) joined by newlines."""
+    if isinstance(parts, str):
+        return parts
+    if not isinstance(parts, list):
+        return ""
+    return "\n".join(p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str))

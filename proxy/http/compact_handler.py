@@ -25,7 +25,7 @@ from starlette.requests import Request
 from proxy.config import Limits
 from proxy.formats import Responses
 from proxy.formats.compaction_items import ItemKey
-from proxy.formats.responses import text_of_parts
+from proxy.formats.seam import text_of_parts
 from proxy.http.body import read_limited
 from proxy.http.conversation_handler import discovery, options_of, post_upstream
 from proxy.http.disconnect import cancelled_on_disconnect

@@ -9,6 +9,8 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from proxy.config import Settings
 from proxy.formats import MESSAGES
@@ -215,3 +217,40 @@ def test_the_pipeline_compacts_a_claude_code_conversation_into_a_valid_request(s
     assert marks + 1 <= MAX_BREAKPOINTS
     assert sent["messages"][-1] == body["messages"][-1]  # the latest result, whole, with its breakpoint
     assert "Do the FAKE-TASK." in orjson.dumps(sent["messages"][0]).decode()
+
+
+TEXT = st.text(max_size=40)
+NUMBER = st.integers(-(2**63), 2**63 - 1)  # what a parsed body can hold (orjson reads a bigger one as a float)
+BLOCK = st.one_of(
+    st.builds(lambda t: {"type": "text", "text": t}, TEXT),
+    st.builds(lambda t: {"type": "thinking", "thinking": t, "signature": "sig"}, TEXT),
+    st.builds(lambda t: {"type": "redacted_thinking", "data": t}, TEXT),
+    st.builds(lambda i, t: {"type": "tool_use", "id": i, "name": "Bash", "input": {"command": t}}, TEXT, TEXT),
+    st.builds(lambda i, t: {"type": "tool_result", "tool_use_id": i, "content": t}, TEXT, TEXT),
+    st.builds(
+        lambda i, t: {"type": "tool_result", "tool_use_id": i, "content": [{"type": "text", "text": t}]}, TEXT, TEXT
+    ),
+    st.builds(lambda d: {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": d}}, TEXT),
+    st.dictionaries(st.sampled_from(["type", "x", "content"]), st.one_of(TEXT, NUMBER, st.none())),
+    TEXT,
+    NUMBER,
+)
+MESSAGE = st.fixed_dictionaries(
+    {
+        "role": st.sampled_from(["user", "assistant", "system", "tool", "developer"]),
+        "content": st.one_of(TEXT, st.lists(BLOCK, max_size=5)),
+    }
+)
+
+
+@given(st.lists(MESSAGE, max_size=8), st.one_of(st.none(), TEXT, st.lists(BLOCK, max_size=3)))
+def test_any_body_reads_without_error_and_an_uncompacted_one_writes_back_equal(
+    messages: list[dict[str, Any]], system: object
+) -> None:
+    body: dict[str, Any] = {"model": "m", "max_tokens": 10, "messages": messages}
+    if system is not None:
+        body["system"] = system
+    request = MESSAGES.read(body)
+    assert request is not None
+    assert len(request.messages) == len(request.origins)
+    assert orjson.loads(MESSAGES.write(body, request, list(request.messages))) == orjson.loads(orjson.dumps(body))

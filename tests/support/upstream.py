@@ -362,13 +362,7 @@ class UpstreamApp:
         if str(payload.get("instructions") or "").startswith(SUMMARY_PROMPT_START):
             await self.summary(record, receive, send, str(payload.get("model")), api="responses")
             return
-        if self.script:
-            reply = self.script.popleft()
-            if reply.events is not None:
-                await self.stream(record, send, [e if isinstance(e, bytes) else sse_event(e) for e in reply.events])
-            else:
-                body = reply.body if isinstance(reply.body, bytes) else orjson.dumps(reply.body)
-                await self.respond(record, send, reply.status, body, reply.content_type)
+        if await self.scripted(record, send):
             return
         status, answer, events = self.responses.answer(payload)
         if events is not None:
@@ -381,13 +375,7 @@ class UpstreamApp:
         if is_messages_summarizer_call(payload):
             await self.summary(record, receive, send, str(payload.get("model")), api="messages")
             return
-        if self.script:
-            reply = self.script.popleft()
-            if reply.events is not None:
-                await self.stream(record, send, [e if isinstance(e, bytes) else sse_event(e) for e in reply.events])
-            else:
-                body = reply.body if isinstance(reply.body, bytes) else orjson.dumps(reply.body)
-                await self.respond(record, send, reply.status, body, reply.content_type)
+        if await self.scripted(record, send):
             return
         status, answer, events = self.messages.answer(payload, beta_names(record.headers.get("anthropic-beta")))
         if events is not None:
@@ -398,6 +386,18 @@ class UpstreamApp:
     def messages_requests(self) -> list[Recorded]:
         """The `POST /v1/messages` the client's requests became (the proxy's summarizer calls are in `summaries`)."""
         return [r for r in self.requests if r.path == "/v1/messages" and r.method == "POST" and r not in self.summaries]
+
+    async def scripted(self, record: Recorded, send: Any) -> bool:
+        """The next scripted reply, in the named-event form of the Responses and Messages APIs (False: none)."""
+        if not self.script:
+            return False
+        reply = self.script.popleft()
+        if reply.events is not None:
+            await self.stream(record, send, [e if isinstance(e, bytes) else sse_event(e) for e in reply.events])
+        else:
+            body = reply.body if isinstance(reply.body, bytes) else orjson.dumps(reply.body)
+            await self.respond(record, send, reply.status, body, reply.content_type)
+        return True
 
     def responses_requests(self) -> list[Recorded]:
         """The `POST /v1/responses` the client's requests became (the proxy's summarizer calls are in `summaries`)."""
