@@ -9,7 +9,7 @@ left to learn the window or told it, with Claude Code's own compaction off or on
 upstream that refuses `context_management`. Prints, per run, the steps finished, the requests the
 upstream answered and refused, the summaries Claude Code asked for itself and those inflight asked
 for (in the background, through the Messages API), and the share of prompt tokens the fake's
-simulated prompt cache served (inflight's summary calls are not in it). Asserts nothing.
+simulated prompt cache served (inflight's summaries included, never cached). Asserts nothing.
 """
 
 from __future__ import annotations
@@ -27,12 +27,13 @@ from tests.support.servers import serve
 from tests.support.upstream import UpstreamApp
 
 PROMPT = f"Do the {TASK_MARKER}: run the steps one by one."
-RUNS = (  # label, the window enforced, how (direct, learned, told), its own compaction, context_management known
+RUNS = (  # label, the window enforced, how (direct, learned, told, counted), its own compaction, context_management
     ("alone, no window", None, "direct", False, True),
     ("alone", "window", "direct", False, True),
     ("alone, its own compaction on", "window", "direct", True, True),
     ("inflight, learns the window", "window", "learned", False, True),
     ("inflight, told the window", "window", "told", False, True),
+    ("inflight, told, count_tokens near thresholds", "window", "counted", False, True),
     ("inflight, learns, its own compaction on", "window", "learned", True, True),
     ("inflight, learns, upstream without context_management", "window", "learned", False, False),
 )
@@ -46,8 +47,11 @@ def run(binary: str, args: argparse.Namespace, window: int | None, via: str, own
         if via == "direct":
             done = run_claude(binary, url, PROMPT, model=args.model, own_compaction=own)
         else:
-            models = {args.model: {"context_window": window}} if via == "told" else {}
-            settings = load_settings(None, overrides={"upstream": {"base_url": f"{url}/v1"}, "models": models})
+            models = {args.model: {"context_window": window}} if via in ("told", "counted") else {}
+            overrides = {"upstream": {"base_url": f"{url}/v1"}, "models": models}
+            if via == "counted":
+                overrides["messages"] = {"count_tokens": "near"}
+            settings = load_settings(None, overrides=overrides)
             with serve(create_app(settings), **{**uvicorn_options(settings), "log_level": "warning"}) as proxy:
                 done = run_claude(binary, proxy, PROMPT, model=args.model, own_compaction=own)
     answered = app.messages_requests()
@@ -61,7 +65,8 @@ def run(binary: str, args: argparse.Namespace, window: int | None, via: str, own
         fake.refused,
         summaries,
         len(app.summaries),
-        f"{fake.cache_read_tokens / max(fake.prompt_tokens, 1):.1%}",
+        sum(1 for r in app.requests if r.path == "/v1/messages/count_tokens"),
+        f"{app.cached_share():.1%}",
     ]
 
 
@@ -80,7 +85,8 @@ def main() -> None:
         size = args.window if window else None
         rows.append([label, *run(binary, args, size, via, own, managed)])
     print(f"{args.model}, window {args.window}, {args.steps} steps of {args.lines} lines")
-    header = ["run", "steps", "answered", "refused", "its own summaries", "inflight's summaries", "cached share"]
+    header = ["run", "steps", "answered", "refused", "its own summaries", "inflight's summaries", "counts asked"]
+    header.append("cached share")
     print(table(rows, header))
 
 

@@ -89,7 +89,8 @@ def create_app(settings: Settings) -> ASGIApp:
 
     def forwarded(route: str, wire: WireFormat = CHAT_COMPLETIONS) -> JsonRoute:
         """Every other request under `route`, forwarded as it came to `wire`'s upstream."""
-        passthrough = PassThrough(upstream_of(wire), limits=settings.limits)
+        anthropic = upstream_of(MESSAGES) if "messages" in settings.upstreams else None
+        passthrough = PassThrough(upstream_of(wire), limits=settings.limits, anthropic=anthropic)
         label = route.replace("{path:path}", "{path}")  # the metrics' route label
         endpoint = Endpoint(passthrough, route=label, on_finish=metrics.exchange_done, wire=wire)
         return JsonRoute(route, endpoint, methods=METHODS)

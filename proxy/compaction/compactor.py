@@ -52,7 +52,7 @@ class Compactor:
             actions += ["summary-cached"] if record.summary is not None else []
             actions += sorted({r.kind for r in draft.replaced.values()})
         outcome = Outcome([], before, before, actions, record or draft.freeze(conversation), fits=True)
-        latest = latest_request_index(conversation.messages, self.observation)
+        latest = latest_request_index(conversation.messages, self.observation, conversation.observations)
         work = Work(conversation, draft, budget, outcome, self.count_message, force=force, latest_request=latest)
         work.prune = force or work.tokens > recompact_at(budget, record)
         for stage in self.stages:

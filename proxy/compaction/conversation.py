@@ -31,6 +31,9 @@ class Conversation:
     # Messages that are kept as they are or dropped whole, never edited (encrypted reasoning, a
     # compaction item): the wire format says which.
     opaque: frozenset[int] = frozenset()
+    # User messages that are no request: text a tool turn carries beside its results (Claude Code's
+    # reminders): the wire format says which.
+    observations: frozenset[int] = frozenset()
 
     @property
     def tokens(self) -> int:
@@ -64,10 +67,14 @@ def is_observation(messages: Sequence[Message], index: int, pattern: re.Pattern[
     return pattern.search(text_of(message.get("content"))) is not None
 
 
-def latest_request_index(messages: Sequence[Message], pattern: re.Pattern[str] | None) -> int | None:
-    """The latest user message that is a request, not an observation: what is never cut or summarized."""
+def latest_request_index(
+    messages: Sequence[Message], pattern: re.Pattern[str] | None, observations: frozenset[int] = frozenset()
+) -> int | None:
+    """The latest user message that is a request, not an observation (by `pattern`, or one the wire
+    format named): what is never cut or summarized."""
     for index in range(len(messages) - 1, -1, -1):
-        if messages[index].get("role") == "user" and not is_observation(messages, index, pattern):
+        message = messages[index]
+        if message.get("role") == "user" and index not in observations and not is_observation(messages, index, pattern):
             return index
     return None
 

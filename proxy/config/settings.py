@@ -178,12 +178,18 @@ class Responses(Section):
 
 
 class Messages(Section):
-    """Anthropic Messages' context editing for upstreams that lack it (`context_management.edits`).
+    """Anthropic Messages: context editing for upstreams that lack it, and the upstream's exact count.
 
-    "auto" forwards the request's edits, and does them itself for a model whose upstream refuses the
-    field; "inflight" always does them itself (for an upstream that ignores the field)."""
+    `context_management` (a request's `context_management.edits`): "auto" forwards them, and does them
+    itself for a model whose upstream refuses the field; "inflight" always does them itself (for an
+    upstream that ignores the field). `count_tokens`: "near" asks the upstream's
+    `POST /v1/messages/count_tokens` on a turn whose estimate is within `count_tokens_band` (a share
+    of the budget) of a threshold (`prune_at`, `summarize_at`, `background_at`, the budget), and
+    decides on its count; "off" decides on the calibrated estimate."""
 
     context_management: Literal["auto", "inflight"] = "auto"
+    count_tokens: Literal["off", "near"] = "off"
+    count_tokens_band: float = Field(0.05, gt=0, le=1)
 
 
 Encoding = Literal["o200k_base", "cl100k_base"]

@@ -87,8 +87,9 @@ def clear_tool_uses(
         return None
     keep_field = edit.get("keep")
     keep = number(keep_field.get("value") if isinstance(keep_field, dict) else None, DEFAULT_KEEP_TOOL_USES)
-    excluded = set(edit.get("exclude_tools") or [])
+    excluded = names_in(edit.get("exclude_tools"))
     inputs = edit.get("clear_tool_inputs")
+    inputs_of = names_in(inputs)
     results = results_by_id(messages)
     cleared, tokens = 0, 0
     changed: dict[tuple[int, int], dict[str, Any]] = {}
@@ -102,7 +103,7 @@ def clear_tool_uses(
             tokens += count(text_of(result.get("content"))) - count(CLEARED_RESULT)
             changed[found[0], found[1]] = {**result, "content": CLEARED_RESULT}
             use_changed = True
-        if (inputs is True or (isinstance(inputs, list) and block.get("name") in inputs)) and block.get("input"):
+        if (inputs is True or block.get("name") in inputs_of) and block.get("input"):
             tokens += count(orjson.dumps(block.get("input")).decode())
             changed[index, position] = {**block, "input": {}}
             use_changed = True
@@ -170,6 +171,11 @@ def text_of(content: object) -> str:
     if isinstance(content, str):
         return content
     return orjson.dumps(content).decode() if content is not None else ""
+
+
+def names_in(value: object) -> set[str]:
+    """Tool names in a list the client sent (anything else in it, or no list, names nothing)."""
+    return {name for name in value if isinstance(name, str)} if isinstance(value, list) else set()
 
 
 def field_of(edit: dict[str, Any], name: str) -> dict[str, Any]:

@@ -34,6 +34,7 @@ event; errors are Anthropic's `{"type": "error", "error": {"type", "message"}}`.
 
 from __future__ import annotations
 
+import base64
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,6 +50,9 @@ Block = dict[str, Any]
 THINKING = ("thinking", "redacted_thinking")
 KNOWN_ASSISTANT_BLOCKS = ("text", "tool_use", *THINKING)
 MAX_BREAKPOINTS = 4
+OPAQUE, OBSERVATION = "opaque", "observation"  # what `views_of` says of a view
+# What `count_tokens` takes of a request: its prompt (`max_tokens`, `stream`, `metadata` are the reply's).
+COUNTED_FIELDS = ("model", "system", "messages", "tools", "tool_choice", "thinking", "mcp_servers")
 ANTHROPIC_VERSION = b"2023-06-01"
 SESSION_IN_USER_ID = re.compile(r"session_([0-9A-Za-z-]{8,64})")
 # The proxy's error types, as Anthropic names them (`authentication_error` goes by the code).
@@ -76,15 +80,16 @@ class Messages:
             return None
         messages: list[Message] = []
         origins: list[tuple[int, ...] | None] = []
-        opaque: list[int] = []
+        kinds: dict[str, list[int]] = {OPAQUE: [], OBSERVATION: []}
         system = text_of_parts(payload.get("system"))
-        if system:
+        if system:  # never edited: it stays in its own field, whole
+            kinds[OPAQUE].append(len(messages))
             messages.append({"role": "system", "content": system})
             origins.append(None)
         for index, message in enumerate(source):
-            for view, origin, is_opaque in views_of(index, message):
-                if is_opaque:
-                    opaque.append(len(messages))
+            for view, origin, kind in views_of(index, message):
+                if kind:
+                    kinds[kind].append(len(messages))
                 messages.append(view)
                 origins.append(origin)
         limit = payload.get("max_tokens")
@@ -94,7 +99,8 @@ class Messages:
             output_limit=limit if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 else None,
             output_limit_binding=False,  # past the window, Anthropic stops (`model_context_window_exceeded`)
             session=session_of(payload.get("metadata")),
-            opaque=frozenset(opaque),
+            opaque=frozenset(kinds[OPAQUE]),
+            observations=frozenset(kinds[OBSERVATION]),
             origins=origins,
             server_edits=asks_edits(payload),
         )
@@ -147,10 +153,24 @@ class Messages:
         kind = ERROR_CODES.get(code or "") or ERROR_TYPES.get(error_type, error_type)
         return orjson.dumps({"type": "error", "error": {"type": kind, "message": message}})
 
+    def error_event(self, body: bytes) -> bytes:
+        """Anthropic's SDKs read only named events: `event: error`."""
+        return b"event: error\ndata: " + body.strip().replace(b"\n", b"") + b"\n\n"
+
+    count_path: str | None = "/v1/messages/count_tokens"
+
+    def count_request(self, payload: dict[str, Any]) -> dict[str, Any]:
+        return {key: payload[key] for key in COUNTED_FIELDS if key in payload}
+
+    def counted_tokens(self, document: object) -> int | None:
+        tokens = document.get("input_tokens") if isinstance(document, dict) else None
+        return tokens if isinstance(tokens, int) and is_count(tokens) else None
+
     def take_over(self, payload: dict[str, Any], *, prompt_tokens: int, count: Callable[[str], int]) -> TakenOver:
         """The context edits the body asks for, done here (`proxy.formats.context_editing`)."""
         edited = apply_edits(payload, prompt_tokens=prompt_tokens, count=count)
-        return TakenOver(edited.payload, {"applied_edits": edited.applied} if edited.applied else None)
+        # Anthropic reports the edits of a request that asked for them, none applied included.
+        return TakenOver(edited.payload, {"applied_edits": edited.applied}, edited=bool(edited.applied))
 
     def reported_body(self, body: bytes, report: dict[str, Any]) -> bytes:
         document = orjson.loads(body)
@@ -197,34 +217,38 @@ class Messages:
         return text, ("length" if document.get("stop_reason") == "max_tokens" else "stop")
 
 
-def views_of(index: int, message: dict[str, Any]) -> list[tuple[Message, tuple[int, ...], bool]]:
-    """The core's messages one Anthropic message becomes: (message, origin, opaque)."""
+View = tuple[Message, tuple[int, ...], str]  # a core message, its origin, and OPAQUE, OBSERVATION or ""
+
+
+def views_of(index: int, message: dict[str, Any]) -> list[View]:
+    """The core's messages one Anthropic message becomes."""
     role, content = message.get("role"), message["content"]
     if role == "assistant":
         return [assistant_view(content, index)]
-    if role == "system":
-        return [({"role": "system", "content": text_of_parts(content)}, (index,), False)]
+    if role == "system":  # pinned, and never edited: it goes back whole
+        return [({"role": "system", "content": text_of_parts(content)}, (index,), OPAQUE)]
     if role != "user":  # a role this module does not know: kept as it came, counted by its size
-        return [({"role": "user", "content": orjson.dumps(message).decode()}, (index,), True)]
+        return [({"role": "user", "content": orjson.dumps(message).decode()}, (index,), OPAQUE)]
     if isinstance(content, str):
-        return [({"role": "user", "content": content}, (index,), False)]
+        return [({"role": "user", "content": content}, (index,), "")]
     results = [j for j, block in enumerate(content) if is_block(block, "tool_result")]
     if not results:
-        return [({"role": "user", "content": parts_of(content)}, (index,), False)]
-    views: list[tuple[Message, tuple[int, ...], bool]] = []
+        return [({"role": "user", "content": parts_of(content)}, (index,), "")]
+    views: list[View] = []
     for j in results:
         block = content[j]
         tool = {"role": "tool", "tool_call_id": str(block.get("tool_use_id")), "content": result_content(block)}
-        views.append((tool, (index, j), False))
+        views.append((tool, (index, j), ""))
     others = [j for j in range(len(content)) if j not in results]
-    if others:
-        views.append(({"role": "user", "content": parts_of([content[j] for j in others])}, (index, *others), False))
+    if others:  # what the turn carries beside its results (a reminder): part of the observation, no request
+        beside = {"role": "user", "content": parts_of([content[j] for j in others])}
+        views.append((beside, (index, *others), OBSERVATION))
     return views
 
 
-def assistant_view(content: str | list[Any], index: int) -> tuple[Message, tuple[int, ...], bool]:
+def assistant_view(content: str | list[Any], index: int) -> View:
     if isinstance(content, str):
-        return {"role": "assistant", "content": content}, (index,), False
+        return {"role": "assistant", "content": content}, (index,), ""
     texts, calls, reasoning, opaque = [], [], [], False
     for block in content:
         kind = block.get("type") if isinstance(block, dict) else None
@@ -245,7 +269,7 @@ def assistant_view(content: str | list[Any], index: int) -> tuple[Message, tuple
         view["tool_calls"] = calls
     if any(reasoning):
         view["reasoning_content"] = "\n".join(r for r in reasoning if r)
-    return view, (index,), opaque
+    return view, (index,), OPAQUE if opaque else ""
 
 
 def result_content(block: Block) -> str | list[dict[str, Any]]:
@@ -256,7 +280,8 @@ def result_content(block: Block) -> str | list[dict[str, Any]]:
 
 
 def parts_of(blocks: list[Any]) -> list[dict[str, Any]]:
-    """Blocks as Chat Completions' parts: text as text, an image as an image (counted as one), the rest by size."""
+    """Blocks as Chat Completions' parts: text as text, an image as an image and a document as a file
+    (counted as such, and never cut: truncation cuts text), the rest by the size of its JSON."""
     parts: list[dict[str, Any]] = []
     for block in blocks:
         kind = block.get("type") if isinstance(block, dict) else None
@@ -264,9 +289,20 @@ def parts_of(blocks: list[Any]) -> list[dict[str, Any]]:
             parts.append({"type": "text", "text": block["text"]})
         elif kind == "image" and isinstance(block.get("source"), dict):
             parts.append({"type": "image_url", "image_url": {"url": image_url(block["source"])}})
+        elif kind == "document" and isinstance(block.get("source"), dict):
+            parts.append({"type": "file", "file": {"file_data": document_data(block["source"])}})
         else:
             parts.append({"type": "text", "text": orjson.dumps(block).decode()})
     return parts
+
+
+def document_data(source: dict[str, Any]) -> str:
+    """A document's bytes as base64, what a file is counted by: a PDF's as sent, a text's encoded ("": by
+    reference, counted as a file of unknown size)."""
+    data = source.get("data")
+    if source.get("type") == "text" and isinstance(data, str):
+        return base64.b64encode(data.encode()).decode()
+    return data if source.get("type") == "base64" and isinstance(data, str) else ""
 
 
 def image_url(source: dict[str, Any]) -> str:
@@ -406,10 +442,11 @@ class Written:
             if last.blocks is None:
                 last.blocks = [(j, b) for j, b in enumerate(blocks_of(last.message["content"]))]
             last.blocks.append((len(last.blocks) + 10**9, block))  # after every block of its own
-            self.summary_at = (len(self.entries) - 1, len(last.blocks) - 1)
-            return
-        self.entries.append(Entry(None, "user", {"role": "user", "content": [block]}))
-        self.summary_at = (len(self.entries) - 1, 0)
+            spot = (len(self.entries) - 1, len(last.blocks) - 1)
+        else:
+            self.entries.append(Entry(None, "user", {"role": "user", "content": [block]}))
+            spot = (len(self.entries) - 1, 0)
+        self.summary_at = self.summary_at or spot  # the first new turn is the summary (the head comes before it)
 
     def messages(self) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []

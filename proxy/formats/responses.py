@@ -37,7 +37,7 @@ from typing import Any
 import orjson
 
 from proxy.formats.compaction_items import ItemKey, is_ours
-from proxy.formats.seam import CoreRequest, Message, TakenOver, openai_error, refuses_field, text_of_parts
+from proxy.formats.seam import CoreRequest, Message, TakenOver, data_event, openai_error, refuses_field, text_of_parts
 from proxy.policy.refusals import Refusal, detect, detect_document, event_data
 
 log = logging.getLogger("inflight")
@@ -205,6 +205,17 @@ class Responses:
 
     def error_body(self, message: str, *, error_type: str, param: str | None, code: str | None) -> bytes:
         return openai_error(message, error_type=error_type, param=param, code=code)
+
+    def error_event(self, body: bytes) -> bytes:
+        return data_event(body)
+
+    count_path: str | None = None  # no exact count to ask for
+
+    def count_request(self, payload: dict[str, Any]) -> dict[str, Any]:
+        return payload
+
+    def counted_tokens(self, document: object) -> int | None:
+        return None
 
     def take_over(self, payload: dict[str, Any], *, prompt_tokens: int, count: Callable[[str], int]) -> TakenOver:
         return TakenOver(self.without_server_compaction(payload))

@@ -12,6 +12,8 @@ Reading (`read`): the request body becomes a `CoreRequest`:
   fields the tool definitions cost (`tools`, `tool_choice`, `response_format`, ...). A format
   whose instructions sit outside its messages (`instructions`, a top-level `system`) puts them
   first as a `system` message, so they are counted and pinned like any other.
+- `observations`: user messages that are no request (text beside a turn's tool results), which
+  the core must not take for the latest request.
 - `opaque`: the indices of messages the core must never edit: encrypted reasoning items, signed
   thinking blocks, compaction items. They are kept byte for byte or dropped whole with the turn
   they belong to (the assistant output they precede), never rewritten, masked or reordered.
@@ -47,6 +49,10 @@ request came in (Codex's models answer only through the Responses API): `summary
 non-streaming request at `summary_path` from the summarizer's messages (the prompt first, as a
 `system` message), `summary_reply` reads the text and whether it was cut at the token limit.
 
+Counting: where the upstream counts a prompt exactly (`count_path`: Anthropic's `count_tokens`),
+`count_request` and `counted_tokens` ask and read it; the pipeline asks on turns near a threshold
+when the config says so.
+
 Answers: `refusal` and `stream_refusal` recognise "the prompt is too long" in an error body and
 in a stream's first event that `stream_pending` does not pass over (the Responses API announces
 a response before it fails it), with the window and the upstream's own count when the text names
@@ -76,6 +82,7 @@ class TakenOver:
 
     payload: dict[str, Any]
     report: dict[str, Any] | None = None
+    edited: bool = False  # the conversation changed (not only the request removed): it is counted again
 
 
 @dataclass(frozen=True)
@@ -100,6 +107,9 @@ class CoreRequest:
     # `context_management`); None: it does not.
     compact_at: int | None = None
     server_edits: bool = False  # the client asks the upstream to edit its context (Anthropic's `context_management`)
+    # User messages that are no request: text a tool turn carries beside its results (Claude Code's
+    # `<system-reminder>`s); the latest request is looked for before them.
+    observations: frozenset[int] = field(default_factory=frozenset)
 
     @property
     def server_managed(self) -> bool:
@@ -145,6 +155,20 @@ class WireFormat(Protocol):
 
     def error_body(self, message: str, *, error_type: str, param: str | None, code: str | None) -> bytes:
         """One of the proxy's own errors, in this format's error shape."""
+        ...
+
+    def error_event(self, body: bytes) -> bytes:
+        """An error body (this format's shape) as the SSE event its clients raise on, once a stream began."""
+        ...
+
+    count_path: str | None  # where the upstream counts a prompt exactly (Anthropic's `count_tokens`); None: nowhere
+
+    def count_request(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """The body to ask `count_path` with: the request's prompt, without what only generation takes."""
+        ...
+
+    def counted_tokens(self, document: object) -> int | None:
+        """The prompt's tokens in `count_path`'s answer (None: not there)."""
         ...
 
     def take_over(self, payload: dict[str, Any], *, prompt_tokens: int, count: Callable[[str], int]) -> TakenOver:
@@ -205,3 +229,8 @@ def text_of_parts(parts: object) -> str:
     if not isinstance(parts, list):
         return ""
     return "\n".join(p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str))
+
+
+def data_event(body: bytes) -> bytes:
+    """An error body as the SSE event OpenAI's clients raise on (`data: {"error": ...}`)."""
+    return b"data: " + body.strip().replace(b"\n", b"") + b"\n\n"

@@ -14,10 +14,11 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from starlette.requests import Request
 
 from proxy.config import Limits
-from proxy.errors import UpstreamUnreachable
+from proxy.errors import ProxyError, UpstreamUnreachable
 from proxy.formats import UsageReader, WireFormat
 from proxy.http.body import read_limited
 from proxy.http.disconnect import cancelled_on_disconnect
@@ -39,6 +40,7 @@ from proxy.upstream.headers import KEY_HEADERS, header_value, is_event_stream
 from proxy.upstream.response import Response
 
 log = logging.getLogger("inflight")
+COUNT_TIMEOUT_S = 10.0  # the upstream's exact count; past it, our estimate decides
 
 
 @dataclass
@@ -86,6 +88,8 @@ class ConversationHandler:
             if intake.counted is None:  # not ours to judge: the upstream answers whatever this is with its own error
                 return relay(await self.send(request, exchange, intake.raw, rewritten=False), exchange)
             accounting = await self.pipeline.account(intake.counted, discovery(self.upstream, request))
+            if self.pipeline.asks_exact_count(intake.counted, accounting):
+                accounting = await self.exact(request, exchange, intake.counted, accounting)
             exchange.note_all(accounting.log_fields())
             call = Call(request, exchange, intake.counted, accounting, options_of(request, self.wire))
             interval = self.keepalive_after(call)
@@ -102,6 +106,12 @@ class ConversationHandler:
                 preparing.cancel()
                 raise
             return await self.respond(call, preparing.result())
+
+    async def exact(self, request: Request, exchange: Exchange, counted: Counted, accounting: Accounting) -> Accounting:
+        """The upstream's own count of the prompt (`messages.count_tokens: near`), else our estimate."""
+        tokens = await exact_count(self.upstream, request, counted)
+        exchange.note("exact_count", tokens if tokens is not None else "failed")
+        return self.pipeline.with_exact_count(accounting, tokens) if tokens is not None else accounting
 
     def keepalive_after(self, call: Call) -> float | None:
         """For a streaming request that may be compacted, `summarize.keepalive_after_s` of its model (else None)."""
@@ -274,6 +284,26 @@ async def reported_events(
                 yield event + separator
     if buffer:
         yield buffer
+
+
+async def exact_count(upstream: UpstreamClient, request: Request, counted: Counted) -> int | None:
+    """`POST` the prompt to the format's `count_path` with the client's credentials (and betas); None when
+    the upstream gives no count (an error, a timeout): the estimate stands."""
+    wire = counted.wire
+    assert wire.count_path is not None
+    raw = request.scope["headers"]
+    credentials = [(n, v) for n, v in upstream.credential_headers(raw) if n != b"host"]
+    betas = [(n, v) for n, v in raw if n == b"anthropic-beta"]
+    headers = [(b"content-type", b"application/json"), *credentials, *betas]
+    body = orjson.dumps(wire.count_request(counted.payload))
+    try:
+        status, answer = await upstream.send_whole(
+            "POST", wire.count_path, headers=headers, content=body, timeout_s=COUNT_TIMEOUT_S
+        )
+        return wire.counted_tokens(orjson.loads(answer)) if status == 200 else None
+    except (ProxyError, ValueError) as exc:
+        log.info("[tokens] %s gave no count (%s)", wire.count_path, exc)
+        return None
 
 
 def discovery(upstream: UpstreamClient, request: Request) -> FetchModels:

@@ -14,12 +14,23 @@ from proxy.upstream.client import UpstreamClient
 
 
 class PassThrough:
-    def __init__(self, upstream: UpstreamClient, *, limits: Limits) -> None:
-        self.upstream = upstream
+    """`anthropic`: where a request of Anthropic's clients goes (it carries `anthropic-version`), when
+    that is another upstream: `/v1/models` or `/v1/files` from Claude Code must not reach OpenAI's
+    upstream with the client's Anthropic key."""
+
+    def __init__(self, upstream: UpstreamClient, *, limits: Limits, anthropic: UpstreamClient | None = None) -> None:
+        self.default = upstream
+        self.anthropic = anthropic
         self.limits = limits
 
+    def upstream_for(self, request: Request) -> UpstreamClient:
+        if self.anthropic is not None and "anthropic-version" in request.headers:
+            return self.anthropic
+        return self.default
+
     async def __call__(self, request: Request, exchange: Exchange) -> Relay:
-        headers = self.upstream.headers_for(request.scope["headers"])
+        upstream = self.upstream_for(request)
+        headers = upstream.headers_for(request.scope["headers"])
         content = None
         length = declared_length(request, self.limits.max_body_bytes)
         if "transfer-encoding" in request.headers and length is None:
@@ -28,12 +39,12 @@ class PassThrough:
             content = stream_limited(request, self.limits)
         elif length:
             content = stream_limited(request, self.limits)
-        target = self.upstream.target_for(checked_path(request.scope), request.scope["query_string"])
+        target = upstream.target_for(checked_path(request.scope), request.scope["query_string"])
         exchange.upstream_sending()
         if content is None:  # nothing left to read from the client: watch for it leaving instead
             async with cancelled_on_disconnect(request.receive):
-                response = await self.upstream.open(request.method, target, headers=headers, content=None)
+                response = await upstream.open(request.method, target, headers=headers, content=None)
         else:
-            response = await self.upstream.open(request.method, target, headers=headers, content=content)
+            response = await upstream.open(request.method, target, headers=headers, content=content)
         exchange.upstream_answered()
         return relay(response, exchange)

@@ -71,6 +71,8 @@ class Pipeline:
         self._summarizers = summarizers
         self._models: LRUCache[str, ModelSettings] = LRUCache(maxsize=4096)
         self._servers_lacking: LRUCache[str, bool] = LRUCache(maxsize=4096)  # models without server compaction
+        # Models whose upstream refused a prompt for leaving the reply less than its `max_tokens`.
+        self._output_counted: LRUCache[str, bool] = LRUCache(maxsize=4096)
 
     def model_settings(self, model: str) -> ModelSettings:
         """The config for `model` (a glob walk, so cached: it is asked several times a request)."""
@@ -154,12 +156,32 @@ class Pipeline:
 
     def budget(self, counted: Counted, context_window: int) -> int:
         """The prompt's budget in `context_window`: the window less the reply's reserve (what the request
-        asks, capped at the configured reserve when the upstream need not fit it)."""
+        asks, capped at the configured reserve when the upstream need not fit it, until it says it must)."""
         reserve_tokens = self.model_settings(counted.model).compaction.reserve_tokens
         asked = counted.request.output_limit
-        if asked is not None and not counted.request.output_limit_binding:
+        binding = counted.request.output_limit_binding or counted.model in self._output_counted
+        if asked is not None and not binding:
             asked = min(asked, reserve_for(None, reserve_tokens=reserve_tokens, context_window=context_window))
         return budget_for(asked, reserve_tokens=reserve_tokens, context_window=context_window)
+
+    def asks_exact_count(self, counted: Counted, accounting: Accounting) -> bool:
+        """Whether to ask the upstream's exact count (`messages.count_tokens: near`): the format has one,
+        and our estimate is within `count_tokens_band` of the budget of a threshold it decides on."""
+        config = self.settings.messages
+        if counted.wire.count_path is None or config.count_tokens != "near" or accounting.exact:
+            return False
+        settings = self.model_settings(counted.model).compaction
+        points = [settings.prune_at, settings.summarize_at, 1.0, settings.summarize.background_at]
+        band = config.count_tokens_band * accounting.budget
+        estimate = accounting.prompt_tokens
+        return any(abs(estimate - share * accounting.budget) <= band for share in points if share is not None)
+
+    def with_exact_count(self, accounting: Accounting, tokens: int) -> Accounting:
+        """The request as the upstream counted it (`tokens`): this request's ratio, and calibration learns it."""
+        if accounting.raw_tokens <= 0 or tokens <= 0:
+            return accounting
+        self._calibration.record(accounting.model, estimate=accounting.raw_tokens, actual=tokens)
+        return replace(accounting, ratio=tokens / accounting.raw_tokens)
 
     def takes_over_server_compaction(self, counted: Counted) -> bool:
         """The request asks the upstream to compact or edit its context, and inflight does it instead: the
@@ -177,9 +199,13 @@ class Pipeline:
             return accounting.calibrated(self.text_tokens(counted.model, text))
 
         wire = counted.wire
-        taken = wire.take_over(counted.payload, prompt_tokens=accounting.prompt_tokens, count=count)
-        if taken.report is None:  # nothing edited: the view still holds, less the field
-            return replace(counted, payload=taken.payload), None
+        try:
+            taken = wire.take_over(counted.payload, prompt_tokens=accounting.prompt_tokens, count=count)
+        except Exception:  # a bug of ours: the request goes on as the client sent it, and the upstream answers
+            log.exception("[context_management] could not take it over for %s; sent as it came", counted.model)
+            return counted, None
+        if not taken.edited:  # the view still holds, less the field
+            return replace(counted, payload=taken.payload), taken.report
         raw = orjson.dumps(taken.payload)
         recounted = await call_sized(lambda: self.count(raw, taken.payload, wire), counted.count.total)
         return (recounted or replace(counted, payload=taken.payload)), taken.report
@@ -256,7 +282,9 @@ class Pipeline:
         settings = self.model_settings(accounting.model).compaction
         count = counted.count
         request = counted.request
-        conversation = Conversation(request.messages, count.messages, count.digests, count.fixed, request.opaque)
+        conversation = Conversation(
+            request.messages, count.messages, count.digests, count.fixed, request.opaque, request.observations
+        )
         own_units = int((retry.limit if retry else accounting.budget) / accounting.ratio)  # compaction's units
         budget = Budget.exactly(own_units) if retry and retry.blind else Budget.of(own_units, settings)
         force = options.mode == "force"  # a retry needs no push: what it retries is over its limit
@@ -285,6 +313,8 @@ class Pipeline:
     def learn(self, counted: Counted, accounting: Accounting, refusal: Refusal, prepared: Prepared) -> RetryAim:
         """Record what the refusal says; the (calibrated) budget to compact the retry against."""
         learned_budget = None
+        if refusal.counts_output:  # this upstream wants the reply's whole room: from now on, it gets it
+            self._output_counted[accounting.model] = True
         if refusal.context_window:
             self._registry.learn(accounting.model, refusal.context_window)
             learned_budget = self.budget(counted, refusal.context_window)

@@ -24,6 +24,9 @@ class Refusal:
     upstream: str  # which row of the table matched
     context_window: int | None = None
     prompt_tokens: int | None = None
+    # The wording says the reply's `max_tokens` counts against the window on this upstream (so the
+    # prompt's budget must leave all of it).
+    counts_output: bool = False
 
 
 @dataclass(frozen=True)
@@ -163,7 +166,7 @@ def detect_document(document: Any) -> Refusal | None:
             limit, max_tokens = _int(too_large["window"]) or 0, _int(too_large["max_tokens"]) or 0
             if max_tokens >= limit:
                 return None  # max_tokens alone exceeds the window: no compaction can help
-            return Refusal("vllm", limit, _int(too_large["prompt"]))
+            return Refusal("vllm", limit, _int(too_large["prompt"]), counts_output=True)
         for wording in WORDINGS:
             found = wording.pattern.search(message)
             if found:
@@ -172,7 +175,7 @@ def detect_document(document: Any) -> Refusal | None:
                     return None  # the reply's reserve alone fills the window: no compaction can help
                 window = _int(groups.get("window")) or numbers.get("n_ctx")
                 prompt = _int(groups.get("prompt")) or numbers.get("n_prompt_tokens")
-                return Refusal(wording.upstream, window, prompt)
+                return Refusal(wording.upstream, window, prompt, counts_output="max_tokens" in groups)
     if codes & CONTEXT_CODES:
         return Refusal("code", numbers.get("n_ctx"), numbers.get("n_prompt_tokens"))
     return None

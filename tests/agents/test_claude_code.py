@@ -60,7 +60,7 @@ def report(app: UpstreamApp, label: str) -> None:
     fake = app.messages
     print(
         f"\n{label}: {len(app.messages_requests())} requests, {fake.refused} refused, "
-        f"cached share {fake.cache_read_tokens / fake.prompt_tokens:.1%}"
+        f"cached share {app.cached_share():.1%} (inflight's {len(app.summaries)} summaries in it)"
     )
 
 
@@ -177,6 +177,6 @@ def test_claude_code_finishes_every_step_through_inflight(
     assert len({orjson.dumps(r.json()["system"]) for r in requests}) == 1  # `system` never touched
     assert not [r for r in requests if COMPACTION_REQUEST in r.body.decode()]  # it never summarized by itself
     assert app.messages.refused == (0 if told else 1)  # learned once, from the first refusal
-    cached = app.messages.cache_read_tokens / app.messages.prompt_tokens
+    cached = app.cached_share()  # the summaries inflight asked for count too
     report(app, f"{model} through inflight, window {WINDOW}, told={told}, own compaction={own_compaction}")
     assert cached >= 0.70

@@ -99,3 +99,17 @@ def test_thinking_is_cleared_from_all_but_the_latest_turns_unless_all_are_kept()
     default = {"type": "clear_thinking_20251015"}  # keeps the latest turn's only
     edited, _ = edit({"messages": messages, "context_management": {"edits": [default]}}, prompt_tokens=1)
     assert sum(1 for m in edited if m["role"] == "assistant" and m["content"][0]["type"] == "thinking") == 2
+
+
+def test_values_of_the_wrong_type_name_nothing_and_raise_nothing() -> None:
+    messages = conversation(5)
+    clear = {
+        "type": "clear_tool_uses_20250919",
+        "trigger": {"type": "tool_uses", "value": "many"},
+        "keep": 7,
+        "exclude_tools": 5,
+        "clear_tool_inputs": [{"n": 1}],
+        "clear_at_least": [],
+    }
+    edited, applied = edit({"messages": messages, "context_management": {"edits": [clear, "junk", {}]}}, 1)
+    assert results(edited).count(CLEARED_RESULT) == 2 and [a["cleared_tool_uses"] for a in applied] == [2]

@@ -4,6 +4,7 @@ and a long Claude Code-shaped conversation compacted by the real pipeline into a
 from __future__ import annotations
 
 import asyncio
+import base64
 import itertools
 from typing import Any
 
@@ -53,7 +54,9 @@ def test_blocks_read_as_messages_with_thinking_opaque_and_tool_results_apart() -
         {"id": "toolu_1", "type": "function", "function": {"name": "Bash", "arguments": '{"command":"ls"}'}}
     ]
     assert turn["reasoning_content"] == "List the files first."  # counted; the signature is not
-    assert request.opaque == frozenset({2})  # the turn with thinking: kept or dropped whole
+    # the system (field and role), and the turn with thinking: kept whole (or dropped whole, the turn)
+    assert request.opaque == frozenset({0, 2, 5})
+    assert request.observations == frozenset({4})  # the reminder beside the result: no request
     assert request.origins == [None, (0,), (1,), (2, 0), (2, 1), (3,), (4,)]
     assert request.messages[3] == {"role": "tool", "tool_call_id": "toolu_1", "content": "a.py\nb.py"}
     assert request.session == "5e55-10n"
@@ -254,3 +257,63 @@ def test_any_body_reads_without_error_and_an_uncompacted_one_writes_back_equal(
     assert request is not None
     assert len(request.messages) == len(request.origins)
     assert orjson.loads(MESSAGES.write(body, request, list(request.messages))) == orjson.loads(orjson.dumps(body))
+
+
+def prepared_body(body: dict[str, Any], window: int) -> tuple[dict[str, Any], str, str | None]:
+    """The body the real pipeline sends for `body` at `window` (no summarizer: the ledger stands in),
+    its actions, and why it cannot fit when it cannot."""
+    settings = Settings.model_validate({"models": {"*": {"context_window": window}}, "discover_context_window": False})
+    pipeline = build_pipeline(settings, summarizers=None)
+    raw = orjson.dumps(body)
+
+    async def prepare() -> tuple[bytes, str, str | None]:
+        counted = pipeline.count(raw, body, MESSAGES)
+        assert counted is not None
+        prepared = await pipeline.prepare(counted, await pipeline.account(counted, None), Options())
+        await pipeline.aclose()
+        return prepared.body, prepared.headers["x-inflight-actions"], prepared.too_long
+
+    sent, actions, too_long = asyncio.run(prepare())
+    return orjson.loads(sent), actions, too_long
+
+
+def test_the_last_resort_never_edits_the_system_and_never_grows_the_request() -> None:
+    body = claude_code_conversation(6, output_lines=40)
+    body["system"] = [{"type": "text", "text": "Rules. " * 1500}, BODY["system"][1]]  # most of the window
+    body["messages"].insert(1, {"role": "system", "content": "Plan mode. " * 300})
+    sent, _, too_long = prepared_body(body, 4_000)
+    assert sent["system"] == body["system"] and body["messages"][1] in sent["messages"]  # both whole
+    assert len(orjson.dumps(sent)) <= len(orjson.dumps(body))
+    assert too_long is not None  # said honestly: the system alone is over the budget
+
+
+def test_a_reminder_beside_old_results_is_no_request_and_does_not_hold_the_summary_back() -> None:
+    body = claude_code_conversation(40, output_lines=30)
+    reminder = {"type": "text", "text": "<system-reminder>The user changed a file.</system-reminder>"}
+    body["messages"][4]["content"].append(reminder)  # beside step 1's result
+    sent, actions, too_long = prepared_body(body, 8_000)
+    assert too_long is None and "fallback" in actions  # the middle went (no summarizer: its ledger)
+    assert reminder not in [b for m in sent["messages"] if isinstance(m["content"], list) for b in m["content"]]
+    assert len(sent["messages"]) < 30 and sent["messages"][-1] == body["messages"][-1]
+
+
+def test_a_document_counts_as_a_file_and_is_never_cut_as_text() -> None:
+    pdf = base64.b64encode(b"%PDF-1.7 " + bytes(300_000)).decode()
+    document = {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": pdf}}
+    text = {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "notes " * 100}}
+    use = {"type": "tool_use", "id": "t1", "name": "Read", "input": {"file_path": "spec.pdf"}}
+    result = {"type": "tool_result", "tool_use_id": "t1", "content": [document, text]}
+    body = {
+        "model": "m",
+        "max_tokens": 100,
+        "messages": [
+            {"role": "user", "content": "Read the spec."},
+            {"role": "assistant", "content": [use]},
+            {"role": "user", "content": [result]},
+        ],
+    }
+    request = MESSAGES.read(body)
+    assert request is not None
+    parts = request.messages[2]["content"]
+    assert [p["type"] for p in parts] == ["file", "file"]  # never text for truncation to cut
+    assert base64.b64decode(parts[1]["file"]["file_data"]) == b"notes " * 100

@@ -334,3 +334,99 @@ def test_context_edits_pass_through_to_an_upstream_that_does_them(
         response = httpx.post(f"{proxy_url}/messages", content=raw, headers={"content-type": "application/json"})
     assert response.status_code == 200 and response.content == bytes(app.messages_requests()[-1].sent)
     assert [r.body for r in app.messages_requests()] == [raw]  # as sent: the upstream does them itself
+
+
+def test_after_input_and_max_tokens_refusal_the_reply_gets_its_whole_room(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    """That wording says the upstream counts `max_tokens` against the window: the budget leaves all of it
+    from then on (capped at the configured reserve before, as Anthropic's own models need)."""
+    app, url = upstream
+    app.messages.agent = MessagesTaskAgent(steps=40)
+    app.messages.counts_max_tokens = True
+    app.windows[MODEL] = 12_000
+    body = {"model": MODEL, "max_tokens": 5_000, "messages": agent_messages(12), "tools": TOOLS}
+    with start_proxy(url) as proxy_url:
+        first = httpx.post(f"{proxy_url}/messages", json=body, timeout=30)
+        second = httpx.post(f"{proxy_url}/messages", json=body, timeout=30)
+    assert first.status_code == 200 and first.headers["x-inflight-retried"] == "1"
+    assert second.status_code == 200 and second.headers["x-inflight-budget"] == "7000"  # 12,000 - 5,000
+    assert app.messages.refused == 1  # the second went compacted to fit, at once
+
+
+def test_a_request_of_anthropics_clients_outside_messages_goes_to_its_upstream(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    """`GET /v1/models` from Claude Code must not reach the OpenAI upstream with the client's Anthropic key."""
+    openai_app, openai_url = upstream
+    anthropic_app = UpstreamApp()
+    with serve(anthropic_app) as anthropic_url:
+        upstreams = {"messages": {"base_url": f"{anthropic_url}/v1"}}
+        with (
+            start_proxy(openai_url, upstreams=upstreams) as proxy_url,
+            client_for(proxy_url, "sk-ant-SECRET") as client,
+        ):
+            client.models.list()
+            httpx.get(f"{proxy_url}/models", headers={"authorization": "Bearer sk-openai"})
+    [models] = anthropic_app.requests  # the SDK sends its key as a Bearer token or as x-api-key
+    assert models.path == "/v1/models" and "sk-ant-SECRET" in (
+        models.headers.get("x-api-key"),
+        models.headers.get("authorization", "")[7:],
+    )
+    [plain] = openai_app.requests
+    assert plain.path == "/v1/models" and "sk-ant-SECRET" not in str(plain.headers)
+
+
+def test_an_error_after_keepalive_comments_is_an_event_the_anthropic_sdk_raises(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    app, url = upstream
+    app.summarizer_delay = 1.0
+    config: dict[str, Any] = {
+        "models": {MODEL: {"context_window": 12_000}},
+        "compaction": {"summarize": {"background_at": None, "keepalive_after_s": 0.3}},
+    }
+    messages = agent_messages(90, lines=10)
+    with (
+        start_proxy(url, **config) as proxy_url,
+        client_for(proxy_url) as client,
+        pytest.raises(anthropic.APIStatusError) as raised,
+    ):
+        stream = client.messages.create(
+            model=MODEL,
+            max_tokens=4096,
+            messages=as_params(messages),
+            tools=TOOLS,
+            stream=True,
+            extra_headers={"x-scenario": "status-503"},
+        )
+        list(stream)
+    assert "upstream says 503" in str(raised.value)
+
+
+def test_near_a_threshold_the_upstreams_exact_count_decides_when_asked(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`messages.count_tokens: near`: the turn is counted by the upstream's `count_tokens`, with the
+    client's key and betas, and decided on that count (a band of the whole budget: every turn is near)."""
+    app, url = upstream
+    app.messages.agent = MessagesTaskAgent(steps=40)
+    body = {"model": MODEL, "max_tokens": 4096, "system": SYSTEM, "messages": agent_messages(6), "tools": TOOLS}
+    headers = {"x-api-key": "sk-ant-client", "anthropic-beta": "interleaved-thinking-2025-05-14"}
+    config: dict[str, Any] = {"models": {MODEL: {"context_window": 12_000}}}
+    with caplog.at_level(logging.INFO, logger="inflight"):
+        for count_tokens, band in (("near", 1.0), ("near", 0.001), ("off", 1.0)):
+            messages = {"count_tokens": count_tokens, "count_tokens_band": band}
+            with start_proxy(url, **config, messages=messages) as proxy_url:
+                response = httpx.post(f"{proxy_url}/messages", json=body, headers=headers, timeout=30)
+            assert response.status_code == 200
+    counts = [r for r in app.requests if r.path == "/v1/messages/count_tokens"]
+    assert len(counts) == 1  # near: asked; far from every threshold, or off: not
+    [asked] = counts
+    exact = app.messages.count({**asked.json(), "max_tokens": 1})
+    assert set(asked.json()) == {"model", "system", "messages", "tools"}  # the prompt, not the reply's fields
+    assert (
+        asked.headers["x-api-key"] == "sk-ant-client" and asked.headers["anthropic-beta"] == headers["anthropic-beta"]
+    )
+    [line, *_] = log_lines(caplog, "POST /v1/messages")
+    assert f" exact_count={exact} " in line and f" tokens={exact}/" in line  # decided on the upstream's count

@@ -414,7 +414,7 @@ class FakeMessages:
 
     def count_tokens(self, payload: dict[str, Any], betas: frozenset[str] = frozenset()) -> tuple[int, dict[str, Any]]:
         """`POST /v1/messages/count_tokens`: the same count, validated, with no window."""
-        problem = self.problem({"max_tokens": 1, **payload}, betas)
+        problem = self.problem({"max_tokens": 1 << 31, **payload}, betas)  # it takes none: no check of it
         if problem is not None:
             self.rejected.append(problem)
             return 400, error_body(problem)

@@ -383,6 +383,12 @@ class UpstreamApp:
         else:
             await self.respond(record, send, status, orjson.dumps(answer), "application/json")
 
+    def cached_share(self) -> float:
+        """The share of every prompt token the Messages API was sent that its cache served: the client's
+        requests and the proxy's summaries alike (a summary's prompt is never cached here)."""
+        summaries = sum(self.messages.count(r.json()) for r in self.summaries if r.path == "/v1/messages")
+        return self.messages.cache_read_tokens / max(self.messages.prompt_tokens + summaries, 1)
+
     def messages_requests(self) -> list[Recorded]:
         """The `POST /v1/messages` the client's requests became (the proxy's summarizer calls are in `summaries`)."""
         return [r for r in self.requests if r.path == "/v1/messages" and r.method == "POST" and r not in self.summaries]

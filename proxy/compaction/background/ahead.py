@@ -65,7 +65,7 @@ class SummaryAhead:
         head_len = head_length(conversation.messages)
         draft = Draft.from_record(record, conversation) if record is not None else Draft(head_len, head_len)
         outcome = Outcome([], sent_tokens, sent_tokens, [], draft.freeze(conversation), fits=True)
-        latest = latest_request_index(conversation.messages, self.observation)
+        latest = latest_request_index(conversation.messages, self.observation, conversation.observations)
         work = Work(conversation, draft, self.budget, outcome, self.count_message, latest_request=latest)
         growth = max(self.budget.summarize_at - sent_tokens, 0)
         cut = choose_cut(work, self.stage.settings, growth=growth)
