@@ -76,18 +76,42 @@ class Upstream(Section):
         return "" if value is None else value
 
 
+class SummarizerBudget(Section):
+    """The summarizer calls clients may cause (the operator pays for them when the proxy holds the key).
+
+    Per client (its key's identity: `access.keys`' key, else its `Authorization`/`x-api-key`, else its
+    address) and for the whole proxy. Past a budget, a turn compacts with the ledger instead
+    (`x-inflight-actions: summary-budget`), never fails. 0: no bound."""
+
+    calls_per_minute: int = Field(30, ge=0)
+    tokens_per_hour: int = Field(2_000_000, ge=0)  # the summarizer's input, as inflight counts it
+    global_calls_per_minute: int = Field(300, ge=0)
+    global_tokens_per_hour: int = Field(20_000_000, ge=0)
+
+
 class Limits(Section):
-    """What one client may make the proxy hold: request bodies (as sent and once decompressed) and time.
+    """What one client (or upstream) may make the proxy hold: bodies, headers, events, keys, time, summaries.
 
     The timeouts bound how long a client that sends slowly or not at all (a slow loris) keeps a
     connection: its headers, its body, and the wait for its next request on a kept-alive connection.
-    The wait for the upstream's answer is `upstream.read_timeout_s`, not these.
+    The wait for the upstream's answer is `upstream.read_timeout_s`, not these. The byte bounds stop
+    a hostile peer, never a real agent.
     """
 
     max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024)
     client_header_timeout_s: float = Field(30, gt=0)  # first byte of a request to the end of its headers
     client_body_timeout_s: float = Field(300, gt=0)  # end of the headers to the last byte of the body
     client_idle_timeout_s: int = Field(30, ge=1)  # a connection with no request in progress (uvicorn's own)
+    max_header_bytes: int = Field(64 * 1024, ge=1024)  # a request's headers: 431 past it, before any key check
+    max_upstream_header_bytes: int = Field(64 * 1024, ge=1024)  # an upstream answer's headers: 502 past it
+    # A held first event, and any one SSE line a reader keeps (refusal, usage): past it, held no longer, read no more.
+    max_event_bytes: int = Field(1024 * 1024, ge=1024)
+    # What the proxy inflates of an encoded answer to read it (usage, a refusal): past it, it reads no more.
+    max_inflate_bytes: int = Field(16 * 1024 * 1024, ge=1024)
+    # A client's string that keys a map or lands in a log or a store (model, session, label): clipped
+    # (logs) or hashed (keys) past this.
+    max_key_chars: int = Field(256, ge=16)
+    summarizer: SummarizerBudget = SummarizerBudget()
 
 
 class Access(Section):
@@ -96,6 +120,8 @@ class Access(Section):
     keys: tuple[str, ...] = ()
     admin_keys: tuple[str, ...] | None = None  # None: the same as `keys`
     allow_anonymous: bool = False  # inject `upstream.api_key` for anyone who can reach a public address
+    # Browser origins allowed to call the proxy while it holds a key and has no `keys` (else 403).
+    cors_origins: tuple[str, ...] = ()
 
     @field_validator("keys", "admin_keys", mode="before")
     @classmethod
