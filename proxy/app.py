@@ -16,7 +16,7 @@ from proxy.archive import open_archive
 from proxy.config import Settings
 from proxy.formats import CHAT_COMPLETIONS, MESSAGES, Responses, WireFormat
 from proxy.formats.compaction_items import ItemKey
-from proxy.http.access import AccessGuard
+from proxy.http.access import AccessGuard, OriginGuard
 from proxy.http.admin import healthz, metrics_route, stats_route
 from proxy.http.archive_routes import ArchiveRoutes
 from proxy.http.compact_handler import CompactHandler
@@ -37,10 +37,11 @@ METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "HEAD"]
 
 def create_app(settings: Settings) -> ASGIApp:
     """Build a proxy app; everything it holds lives in objects it owns, nothing in module globals."""
-    upstream = UpstreamClient(settings.upstream)
+    header_bound = settings.limits.max_upstream_header_bytes
+    upstream = UpstreamClient(settings.upstream, max_header_bytes=header_bound)
     # A format's own upstream (`upstreams.<format>`); Anthropic's takes the proxy's key as `x-api-key`.
     by_format = {
-        name: UpstreamClient(settings.upstream_for(name), key_header=key_header)
+        name: UpstreamClient(settings.upstream_for(name), key_header=key_header, max_header_bytes=header_bound)
         for name, key_header in (("chat_completions", b""), ("responses", b""), ("messages", b"x-api-key"))
         if name in settings.upstreams or key_header
     }
@@ -120,7 +121,9 @@ def create_app(settings: Settings) -> ASGIApp:
     # error-handling middlewares would only add a wrapper to every `send` of every response.
     router = Router(routes=routes, lifespan=lifespan, default=not_found)
     guarded = settings.access.keys or settings.access.admin
-    return AccessGuard(router, settings.access, on_refused=metrics.refused) if guarded else router
+    app: ASGIApp = AccessGuard(router, settings.access, on_refused=metrics.refused) if guarded else router
+    # A key held for anyone who can reach us: only our own address, never another origin's page.
+    return OriginGuard(app, settings) if settings.holds_upstream_key and not settings.access.keys else app
 
 
 def item_secret(settings: Settings) -> bytes:

@@ -41,6 +41,12 @@ class ClientTimeout(ProxyError):
     ends_connection = True
 
 
+class Forbidden(ProxyError):
+    status_code = 403
+    error_type = "permission_error"
+    code = "forbidden"
+
+
 class NotFound(ProxyError):
     status_code = 404
     error_type = "invalid_request_error"

@@ -14,6 +14,7 @@ from typing import Any
 
 import xxhash
 
+from proxy.archive.store import clipped
 from proxy.compaction.conversation import Message, pinned
 from proxy.compaction.record import Record
 from proxy.compaction.summary_job import written_part
@@ -27,9 +28,13 @@ def conversation_id(key: str) -> str:
 
 
 def conversation_label(key: str) -> str:
-    """What the viewer calls a conversation: its `x-inflight-session`, else its model."""
-    kind, _, rest = key.partition(":")
-    return rest if kind == "session" else rest.rpartition(":")[0] or key
+    """What the viewer calls a conversation: its `x-inflight-session`, else its model (clipped: a client's).
+
+    A key's scope (its tenant, what a summary is sent with) follows its last `#`, and a name holding a `#`
+    always has one (`conversation_key`): it is no part of the label."""
+    name = key.rpartition("#")[0] if "#" in key else key
+    kind, _, rest = name.partition(":")
+    return clipped(rest if kind == "session" else rest.rpartition(":")[0] or name)
 
 
 @dataclass(frozen=True)
@@ -60,7 +65,7 @@ def turn_entry(
     """One chat request: the client's tokens, what was sent, against which limits, and what was done."""
     return {
         "time": round(time, 3),
-        "model": model,
+        "model": clipped(model),
         "tokens": tokens,
         "sent": sent,
         "window": thresholds.window,  # (not `asdict`: it copies deeply, and this runs on every turn)
@@ -98,7 +103,7 @@ def compaction_entry(
         "id": compaction_id,
         "conversation": conversation,
         "time": round(time, 3),
-        "model": model,
+        "model": clipped(model),
         "tokens_before": tokens_before,
         "tokens_after": tokens_after,
         "actions": actions,

@@ -3,7 +3,8 @@
 `inflight:arch:conv:<id>` is a conversation's hash (label, model, first, last, turns,
 compactions), `inflight:arch:turns:<id>` its list of turns (the newest `max_turns`),
 `inflight:arch:cmp:<id>` a compaction's JSON, and `inflight:arch:index` orders conversations by
-their last turn. Redis's memory is bounded by its own `maxmemory`, as for the records.
+their last turn. Redis's memory is bounded by its own `maxmemory`, as for the records; labels and
+models are kept clipped (`store.clipped`), and a listing answers at most `MAX_LISTED` conversations.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from proxy.archive.store import TurnWrite
+from proxy.archive.store import MAX_LISTED, TurnWrite, clipped, kept_turn
 from proxy.config import Archive
 from proxy.records.redis import connect
 
@@ -44,8 +45,9 @@ class RedisArchive:
                 )
                 pipe.hsetnx(meta, "first", turn["time"])
                 pipe.hsetnx(meta, "compactions", 0)
-                pipe.hset(meta, mapping={"label": write.label, "model": turn["model"], "last": turn["time"]})
-                pipe.rpush(turns, orjson.dumps({"n": number, **turn}))
+                stored = kept_turn(number, turn)
+                pipe.hset(meta, mapping={"label": clipped(write.label), "model": stored["model"], "last": turn["time"]})
+                pipe.rpush(turns, orjson.dumps(stored))
                 pipe.ltrim(turns, -self.archive.max_turns, -1)
                 pipe.zadd(INDEX, {write.conversation: turn["time"]})
                 for key in (meta, turns):
@@ -64,7 +66,7 @@ class RedisArchive:
 
     async def conversations(self, limit: int) -> list[dict[str, Any]]:
         since = time.time() - self.archive.retention_s
-        found = await self.client.zrevrangebyscore(INDEX, "+inf", since, start=0, num=limit)
+        found = await self.client.zrevrangebyscore(INDEX, "+inf", since, start=0, num=min(limit, MAX_LISTED))
         ids = [cid.decode() for cid in found if isinstance(cid, bytes)]
         async with self.client.pipeline(transaction=False) as pipe:
             for conversation in ids:

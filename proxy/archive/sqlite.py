@@ -2,8 +2,10 @@
 
 Three tables: a row per conversation (its label, model, first and last time, turns so far), a row
 per turn and a row per compaction (each a JSON body). Every `SWEEP_EVERY` writes (or an eighth of
-`max_bytes` written), rows past the retention go, then the oldest turns and compactions while
-the bodies pass `max_bytes`; a conversation keeps its newest `max_turns` turns.
+`max_bytes` written), rows past the retention go, then the oldest rows of all three while they
+weigh more than `max_bytes` (a row weighs its bodies, its strings, the index entries of its keys
+and `ROW_BYTES`); a conversation keeps its newest `max_turns` turns. Labels and models are kept
+clipped (`store.clipped`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from proxy.archive.store import TurnWrite
+from proxy.archive.store import MAX_LISTED, TurnWrite, clipped, kept_turn
 from proxy.config import Archive
 from proxy.records.sqlite_thread import SqliteThread, transaction
 
@@ -31,6 +33,17 @@ CREATE TABLE IF NOT EXISTS archive_compactions (
 CREATE INDEX IF NOT EXISTS archive_compactions_time ON archive_compactions (time);
 """
 SWEEP_EVERY = 200
+ROW_BYTES = 64  # what SQLite keeps for a row beside its values: the rowid, the numbers, the time's index entry
+# What each table's rows weigh, in bytes (LENGTH of TEXT counts characters; of a BLOB, bytes). A key is in its
+# table and in each index on it.
+WEIGHTS = {
+    "archive_conversations": "LENGTH(CAST(id AS BLOB)) * 2 + LENGTH(CAST(label AS BLOB)) "
+    f"+ LENGTH(CAST(model AS BLOB)) + {ROW_BYTES}",
+    "archive_turns": f"LENGTH(body) + LENGTH(CAST(conversation AS BLOB)) * 2 + {ROW_BYTES}",
+    "archive_compactions": "LENGTH(body) + LENGTH(CAST(id AS BLOB)) * 2 + LENGTH(CAST(conversation AS BLOB)) "
+    f"+ {ROW_BYTES}",
+}
+TIMES = {"archive_conversations": "last", "archive_turns": "time", "archive_compactions": "time"}
 COLUMNS = ("id", "label", "model", "first", "last", "turns", "compactions")
 
 
@@ -54,14 +67,14 @@ class SqliteArchive:
                 )
                 update = "UPDATE archive_conversations SET compactions = compactions + 1 WHERE id = ?"
                 db.execute(update, (entry["conversation"],))
-            self._wrote(db, len(body))
+            self._wrote(db, len(body) + len(entry["id"]) * 2 + len(entry["conversation"]) + ROW_BYTES)
 
         await self.db.run(add)
 
     async def conversations(self, limit: int) -> list[dict[str, Any]]:
         since = time.time() - self.archive.retention_s
         query = f"SELECT {', '.join(COLUMNS)} FROM archive_conversations WHERE last > ? ORDER BY last DESC LIMIT ?"
-        rows = await self.db.run(lambda db: db.execute(query, (since, limit)).fetchall())
+        rows = await self.db.run(lambda db: db.execute(query, (since, min(limit, MAX_LISTED))).fetchall())
         return [dict(zip(COLUMNS, row, strict=True)) for row in rows]
 
     async def conversation(self, conversation: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
@@ -96,19 +109,21 @@ class SqliteArchive:
         groups: dict[str, list[TurnWrite]] = {}
         for write in writes:
             groups.setdefault(write.conversation, []).append(write)
-        rows, trim = [], []
+        rows, trim, size = [], [], 0
         with transaction(db):
             for conversation, group in groups.items():
                 first, last = group[0].turn, group[-1].turn
+                label, model = clipped(group[-1].label), clipped(str(last["model"]))
+                size += len(conversation) * 2 + len(label) + len(model) + ROW_BYTES
                 (total,) = db.execute(
                     "INSERT INTO archive_conversations (id, label, model, first, last, turns, compactions) "
                     "VALUES (?, ?, ?, ?, ?, ?, 0) ON CONFLICT (id) DO UPDATE SET last = excluded.last, "
                     "model = excluded.model, turns = turns + excluded.turns RETURNING turns",
-                    (conversation, group[-1].label, last["model"], first["time"], last["time"], len(group)),
+                    (conversation, label, model, first["time"], last["time"], len(group)),
                 ).fetchone()
                 start = total - len(group) + 1
                 rows += [
-                    (conversation, w.turn["time"], orjson.dumps({"n": start + i, **w.turn}))
+                    (conversation, w.turn["time"], orjson.dumps(kept_turn(start + i, w.turn)))
                     for i, w in enumerate(group)
                 ]
                 if total // 100 > (start - 1) // 100:  # now and then, not every turn: the oldest past max_turns
@@ -120,7 +135,7 @@ class SqliteArchive:
                 "ORDER BY time DESC LIMIT -1 OFFSET ?)",
                 (conversation, self.archive.max_turns),
             )
-        self._wrote(db, sum(len(row[2]) for row in rows))
+        self._wrote(db, size + sum(len(body) + len(cid) * 2 + ROW_BYTES for cid, _, body in rows))
 
     def _wrote(self, db: sqlite3.Connection, size: int) -> None:
         """Sweep every `SWEEP_EVERY` writes, or sooner when big entries came (a compaction may weigh megabytes)."""
@@ -132,18 +147,19 @@ class SqliteArchive:
 
     def _sweep(self, db: sqlite3.Connection) -> None:
         since = time.time() - self.archive.retention_s
-        for table in ("archive_conversations", "archive_turns", "archive_compactions"):
-            column = "last" if table == "archive_conversations" else "time"
+        for table, column in TIMES.items():
             db.execute(f"DELETE FROM {table} WHERE {column} <= ?", (since,))
         total = sum(
-            db.execute(f"SELECT COALESCE(SUM(LENGTH(body)), 0) FROM {table}").fetchone()[0]
-            for table in ("archive_turns", "archive_compactions")
+            db.execute(f"SELECT COALESCE(SUM({weight}), 0) FROM {table}").fetchone()[0]
+            for table, weight in WEIGHTS.items()
         )
-        while total > self.archive.max_bytes:  # the oldest entries first, turns and compactions alike
-            oldest = db.execute(
-                "SELECT 'archive_turns', rowid, time, LENGTH(body) FROM archive_turns UNION ALL "
-                "SELECT 'archive_compactions', rowid, time, LENGTH(body) FROM archive_compactions ORDER BY 3 LIMIT 100"
-            ).fetchall()
+        # The oldest rows first, of all three tables: a conversation's row (its time: its last turn's) goes after
+        # its turns.
+        oldest_first = " UNION ALL ".join(
+            f"SELECT '{table}', rowid, {TIMES[table]}, {weight} FROM {table}" for table, weight in WEIGHTS.items()
+        )
+        while total > self.archive.max_bytes:
+            oldest = db.execute(f"{oldest_first} ORDER BY 3 LIMIT 100").fetchall()
             if not oldest:
                 return
             for table, rowid, _, size in oldest:

@@ -1,9 +1,26 @@
-"""What an archive store does (`ArchiveStore`) and what it is given to keep (`TurnWrite`)."""
+"""What an archive store does (`ArchiveStore`) and what it is given to keep (`TurnWrite`).
+
+A label (a client's `x-inflight-session`) and a model name are whatever a client sent: a store keeps
+them clipped to `NAME_CHARS` (`clipped`), and lists at most `MAX_LISTED` conversations.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+NAME_CHARS = 256  # a label or a model as kept: enough for any real one (`limits.max_key_chars`' default)
+MAX_LISTED = 1000  # conversations one listing answers at most
+
+
+def clipped(name: str) -> str:
+    """A label or a model name as the archive keeps it: at most `NAME_CHARS` characters."""
+    return name if len(name) <= NAME_CHARS else name[: NAME_CHARS - 1] + "…"
+
+
+def kept_turn(number: int, turn: dict[str, Any]) -> dict[str, Any]:
+    """A turn as stored: numbered, its model clipped."""
+    return {"n": number, **turn, "model": clipped(str(turn.get("model", "")))}
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
+import xxhash
 from cachetools import LRUCache
 
 from proxy.compaction.background.ahead import SummaryAhead
@@ -50,7 +51,8 @@ class ConversationCompactions:
         self.jobs = jobs
         self.observer = observer  # told each record lookup's hit or miss
         self.ahead_jobs = AheadJobs(jobs, records, lock_for=self.lock_for, save=self.save)
-        self._recorded: LRUCache[str, bool] = LRUCache(maxsize=100_000)  # keys this process saved records under
+        # Digests of the keys this process saved records under (a key may be long: its digest is 16 bytes).
+        self._recorded: LRUCache[bytes, bool] = LRUCache(maxsize=100_000)
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
     async def compact(
@@ -75,7 +77,7 @@ class ConversationCompactions:
             self.jobs.touch(key)
         if not force and conversation.tokens <= budget.prune_at:
             start_at = ahead.start_at if ahead is not None else budget.prune_at
-            if conversation.tokens <= start_at and key not in self._recorded:
+            if conversation.tokens <= start_at and key_digest(key) not in self._recorded:
                 return None
             record = best_record(await self.records.load(key), conversation.digests)
             if record is None or record.bare:  # else `run` loads the record again, and counts that lookup
@@ -172,12 +174,16 @@ class ConversationCompactions:
         await self.records.close()
 
     async def save(self, key: str, records: list[Record]) -> None:
-        self._recorded[key] = True
+        self._recorded[key_digest(key)] = True
         await self.records.save(key, records)
 
     def lock_for(self, key: str) -> asyncio.Lock:
         """The conversation's lock in this process: its turns, and a job landing, take it one at a time."""
         return self._locks.setdefault(key, asyncio.Lock())
+
+
+def key_digest(key: str) -> bytes:
+    return xxhash.xxh3_128_digest(key.encode("utf-8", "surrogatepass"))
 
 
 def with_ahead_kept(new: Record, stored: Sequence[Record], digests: Sequence[bytes]) -> Record:

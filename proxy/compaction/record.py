@@ -93,11 +93,19 @@ def prefix_hash(digests: Sequence[bytes]) -> bytes:
     return xxhash.xxh3_128_digest(b"".join(digests))
 
 
-def conversation_key(*, session: str | None, model: str, head_digests: Sequence[bytes]) -> str:
-    """The client's `x-inflight-session` when it sends one, else the model and the head's hash."""
-    if session:
-        return f"session:{session}"
-    return f"head:{model}:{prefix_hash(head_digests).hex()}"
+def conversation_key(
+    *, session: str | None, model: str, head_digests: Sequence[bytes], tenant: str = "", sent_with: str = ""
+) -> str:
+    """The client's `x-inflight-session` when it sends one, else the model and the head's hash; then its scope.
+
+    The scope keeps tenants apart: `tenant`, the digest of the client's key, so that no client reads or
+    evicts (`MAX_RECORDS_PER_KEY`) another's records; and `sent_with`, the digest of the tools an in-place
+    summary is sent with (and `tool_choice: none`), so that a summary steered by other tools serves no
+    request but theirs. It follows the last `#`: a key with a scope, or whose name holds a `#`, has one
+    (empty for the latter when it has no scope), so that no two keys meet by accident."""
+    name = f"session:{session}" if session else f"head:{model}:{prefix_hash(head_digests).hex()}"
+    scope = ".".join(part for part in (f"t{tenant}" if tenant else "", f"w{sent_with}" if sent_with else "") if part)
+    return f"{name}#{scope}" if scope or "#" in name else name
 
 
 def best_record(records: Sequence[Record], digests: Sequence[bytes]) -> Record | None:

@@ -13,6 +13,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from proxy.compaction.background.scheduler import Final
 from proxy.compaction.conversation import Message, calls_of_results, describe_call, text_of
 from proxy.compaction.ledger import LEDGER_HEADING
 
@@ -57,6 +58,7 @@ class SummaryJob:
     ledger: str = ""
     prompt: str = field(default_factory=load_prompt)
     in_place: InPlace | None = None
+    input_tokens: int = 0  # what it sends, as we count it (without the note so far): what a summarizer budget spends
 
     def words(self) -> int:
         return max(self.max_tokens * 2 // 5, 60)  # about 60% of the room, in words: the rest is the ledger's
@@ -93,6 +95,14 @@ def head_for_summarizer(messages: Sequence[Message]) -> str:
 
 # Returns the summary text; raises on any failure (the digest stage then falls back to a local digest).
 Summarize = Callable[[SummaryJob], Awaitable[str]]
+
+
+class SummaryBudgetSpent(Final):
+    """The summarizer was not asked: the client's summarizer budget, or the proxy's, is spent for now.
+
+    Final: a background job is not tried again; the turn goes on with the ledger, and says why."""
+
+    action = "summary-budget"  # in `x-inflight-actions`
 
 
 def summary_message(text: str) -> Message:

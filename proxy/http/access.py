@@ -15,7 +15,7 @@ from collections.abc import Callable
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from proxy.config import Access, Settings
-from proxy.errors import ProxyError
+from proxy.errors import Forbidden, ProxyError
 from proxy.formats import MESSAGES
 from proxy.http.error_response import DEFAULT_SHAPE, render
 
@@ -77,6 +77,59 @@ class AccessGuard:
                     self.on_refused(scope["path"])
                 return
         await self.app(scope, receive, send)
+
+
+class OriginGuard:
+    """An ASGI wrapper for a proxy that holds an upstream key and asks clients for none: only requests
+    addressed to it by a loopback name or its listen address (`Host`), and not sent by another origin's
+    page (`Origin`), reach it. A page that rebinds its own DNS name to 127.0.0.1 would otherwise spend
+    the key and read the answers; a cross-origin "simple" request (`text/plain`) needs no preflight.
+    `access.cors_origins` lets named browser origins in. Answered 403 before anything else runs."""
+
+    def __init__(self, app: ASGIApp, settings: Settings) -> None:
+        self.app = app
+        self.listen_host = settings.listen.host.strip("[]").lower()
+        self.cors_origins = frozenset(origin.rstrip("/").lower() for origin in settings.access.cors_origins)
+        # Listening on every address (allowed only with `access.allow_anonymous`): any Host is ours.
+        self.any_host = self.listen_host in ("0.0.0.0", "::", "")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            problem = self.problem(scope)
+            if problem is not None:
+                wire = MESSAGES if scope["path"].startswith("/v1/messages") else DEFAULT_SHAPE
+                await render(Forbidden(problem), wire=wire)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+    def problem(self, scope: Scope) -> str | None:
+        headers = {name: value for name, value in scope["headers"] if name in (b"host", b"origin")}
+        host = headers.get(b"host", b"").decode("latin-1").strip().lower()
+        if not self.any_host and not self.ours(host_name(host)):
+            return (
+                f"this proxy holds an upstream key and answers only to its own address, not to Host {host[:100]!r} "
+                "(set access.keys to serve other names)"
+            )
+        origin = headers.get(b"origin")
+        if origin is None:
+            return None
+        text = origin.decode("latin-1").strip().rstrip("/").lower()
+        if text in (f"http://{host}", f"https://{host}") or text in self.cors_origins:
+            return None
+        return (
+            f"requests from the browser origin {text[:100]!r} are refused: this proxy holds an upstream key "
+            "(list the origin in access.cors_origins to allow it)"
+        )
+
+    def ours(self, name: str) -> bool:
+        return name == "localhost" or name == self.listen_host or is_loopback(name)
+
+
+def host_name(host: str) -> str:
+    """The name in a `Host` value, without its port (`[::1]:8787` -> `::1`)."""
+    if host.startswith("["):
+        return host[1:].partition("]")[0]
+    return host.rpartition(":")[0] if host.count(":") == 1 else host
 
 
 def startup_problem(settings: Settings) -> str | None:

@@ -69,8 +69,8 @@ class CompactHandler:
             ):
                 return relay(response, exchange)
             theirs = await read_short(response, self.upstream.host)  # its "no such route", kept to relay if need be
-            accounting = await self.pipeline.account(counted, discovery(self.upstream, request))
             options = replace(options_of(request, self.wire), mode="force")  # compacted, fit or not
+            accounting = await self.pipeline.account(counted, discovery(self.upstream, request), tenant=options.tenant)
             prepared = await self.pipeline.prepare(counted, accounting, options)
         output = (
             self.sealed(counted.payload["input"], orjson.loads(prepared.body)["input"]) if prepared.rewritten else None

@@ -32,7 +32,7 @@ from proxy.pipeline.accounting import Accounting, Counted
 from proxy.pipeline.archiving import Archiver
 from proxy.pipeline.engine import Options, Pipeline
 from proxy.pipeline.outgoing import Prepared
-from proxy.policy.refusals import first_event
+from proxy.policy.refusals import EventBuffer
 from proxy.policy.retry import RetryAim
 from proxy.policy.windows import FetchModels
 from proxy.upstream.client import UpstreamClient
@@ -87,11 +87,13 @@ class ConversationHandler:
         async with cancelled_on_disconnect(request.receive):  # the body is read: now watch for the client leaving
             if intake.counted is None:  # not ours to judge: the upstream answers whatever this is with its own error
                 return relay(await self.send(request, exchange, intake.raw, rewritten=False), exchange)
-            accounting = await self.pipeline.account(intake.counted, discovery(self.upstream, request))
+            options = options_of(request, self.wire)
+            fetch_models = discovery(self.upstream, request)
+            accounting = await self.pipeline.account(intake.counted, fetch_models, tenant=options.tenant)
             if self.pipeline.asks_exact_count(intake.counted, accounting):
-                accounting = await self.exact(request, exchange, intake.counted, accounting)
+                accounting = await self.exact(request, exchange, intake.counted, accounting, options.tenant)
             exchange.note_all(accounting.log_fields())
-            call = Call(request, exchange, intake.counted, accounting, options_of(request, self.wire))
+            call = Call(request, exchange, intake.counted, accounting, options)
             interval = self.keepalive_after(call)
             if interval is None:
                 return await self.respond(call, await self.prepare(call))
@@ -107,11 +109,15 @@ class ConversationHandler:
                 raise
             return await self.respond(call, preparing.result())
 
-    async def exact(self, request: Request, exchange: Exchange, counted: Counted, accounting: Accounting) -> Accounting:
+    async def exact(
+        self, request: Request, exchange: Exchange, counted: Counted, accounting: Accounting, tenant: str
+    ) -> Accounting:
         """The upstream's own count of the prompt (`messages.count_tokens: near`), else our estimate."""
         tokens = await exact_count(self.upstream, request, counted)
         exchange.note("exact_count", tokens if tokens is not None else "failed")
-        return self.pipeline.with_exact_count(accounting, tokens) if tokens is not None else accounting
+        if tokens is None:
+            return accounting
+        return self.pipeline.with_exact_count(accounting, tokens, tenant=tenant)
 
     def keepalive_after(self, call: Call) -> float | None:
         """For a streaming request that may be compacted, `summarize.keepalive_after_s` of its model (else None)."""
@@ -133,7 +139,11 @@ class ConversationHandler:
             return self.relay_with_usage(call, response, prepared)
         try:
             held = await hold_until_known(
-                response, self.wire, event_stream=call.counted.streams, host=self.upstream.host
+                response,
+                self.wire,
+                event_stream=call.counted.streams,
+                host=self.upstream.host,
+                max_event_bytes=self.limits.max_event_bytes,
             )
         except BaseException:
             await response.aclose()
@@ -145,7 +155,7 @@ class ConversationHandler:
         if held.refusal is None:
             return self.relay_with_usage(call, response, prepared, held=held)
         await response.aclose()
-        aim = self.pipeline.learn(call.counted, accounting, held.refusal, prepared)
+        aim = self.pipeline.learn(call.counted, accounting, held.refusal, prepared, tenant=call.options.tenant)
         exchange.note_all({"refused_by": held.refusal.upstream, "retry_limit": aim.limit})
         if aim.blind:
             exchange.note("retry_aim", "blind")
@@ -161,7 +171,8 @@ class ConversationHandler:
         """Once: the same request with its compaction taken over by inflight, from now on for this model."""
         self.pipeline.learn_no_server_compaction(call.counted.model)
         call.exchange.note("context_management", "refused")
-        call.accounting = await self.pipeline.account(call.counted, discovery(self.upstream, call.request))
+        fetch_models = discovery(self.upstream, call.request)
+        call.accounting = await self.pipeline.account(call.counted, fetch_models, tenant=call.options.tenant)
         call.exchange.note_all(call.accounting.log_fields())
         return await self.respond(call, await self.prepare(call))
 
@@ -207,16 +218,20 @@ class ConversationHandler:
             self.wire,
             event_stream=is_event_stream(response.headers),
             content_encoding=header_value(response.headers, b"content-encoding"),
+            max_event_bytes=self.limits.max_event_bytes,
+            max_inflate_bytes=self.limits.max_inflate_bytes,
         )
-        pipeline, model = self.pipeline, call.accounting.model
+        pipeline, model, tenant = self.pipeline, call.accounting.model, call.options.tenant
 
         def calibrate() -> None:
             actual = reader.finish()
             if actual is not None:
-                pipeline.record_usage(model, estimate=prepared.sent_tokens, actual=actual)
+                pipeline.record_usage(model, estimate=prepared.sent_tokens, actual=actual, tenant=tenant)
 
         answer = relay(response, call.exchange, chunks=tap(chunks, reader.feed, calibrate))
-        return answer if prepared.report is None else reported(answer, self.wire, prepared.report)
+        if prepared.report is None:
+            return answer
+        return reported(answer, self.wire, prepared.report, max_event_bytes=self.limits.max_event_bytes)
 
 
 async def post_upstream(
@@ -242,7 +257,7 @@ async def post_upstream(
     return response
 
 
-def reported(answer: Relay, wire: WireFormat, report: dict[str, Any]) -> Relay:
+def reported(answer: Relay, wire: WireFormat, report: dict[str, Any], *, max_event_bytes: int) -> Relay:
     """The answer with the report of what inflight did in the upstream's place (Anthropic's
     `context_management`) written in: the JSON body whole, or the stream's event that carries it. An
     encoded answer (the upstream ignored our `identity`) goes as it came."""
@@ -250,7 +265,7 @@ def reported(answer: Relay, wire: WireFormat, report: dict[str, Any]) -> Relay:
         log.info("[context_management] the answer came encoded: sent without the report of the edits made")
         return answer
     if is_event_stream(answer.headers):
-        answer.chunks = reported_events(answer.chunks, wire, report)
+        answer.chunks = reported_events(answer.chunks, wire, report, max_event_bytes=max_event_bytes)
         return answer
     answer.headers = [(name, value) for name, value in answer.headers if name != b"content-length"]
     answer.chunks = reported_whole(answer.chunks, wire, report)
@@ -268,22 +283,25 @@ async def reported_whole(
 
 
 async def reported_events(
-    chunks: AsyncIterator[bytes], wire: WireFormat, report: dict[str, Any]
+    chunks: AsyncIterator[bytes], wire: WireFormat, report: dict[str, Any], *, max_event_bytes: int
 ) -> AsyncIterator[bytes]:
-    """The stream event by event as it comes, each through `wire.reported_event`."""
-    buffer = b""
+    """The stream event by event as it comes, each through `wire.reported_event`; past `max_event_bytes`
+    with no end of an event in sight, the rest as it comes."""
+    events = EventBuffer()
     async for chunk in chunks:
-        buffer += chunk
-        while (found := first_event(buffer)) is not None:
-            event, rest = found
-            separator = buffer[len(event) : len(buffer) - len(rest)]
-            buffer = rest
+        events.add(chunk)
+        while (event := events.next_event()) is not None:
             try:
-                yield wire.reported_event(event, report) + separator
+                yield wire.reported_event(event, report) + b"\n\n"
             except ValueError:
-                yield event + separator
-    if buffer:
-        yield buffer
+                yield event + b"\n\n"
+        if len(events) > max_event_bytes:
+            yield events.pending
+            async for rest in chunks:
+                yield rest
+            return
+    if events.pending:
+        yield events.pending
 
 
 async def exact_count(upstream: UpstreamClient, request: Request, counted: Counted) -> int | None:
@@ -327,4 +345,5 @@ def options_of(request: Request, wire: WireFormat) -> Options:
         session=request.headers.get("x-inflight-session"),
         session_hint=hint,
         credentials=[(name, value) for name, value in request.scope["headers"] if name in KEY_HEADERS],
+        client=request.client.host if request.client else "",
     )

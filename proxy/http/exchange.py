@@ -13,11 +13,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 log = logging.getLogger("inflight")
+MAX_FIELD_CHARS = 256
 
 
 def clean(value: object) -> str:
-    """A log field that cannot forge a line or a field: control characters and spaces escaped."""
+    """A log field that cannot forge a line or a field, nor fill the log: control characters and spaces
+    escaped, clipped to MAX_FIELD_CHARS (a client's 2 MB model name is 2 MB no more)."""
     text = str(value)
+    if len(text) > MAX_FIELD_CHARS:
+        text = f"{text[:MAX_FIELD_CHARS]}...(+{len(text) - MAX_FIELD_CHARS})"
     if text.isprintable() and " " not in text:
         return text
     return text.encode("unicode_escape").decode("ascii").replace(" ", "\\x20")

@@ -3,6 +3,10 @@
 An error body is read whole (bounded); a stream up to its first event that tells (the wire format
 passes over the ones that do not: the Responses API announces a response before it fails it). What was read is kept and
 relayed first when the response is not a refusal, so the client still gets every byte.
+
+A stream is held for at most `max_event_bytes` (`limits.max_event_bytes`): an upstream whose first line
+is 300 MB with no newline, or that sends comments forever, is then relayed as it comes, and that
+request is not retried.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from dataclasses import dataclass
 
 from proxy.formats import WireFormat
 from proxy.policy.refusals import MAX_BODY as MAX_ERROR_BODY
-from proxy.policy.refusals import Refusal, first_event
+from proxy.policy.refusals import EventBuffer, Refusal
 from proxy.upstream.exceptions import upstream_errors
 from proxy.upstream.headers import header_value, is_event_stream
 from proxy.upstream.response import Response as UpstreamResponse
@@ -27,9 +31,16 @@ class Held:
     refusal: Refusal | None = None
 
 
-async def hold_until_known(response: UpstreamResponse, wire: WireFormat, *, event_stream: bool, host: str) -> Held:
+async def hold_until_known(
+    response: UpstreamResponse,
+    wire: WireFormat,
+    *,
+    event_stream: bool,
+    host: str,
+    max_event_bytes: int = 1024 * 1024,
+) -> Held:
     """Read an error body whole, or a stream up to its first event; `wire` says whether it is a refusal.
-    A 2xx JSON body is never held."""
+    A 2xx JSON body is never held, nor a stream past `max_event_bytes` without an event that tells."""
     rest = response.aiter_raw()
     chunks: list[bytes] = []
     encoding = header_value(response.headers, b"content-encoding")
@@ -45,18 +56,22 @@ async def hold_until_known(response: UpstreamResponse, wire: WireFormat, *, even
         return Held(chunks, rest, wire.refusal(response.status, body, content_encoding=encoding))
     if response.status != 200 or not event_stream or not is_event_stream(response.headers) or encoding:
         return Held(chunks, rest)
-    buffer = b""
+    events = EventBuffer()
+    held = 0
     passed = False  # events that said nothing yet (the Responses API's `response.created`) went by
     async with upstream_errors(host):
         async for chunk in rest:
             chunks.append(chunk)
-            buffer += chunk
-            while (found := first_event(buffer)) is not None:
-                event, buffer = found
+            events.add(chunk)
+            while (event := events.next_event()) is not None:
                 if not wire.stream_pending(event):
                     return Held(chunks, rest, wire.stream_refusal(event))
                 passed = True
-    if not buffer.strip() and not passed:
+            held += len(chunk)
+            if held > max_event_bytes:
+                return Held(chunks, rest)  # no event that tells within the bound: relayed as it is
+    pending = events.pending
+    if not pending.strip() and not passed:
         # llama-cpp-python answers an overlong streaming request with 200 and a stream with no event at all.
         return Held(chunks, rest, Refusal("llama-cpp-python-stream"))
-    return Held(chunks, rest, wire.stream_refusal(buffer))
+    return Held(chunks, rest, wire.stream_refusal(pending))

@@ -10,6 +10,15 @@ and its file descriptor forever. `BoundedHttpProtocol` adds the two missing cloc
 - from the first byte of a request to the end of its headers, `limits.client_header_timeout_s`;
   past it the client gets a 408 in OpenAI's shape and the connection is closed.
 
+And one bound: a request's head (request line and headers) may take `limits.max_header_bytes`. It is
+counted as the bytes arrive, before the parser sees them, so a client with no key gets a 431 once
+that much came, not after uvicorn buffered its 100 MB header (httptools assembles a header value by
+repeated concatenation, so an unbounded one also costs quadratic time).
+
+Trailer fields of a chunked request are dropped: httptools reports them like headers, and uvicorn
+appends them to the request's header list, so a request that arrived in one read would have them
+forwarded as headers (and past every check made on the headers), one that arrived in two would not.
+
 It also refuses WebSocket upgrades before any app sees them (a 501 saying to use HTTP).
 
 The body's own clock (`limits.client_body_timeout_s`) runs where the body is read (`proxy.http.body`),
@@ -47,6 +56,19 @@ def header_timeout_response(timeout_s: float) -> bytes:
     return head + body
 
 
+def header_too_large_response(max_bytes: int) -> bytes:
+    body = error_body(
+        f"request headers exceed {max_bytes} bytes (limits.max_header_bytes)",
+        error_type="invalid_request_error",
+        code="request_header_fields_too_large",
+    )
+    head = (
+        b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\nconnection: close\r\n"
+        b"content-length: %d\r\n\r\n" % len(body)
+    )
+    return head + body
+
+
 WEBSOCKET_REFUSAL = "inflight does not proxy WebSocket connections; send the same request over HTTP"
 
 
@@ -60,13 +82,16 @@ def websocket_refusal_response() -> bytes:
 
 
 class BoundedHttpProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with an idle clock from the first moment and a header clock."""
+    """uvicorn's httptools protocol with an idle clock from the first moment, a header clock and a header bound."""
 
     header_timeout_s: float = 30.0
+    max_header_bytes: int = 64 * 1024
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.header_deadline: asyncio.TimerHandle | None = None
+        self.reading_head = True  # between the end of a request (or the start) and the end of the next one's headers
+        self.head_bytes = 0  # bytes of the current head fed to the parser so far
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -77,11 +102,34 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         if self.header_deadline is None and (self.cycle is None or self.cycle.response_complete):
             # The first bytes of a new request: its headers have this long to arrive, however slowly.
             self.header_deadline = self.loop.call_later(self.header_timeout_s, self.headers_too_slow)
-        super().data_received(data)
+        budget = self.max_header_bytes - self.head_bytes if self.reading_head else len(data)
+        if len(data) <= budget:
+            if self.reading_head:
+                self.head_bytes += len(data)
+            super().data_received(data)
+            return
+        # Only what the bound allows goes to the parser; the rest only once the head ended within it.
+        super().data_received(data[:budget])
+        if self.transport.is_closing():
+            return
+        if self.reading_head:
+            self.headers_too_large()
+            return
+        super().data_received(data[budget:])
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self.reading_head:
+            super().on_header(name, value)
+        # else: a trailer field of a chunked body, dropped (see the module's docstring)
 
     def on_headers_complete(self) -> None:
         self.stop_header_clock()
+        self.reading_head = False
         super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        self.reading_head, self.head_bytes = True, 0
+        super().on_message_complete()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.stop_header_clock()
@@ -102,6 +150,20 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self.transport.write(websocket_refusal_response())
         self.transport.close()
 
+    def headers_too_large(self) -> None:
+        self.stop_header_clock()
+        client = f"{self.client[0]}:{self.client[1]}" if self.client else "-"
+        log.info(
+            "client %s: request headers over %d bytes (limits.max_header_bytes); answered 431 and closed",
+            client,
+            self.max_header_bytes,
+        )
+        if self.cycle is None or self.cycle.response_complete:
+            self.transport.write(header_too_large_response(self.max_header_bytes))
+        # else: the next request of a pipelining client, while this one's answer is under way: a 431 would
+        # land inside that answer, so the connection only closes.
+        self.transport.close()
+
     def headers_too_slow(self) -> None:
         self.header_deadline = None
         if self.transport.is_closing():
@@ -118,7 +180,8 @@ class BoundedHttpProtocol(HttpToolsProtocol):
 
 def bounded_protocol(limits: Limits) -> type[BoundedHttpProtocol]:
     """The protocol class for one server: uvicorn instantiates it per connection, with no arguments of ours."""
-    return type("BoundedHttpProtocol", (BoundedHttpProtocol,), {"header_timeout_s": limits.client_header_timeout_s})
+    bounds = {"header_timeout_s": limits.client_header_timeout_s, "max_header_bytes": limits.max_header_bytes}
+    return type("BoundedHttpProtocol", (BoundedHttpProtocol,), bounds)
 
 
 def prepare_process(settings: Settings) -> None:

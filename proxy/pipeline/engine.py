@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
+import xxhash
 from cachetools import LRUCache
 
 from proxy.compaction import Budget, Conversation, ConversationCompactions, Outcome, conversation_key, head_length
@@ -28,6 +29,7 @@ from proxy.pipeline.parts import CompactionParts, SummarizerFactory, summarizer_
 from proxy.policy.calibration import Calibration
 from proxy.policy.refusals import Refusal
 from proxy.policy.retry import RetryAim, retry_limit
+from proxy.policy.tenants import BUDGET_ACTION, SummaryBudget, bounded_key, tenant_of
 from proxy.policy.windows import ContextRegistry, FetchModels, budget_for, reserve_for
 from proxy.records import open_record_store
 from proxy.tokens import EncodingChoice, TokenCounter, choose_encoding
@@ -44,8 +46,20 @@ class Options:
     mode: str = ""  # "off": forward untouched, never retry; "force": compact even if it fits
     session: str | None = None  # `x-inflight-session`: before any the body names
     session_hint: str | None = None  # the wire format's own session header: after the body's
-    # The client's `Authorization` and `x-api-key`, for the summarizer when no key is configured.
+    # The client's `Authorization` and `x-api-key`, for the summarizer when no key is configured; and who it is.
     credentials: RawHeaders = field(default_factory=list)
+    client: str = ""  # the client's address: whose summarizer budget it spends when it presents no key
+
+    @property
+    def tenant(self) -> str:
+        """The digest of the client's key ("": it presents none): its conversations and calibration are its own."""
+        return tenant_of(self.credentials)
+
+    @property
+    def spender(self) -> str:
+        """Whose summarizer budget this request spends: its key's tenant, else its address."""
+        tenant = self.tenant
+        return f"key:{tenant}" if tenant else f"address:{self.client}"
 
 
 class Pipeline:
@@ -62,13 +76,16 @@ class Pipeline:
         calibration: Calibration,
         compactions: ConversationCompactions,
         summarizers: SummarizerFactory | None,
+        budget: SummaryBudget | None = None,
     ) -> None:
         self.settings = settings
+        self._max_key_chars = settings.limits.max_key_chars  # a model name longer keys a map clipped and hashed
         self._counter = counter
         self._registry = registry
         self._calibration = calibration
         self._compactions = compactions
         self._summarizers = summarizers
+        self._budget = budget  # the summarizer calls each client may cause (None: no bound)
         self._models: LRUCache[str, ModelSettings] = LRUCache(maxsize=4096)
         self._servers_lacking: LRUCache[str, bool] = LRUCache(maxsize=4096)  # models without server compaction
         # Models whose upstream refused a prompt for leaving the reply less than its `max_tokens`.
@@ -76,9 +93,10 @@ class Pipeline:
 
     def model_settings(self, model: str) -> ModelSettings:
         """The config for `model` (a glob walk, so cached: it is asked several times a request)."""
-        found = self._models.get(model)
+        key = bounded_key(model, self._max_key_chars)
+        found = self._models.get(key)
         if found is None:
-            found = self._models[model] = self.settings.for_model(model)
+            found = self._models[key] = self.settings.for_model(model)
         return found
 
     @property
@@ -94,9 +112,10 @@ class Pipeline:
             "summary_jobs": self._compactions.job_stats(),
         }
 
-    def record_usage(self, model: str, *, estimate: int, actual: int) -> None:
-        """The upstream counted `actual` prompt tokens where we counted `estimate`: calibrate `model`."""
-        self._calibration.record(model, estimate=estimate, actual=actual)
+    def record_usage(self, model: str, *, estimate: int, actual: int, tenant: str = "") -> None:
+        """The upstream counted `actual` prompt tokens where we counted `estimate`: calibrate `model` for the
+        client's `tenant` (`Options.tenant`)."""
+        self._calibration.record(model, estimate=estimate, actual=actual, tenant=tenant)
 
     async def aclose(self) -> None:
         """Stop the background summaries and close the record store."""
@@ -121,7 +140,7 @@ class Pipeline:
         except Exception as exc:  # e.g. nested deeper than orjson writes (254) though it reads it (1024)
             log.warning(
                 "[tokens] cannot count this %s request (%s: %s); forwarding it as sent",
-                request.model,
+                self._model_key(request.model),
                 type(exc).__name__,
                 exc,
             )
@@ -131,8 +150,9 @@ class Pipeline:
     def encoding_for(self, model: str) -> EncodingChoice:
         return choose_encoding(model, self.model_settings(model).encoding)
 
-    async def account(self, counted: Counted, fetch_models: FetchModels | None) -> Accounting:
-        """The request's window, budget and calibration; `fetch_models` None: no discovery (offline)."""
+    async def account(self, counted: Counted, fetch_models: FetchModels | None, *, tenant: str = "") -> Accounting:
+        """The request's window, budget and calibration (the client `tenant`'s own); `fetch_models` None: no
+        discovery (offline)."""
         model = counted.model
         if fetch_models is None:
             limits = self._registry.resolve(model)
@@ -150,7 +170,7 @@ class Pipeline:
             limits=limits,
             budget=budget,
             raw_tokens=counted.count.total,
-            ratio=1.0 if counted.encoding.exact else self._calibration.ratio(model),
+            ratio=1.0 if counted.encoding.exact else self._calibration.ratio(model, tenant=tenant),
             estimated=counted.count.estimated,
         )
 
@@ -159,7 +179,7 @@ class Pipeline:
         asks, capped at the configured reserve when the upstream need not fit it, until it says it must)."""
         reserve_tokens = self.model_settings(counted.model).compaction.reserve_tokens
         asked = counted.request.output_limit
-        binding = counted.request.output_limit_binding or counted.model in self._output_counted
+        binding = counted.request.output_limit_binding or self._model_key(counted.model) in self._output_counted
         if asked is not None and not binding:
             asked = min(asked, reserve_for(None, reserve_tokens=reserve_tokens, context_window=context_window))
         return budget_for(asked, reserve_tokens=reserve_tokens, context_window=context_window)
@@ -176,11 +196,12 @@ class Pipeline:
         estimate = accounting.prompt_tokens
         return any(abs(estimate - share * accounting.budget) <= band for share in points if share is not None)
 
-    def with_exact_count(self, accounting: Accounting, tokens: int) -> Accounting:
-        """The request as the upstream counted it (`tokens`): this request's ratio, and calibration learns it."""
+    def with_exact_count(self, accounting: Accounting, tokens: int, *, tenant: str = "") -> Accounting:
+        """The request as the upstream counted it (`tokens`): this request's ratio, and the client `tenant`'s
+        calibration learns it."""
         if accounting.raw_tokens <= 0 or tokens <= 0:
             return accounting
-        self._calibration.record(accounting.model, estimate=accounting.raw_tokens, actual=tokens)
+        self._calibration.record(accounting.model, estimate=accounting.raw_tokens, actual=tokens, tenant=tenant)
         return replace(accounting, ratio=tokens / accounting.raw_tokens)
 
     def takes_over_server_compaction(self, counted: Counted) -> bool:
@@ -189,7 +210,8 @@ class Pipeline:
         model's upstream refused the field."""
         if not counted.request.server_managed:
             return False
-        return self.settings.manages_context(counted.wire.name) or counted.model in self._servers_lacking
+        lacking = self._model_key(counted.model) in self._servers_lacking
+        return self.settings.manages_context(counted.wire.name) or lacking
 
     async def take_over(self, counted: Counted, accounting: Accounting) -> tuple[Counted, dict[str, Any] | None]:
         """What the request asks of the upstream's context management, done here (the format's own edits),
@@ -202,7 +224,8 @@ class Pipeline:
         try:
             taken = wire.take_over(counted.payload, prompt_tokens=accounting.prompt_tokens, count=count)
         except Exception:  # a bug of ours: the request goes on as the client sent it, and the upstream answers
-            log.exception("[context_management] could not take it over for %s; sent as it came", counted.model)
+            model = self._model_key(counted.model)
+            log.exception("[context_management] could not take it over for %s; sent as it came", model)
             return counted, None
         if not taken.edited:  # the view still holds, less the field
             return replace(counted, payload=taken.payload), taken.report
@@ -212,7 +235,7 @@ class Pipeline:
 
     def learn_no_server_compaction(self, model: str) -> None:
         """`model`'s upstream refused a request for server-side compaction: inflight takes them over."""
-        self._servers_lacking[model] = True
+        self._servers_lacking[self._model_key(model)] = True
 
     def keepalive_after(self, model: str) -> float | None:
         """`summarize.keepalive_after_s` of `model`: how long a streaming request may wait silently."""
@@ -265,10 +288,11 @@ class Pipeline:
             untouched.fields["budget"] = "none"
             return untouched
         try:
-            key = untouched.key = key_of(counted, options)
+            key = untouched.key = key_of(counted, options, max_chars=self._max_key_chars)
             outcome = await self.compact(counted, accounting, options, key=key, retry=retry)
         except Exception as exc:  # a bug of ours must not cost the user the request
-            log.exception("[compaction] failed for %s; forwarding the request unchanged", accounting.model)
+            model = self._model_key(accounting.model)
+            log.exception("[compaction] failed for %s; forwarding the request unchanged", model)
             untouched.fields["compaction_error"] = type(exc).__name__
             untouched.headers["x-inflight-actions"] = "error"
             return untouched
@@ -293,33 +317,45 @@ class Pipeline:
         start_at = int(budget.limit * (settings.summarize.background_at or 1)) if background else budget.prune_at
         due = force or conversation.tokens > min(budget.prune_at, start_at)  # else no summary is near: no need to ask
         summary_window = await self.summarizer_window(settings, accounting.model, ask=due)
+        # A client past its summarizer budget (or the proxy past its own) is not summarized: the ledger stands in.
+        spent = self._budget is not None and due and not self._budget.allows(options.spender)
         parts = CompactionParts(
             settings=settings,
             accounting=accounting,
             counter=self._counter,
-            summarizers=self._summarizers,
+            summarizers=None if spent else self._summarizers,
             client_credentials=options.credentials,
             summarizer_input_tokens=int(summary_window / accounting.ratio),
             wire=counted.wire,
+            budget=self._budget,
+            spender=options.spender,
         )
         # No job for a retry (the turn it retries saw to that), nor for a request under every threshold.
         wanted = background and due and not retry
         ahead = parts.ahead(budget, start_at, counted.request.view.get("tools")) if wanted else None
         compactor = functools.partial(parts.compactor, background=background)
-        return await self._compactions.compact(
+        outcome = await self._compactions.compact(
             key, conversation, compactor=compactor, budget=budget, force=force, ahead=ahead
         )
+        if spent and outcome is not None and "fallback" in outcome.actions and BUDGET_ACTION not in outcome.actions:
+            outcome.actions.append(BUDGET_ACTION)
+        return outcome
 
-    def learn(self, counted: Counted, accounting: Accounting, refusal: Refusal, prepared: Prepared) -> RetryAim:
-        """Record what the refusal says; the (calibrated) budget to compact the retry against."""
+    def learn(
+        self, counted: Counted, accounting: Accounting, refusal: Refusal, prepared: Prepared, *, tenant: str = ""
+    ) -> RetryAim:
+        """Record what the refusal says (its count calibrates the client `tenant`'s ratio); the (calibrated)
+        budget to compact the retry against."""
         learned_budget = None
         if refusal.counts_output:  # this upstream wants the reply's whole room: from now on, it gets it
-            self._output_counted[accounting.model] = True
+            self._output_counted[self._model_key(accounting.model)] = True
         if refusal.context_window:
             self._registry.learn(accounting.model, refusal.context_window)
             learned_budget = self.budget(counted, refusal.context_window)
         if refusal.prompt_tokens and prepared.sent_tokens:
-            self._calibration.record(accounting.model, estimate=prepared.sent_tokens, actual=refusal.prompt_tokens)
+            self._calibration.record(
+                accounting.model, estimate=prepared.sent_tokens, actual=refusal.prompt_tokens, tenant=tenant
+            )
         previous = accounting.budget if not prepared.rewritten else prepared.limit
         return retry_limit(
             previous=previous,
@@ -328,17 +364,23 @@ class Pipeline:
             upstream_prompt=refusal.prompt_tokens,
         )
 
+    def _model_key(self, model: str) -> str:
+        return bounded_key(model, self._max_key_chars)
+
 
 def build_pipeline(
     settings: Settings,
     *,
     summarizers: SummarizerFactory | None,
     background: bool = False,
+    budgeted: bool | None = None,
     observer: Observer = NO_OBSERVER,
 ) -> Pipeline:
     """A pipeline with fresh state (counts, windows, calibration, records): the server's, or a command's.
 
     `background`: summaries are made by background jobs (the server); a command makes them in line.
+    `budgeted`: clients' summarizer calls are bounded (`limits.summarizer`); by default the server's are,
+    not a command's (`inflight eval` may make many, on the operator's own behalf).
     `observer`: told record lookups, job counts and store errors (the server's metrics)."""
     jobs = None
     if background:
@@ -350,15 +392,35 @@ def build_pipeline(
         settings,
         counter=TokenCounter(),
         registry=ContextRegistry(settings),
-        calibration=Calibration(),
+        calibration=Calibration(max_key_chars=settings.limits.max_key_chars),
         compactions=ConversationCompactions(records, jobs, observer=observer),
         summarizers=summarizers,
+        budget=SummaryBudget(settings.limits.summarizer) if (background if budgeted is None else budgeted) else None,
     )
 
 
-def key_of(counted: Counted, options: Options) -> str:
-    """The conversation's key: the client's session (its header, else the body's), else its model and head."""
+def key_of(counted: Counted, options: Options, *, max_chars: int = 256) -> str:
+    """The conversation's key: the client's session (its header, else the body's), else its model and head;
+    the client's tenant and the request's tools in its scope (`conversation_key`). A session or a model
+    longer than `max_chars` (`limits.max_key_chars`) is clipped, with a digest of the whole."""
     head = counted.count.digests[: head_length(counted.request.messages)]
     request, hint = counted.request, options.session_hint
     session = options.session or (hint if counted.wire.session_header_first else None) or request.session or hint
-    return conversation_key(session=session, model=counted.model, head_digests=head)
+    return conversation_key(
+        session=bounded_key(session, max_chars) if session else None,
+        model=bounded_key(counted.model, max_chars),
+        head_digests=head,
+        tenant=options.tenant,
+        sent_with=tools_digest(request.view.get("tools")),
+    )
+
+
+def tools_digest(tools: object) -> str:
+    """A digest of the request's tools, which an in-place summary is sent with ("": none)."""
+    if not tools:
+        return ""
+    try:
+        canonical = orjson.dumps(tools, option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # nested deeper than orjson writes: its text will do
+        canonical = repr(tools).encode("utf-8", "surrogatepass")
+    return xxhash.xxh3_64_hexdigest(canonical)

@@ -10,13 +10,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from proxy.compaction import Budget, Compactor, Summarize, SummaryAhead, build_compactor
+from proxy.compaction import Budget, Compactor, Summarize, SummaryAhead, SummaryJob, build_compactor
 from proxy.compaction.conversation import Message, observation_regex
 from proxy.compaction.stages import SummarizeStage
+from proxy.compaction.summary_job import SummaryBudgetSpent
 from proxy.config import Compaction
 from proxy.formats import WireFormat
 from proxy.offload import on_home_loop
 from proxy.pipeline.accounting import Accounting
+from proxy.policy.tenants import SummaryBudget
 from proxy.policy.windows import ContextRegistry
 from proxy.tokens import TokenCounter
 from proxy.tokens.text import counted_or_estimated
@@ -60,13 +62,15 @@ class CompactionParts:
     client_credentials: RawHeaders  # the client's key headers, for the summarizer when no key is configured
     summarizer_input_tokens: int  # the summarizer's window, in our units
     wire: WireFormat | None = None  # the request's format: the upstream's own model is asked in it
+    budget: SummaryBudget | None = None  # the summarizer calls clients may cause (None: no bound)
+    spender: str = ""  # whose budget this request's summaries spend, background jobs' included
 
     def summarize(self) -> Summarize | None:
         if self.summarizers is None:
             return None
         model = self.accounting.model
         made = self.summarizers(self.settings, model=model, client_credentials=self.client_credentials, wire=self.wire)
-        return on_home_loop(made)  # called from a worker thread's loop, it still runs on this one
+        return on_home_loop(budgeted(made, self.budget, self.spender) if self.budget is not None else made)
 
     def count_message(self) -> Callable[[Message], int]:
         counter, encoding = self.counter, self.counter.encoding(self.accounting.encoding)
@@ -108,3 +112,14 @@ class CompactionParts:
             in_place_model=self.accounting.model if own_model else None,
             tools=tools,
         )
+
+
+def budgeted(summarize: Summarize, budget: SummaryBudget, spender: str) -> Summarize:
+    """`summarize`, each call first taken from `spender`'s budget and the proxy's; past either, not made."""
+
+    async def run(job: SummaryJob) -> str:
+        if not budget.spend(spender, job.input_tokens):
+            raise SummaryBudgetSpent(f"the summarizer budget of {spender[:40]} is spent")
+        return await summarize(job)
+
+    return run

@@ -27,6 +27,7 @@ from proxy.upstream.headers import RawHeaders, key_headers
 
 log = logging.getLogger("inflight")
 DISCOVERY_TIMEOUT_S = 10.0
+MODEL_CHARS = 256  # of a model's name (the client's), in a log line or an error
 
 
 class SummarizerError(RuntimeError):
@@ -67,8 +68,8 @@ class Summarizer:
             except (ProxyError, SummarizerError, ValueError) as exc:
                 self.observer.summarizer_called(outcome="error", seconds=time.perf_counter() - started)
                 status = getattr(exc, "status", None) or status
-                errors.append(f"{model}: {type(exc).__name__}: {exc}")
-                log.info("[compaction] summarizer %s failed: %s", model, exc)
+                errors.append(f"{model[:MODEL_CHARS]}: {type(exc).__name__}: {exc}")
+                log.info("[compaction] summarizer %s failed: %s", model[:MODEL_CHARS], exc)
                 continue
             seconds = time.perf_counter() - started
             sections = headings(job.prompt)
@@ -81,8 +82,8 @@ class Summarizer:
             self.observer.summarizer_called(outcome="ok" if rejected is None else "rejected", seconds=seconds)
             if rejected is None:
                 return text
-            errors.append(f"{model}: reply rejected ({rejected})")
-            log.warning("[compaction] summary from %s rejected (%s); not installed", model, rejected)
+            errors.append(f"{model[:MODEL_CHARS]}: reply rejected ({rejected})")
+            log.warning("[compaction] summary from %s rejected (%s); not installed", model[:MODEL_CHARS], rejected)
         raise SummarizerError("; ".join(errors) or "no summarizer model", rejected=rejected, status=status)
 
     async def complete(self, job: SummaryJob, *, model: str, credentials: RawHeaders) -> tuple[str, object]:

@@ -243,6 +243,43 @@ def _int(text: str | None) -> int | None:
     return int(text.replace(",", "")) if text else None
 
 
+EVENT_SEPARATOR = re.compile(rb"\n\n|\r\n\r\n")  # the leftmost match is where `first_event` ends
+
+
+class EventBuffer:
+    """A stream's SSE events as its chunks come, each byte scanned for the end of an event once.
+
+    Appending chunks to one buffer and calling `first_event` on it from the start after each chunk
+    costs time quadratic in an event's size (an upstream's first line of 300 MB with no newline took
+    minutes); this searches only from where the last search stopped."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+        self._searched = 0  # bytes at the start of `_buffer` known to hold no separator's start
+
+    def add(self, chunk: bytes) -> None:
+        self._buffer += chunk
+
+    def next_event(self) -> bytes | None:
+        """The next complete event (without its separator), or None until more comes."""
+        found = EVENT_SEPARATOR.search(self._buffer, self._searched)
+        if found is None:
+            self._searched = max(0, len(self._buffer) - 3)  # a separator may start in the last 3 bytes
+            return None
+        event = bytes(self._buffer[: found.start()])
+        del self._buffer[: found.end()]
+        self._searched = 0
+        return event
+
+    @property
+    def pending(self) -> bytes:
+        """What came after the last complete event."""
+        return bytes(self._buffer)
+
+    def __len__(self) -> int:
+        return len(self._buffer)
+
+
 def first_event(buffer: bytes) -> tuple[bytes, bytes] | None:
     """The first complete SSE event in `buffer` and what follows it, or None while it is incomplete."""
     ends = [(end, len(sep)) for sep in (b"\n\n", b"\r\n\r\n") if (end := buffer.find(sep)) >= 0]

@@ -20,6 +20,7 @@ import orjson
 from cachetools import LRUCache
 
 from proxy.config import Settings
+from proxy.policy.tenants import bounded_key
 
 log = logging.getLogger("inflight")
 
@@ -95,6 +96,7 @@ BUILTIN: tuple[tuple[str, int, int | None], ...] = (
 )
 
 DISCOVERY_RETRY_S = 60.0
+MAX_MODELS = 4096  # models whose learned window and resolved limits are remembered (the least recent forgotten)
 DISCOVERY_TIMEOUT_S = 5.0
 
 # Fetches the upstream's /v1/models body (with the client's credentials); raises on failure.
@@ -145,38 +147,42 @@ class ContextRegistry:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self._learned: dict[str, int] = {}
+        self.max_key_chars = settings.limits.max_key_chars  # a longer model name keys its entries clipped and hashed
+        self._learned: LRUCache[str, int] = LRUCache(maxsize=MAX_MODELS)
         self._discovered: dict[str, int] | None = None
         self._discovery_failed_at = -DISCOVERY_RETRY_S
         self._discovery_lock = asyncio.Lock()
         # Resolving walks the config's globs and the table: cached per model, emptied on every change.
-        self._resolved: LRUCache[str, ModelLimits] = LRUCache(maxsize=4096)
+        self._resolved: LRUCache[str, ModelLimits] = LRUCache(maxsize=MAX_MODELS)
 
     def learn(self, model: str, context_window: int) -> None:
         """Record the window an upstream told us in a refusal; it overrides discovery and the table."""
-        if self._learned.get(model) != context_window:
-            log.info("[context] learned window for %s: %d tokens", model, context_window)
+        key = bounded_key(model, self.max_key_chars)
+        if self._learned.get(key) != context_window:
+            log.info("[context] learned window for %s: %d tokens", key, context_window)
             self._resolved.clear()
-        self._learned[model] = context_window
+        self._learned[key] = context_window
 
     def learned(self) -> dict[str, int]:
         return dict(self._learned)
 
     def resolve(self, model: str) -> ModelLimits:
         """Limits from what is known now, without any I/O (see `resolve_async` for discovery)."""
-        limits = self._resolved.get(model)
+        key = bounded_key(model, self.max_key_chars)
+        limits = self._resolved.get(key)
         if limits is None:
-            limits = self._resolved[model] = self._resolve(model)
+            limits = self._resolved[key] = self._resolve(model, key)
         return limits
 
-    def _resolve(self, model: str) -> ModelLimits:
+    def _resolve(self, model: str, key: str) -> ModelLimits:
         entry = self.settings.model_entry(model)
         table = builtin_limits(model)
         max_output = entry.max_output_tokens if entry and entry.max_output_tokens else (table[1] if table else None)
         if entry is not None and entry.context_window:
             return ModelLimits(entry.context_window, max_output, "config")
-        if model in self._learned:
-            return ModelLimits(self._learned[model], max_output, "learned")
+        learned = self._learned.get(key)
+        if learned is not None:
+            return ModelLimits(learned, max_output, "learned")
         if self._discovered and model in self._discovered:
             return ModelLimits(self._discovered[model], max_output, "discovered")
         if table is not None:

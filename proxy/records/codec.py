@@ -5,10 +5,15 @@ what the proxy kept. A record holds what a compaction put in place (the summary,
 the masked and truncated messages, hashes of the prefix), never the conversation itself.
 `VERSION` changes when the shape does; a record of another version reads as no record (the
 conversation is compacted afresh), never as an error.
+
+Keys are kept as digests (`stored_key`), never as given: a conversation's key holds the client's
+`x-inflight-session` (or its model name), which may be megabytes long. A digest weighs the same
+whatever the client sent, so a store's byte bound holds for its keys too.
 """
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import orjson
@@ -17,6 +22,12 @@ from proxy.compaction.ledger import Ledger
 from proxy.compaction.record import Precomputed, Record, Replacement
 
 VERSION = 1
+KEY_DIGEST_BYTES = 16  # 128 bits: no two conversations (or leases) share a stored key by chance
+
+
+def stored_key(key: str) -> str:
+    """What a store keeps for a conversation key or a lease name: its digest in hex (32 characters)."""
+    return hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=KEY_DIGEST_BYTES).hexdigest()
 
 
 def encode(records: list[Record]) -> bytes:

@@ -2,8 +2,10 @@
 
 A count alone does not bound memory: a record holds the truncated and masked messages it put in
 place, so one 30 MB conversation's record can weigh as much as thousands of small ones. Each
-key's records are weighed when saved (their messages' text, roughly) and the oldest keys go
-first once either bound is passed.
+key's records are weighed when saved (their messages' text, roughly), with what keeping the key
+costs (its digest and the cache's bookkeeping: `KEY_BYTES`), and the oldest keys go first once
+either bound is passed. Keys and lease names are kept as digests (`codec.stored_key`): a client's
+megabyte-long session id weighs no more than any other.
 """
 
 from __future__ import annotations
@@ -16,10 +18,12 @@ import orjson
 from cachetools import TTLCache
 
 from proxy.compaction.record import Record
+from proxy.records.codec import stored_key
 
 log = logging.getLogger("inflight")
 
 RECORD_OVERHEAD_BYTES = 512  # the dataclasses, dicts and digests around each message's text
+KEY_BYTES = 256  # a key's digest (a 32-character str) and the cache's link, timer and dict entries for it
 
 
 def weight(records: Sequence[Record]) -> int:
@@ -43,10 +47,15 @@ def weight(records: Sequence[Record]) -> int:
     return total
 
 
+def kept_weight(records: Sequence[Record]) -> int:
+    """What keeping these records under a key costs: their weight and the key's."""
+    return weight(records) + KEY_BYTES
+
+
 class MemoryRecordStore:
     def __init__(self, *, max_entries: int, max_bytes: int, ttl_s: float) -> None:
         self.max_entries = max_entries
-        self._cache: TTLCache[str, list[Record]] = TTLCache(maxsize=max_bytes, ttl=ttl_s, getsizeof=weight)
+        self._cache: TTLCache[str, list[Record]] = TTLCache(maxsize=max_bytes, ttl=ttl_s, getsizeof=kept_weight)
         self._leases: dict[str, tuple[str, float]] = {}  # name -> (owner, expiry on the monotonic clock)
 
     @property
@@ -55,6 +64,7 @@ class MemoryRecordStore:
         return False
 
     async def load(self, key: str) -> list[Record]:
+        key = stored_key(key)
         records = self._cache.get(key)
         if records is None:
             return []
@@ -62,19 +72,20 @@ class MemoryRecordStore:
         return list(records)
 
     async def save(self, key: str, records: list[Record]) -> None:
+        shown, key = key[:48], stored_key(key)
         try:
             self._cache[key] = records
         except ValueError:  # heavier than the whole store: the next turn compacts afresh instead
             self._cache.pop(key, None)
             log.warning(
-                "[compaction] record for %s (%d bytes) exceeds compaction.cache.max_bytes", key, weight(records)
+                "[compaction] record for %s (%d bytes) exceeds compaction.cache.max_bytes", shown, weight(records)
             )
             return
         while len(self._cache) > self.max_entries:
             self._cache.popitem()
 
     async def lease(self, name: str, owner: str, ttl_s: float) -> bool:
-        now = time.monotonic()
+        name, now = stored_key(name), time.monotonic()
         holder = self._leases.get(name)
         if holder is not None and holder[0] != owner and holder[1] > now:
             return False
@@ -83,6 +94,7 @@ class MemoryRecordStore:
         return True
 
     async def release(self, name: str, owner: str) -> None:
+        name = stored_key(name)
         if self._leases.get(name, ("", 0.0))[0] == owner:
             del self._leases[name]
 

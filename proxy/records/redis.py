@@ -2,7 +2,8 @@
 
 redis-py's asyncio client, with short timeouts: a Redis that does not answer must not hold up
 requests (`ResilientStore` falls back to memory meanwhile), and the client reconnects on its
-own. Keys are `inflight:rec:<conversation key>` and `inflight:lease:<name>`, each with a TTL;
+own. Keys are `inflight:rec:<digest of the conversation key>` and `inflight:lease:<digest of the name>`
+(`codec.stored_key`: a client's session id is never kept as given), each with a TTL;
 reading a record renews it (GETEX). A lease is a `SET NX PX`, released only by its owner.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 import redis.asyncio as redis
 
 from proxy.compaction.record import Record
-from proxy.records.codec import decode, encode
+from proxy.records.codec import decode, encode, stored_key
 
 RECORD_PREFIX = "inflight:rec:"
 LEASE_PREFIX = "inflight:lease:"
@@ -38,20 +39,20 @@ class RedisRecordStore:
         return False
 
     async def load(self, key: str) -> list[Record]:
-        body = await self.client.getex(RECORD_PREFIX + key, ex=self.ttl_s)
+        body = await self.client.getex(RECORD_PREFIX + stored_key(key), ex=self.ttl_s)
         return decode(body) if isinstance(body, bytes) else []
 
     async def save(self, key: str, records: list[Record]) -> None:
-        await self.client.set(RECORD_PREFIX + key, encode(records), ex=self.ttl_s)
+        await self.client.set(RECORD_PREFIX + stored_key(key), encode(records), ex=self.ttl_s)
 
     async def lease(self, name: str, owner: str, ttl_s: float) -> bool:
-        key = LEASE_PREFIX + name
+        key = LEASE_PREFIX + stored_key(name)
         if await self.client.set(key, owner, nx=True, px=int(ttl_s * 1000)):
             return True
         return await self.client.get(key) == owner.encode()
 
     async def release(self, name: str, owner: str) -> None:
-        await self.client.eval(RELEASE, 1, LEASE_PREFIX + name, owner)
+        await self.client.eval(RELEASE, 1, LEASE_PREFIX + stored_key(name), owner)
 
     async def close(self) -> None:
         await self.client.aclose()

@@ -3,7 +3,9 @@
 Every call runs on one thread of the store's own (`SqliteThread`). The file is in WAL mode: readers do not wait
 for the writer, and several processes (`inflight serve --workers N`) can share it; a writer
 waits at most `busy_timeout_ms` for another, then the call fails (and `ResilientStore` falls back
-to memory for it). Rows expire after `ttl_s`; past `max_bytes` the rows closest to expiring go.
+to memory for it). Rows expire after `ttl_s`; past `max_bytes` the rows closest to expiring go. A row
+weighs its body, its key and `ROW_BYTES` of SQLite's own (the rowid, the index entries); keys and
+lease names are kept as digests (`codec.stored_key`), never as the client's session id.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import sqlite3
 import time
 
 from proxy.compaction.record import Record
-from proxy.records.codec import decode, encode
+from proxy.records.codec import decode, encode, stored_key
 from proxy.records.sqlite_thread import SqliteThread, transaction
 
 SCHEMA = """
@@ -20,7 +22,9 @@ CREATE TABLE IF NOT EXISTS records (key TEXT PRIMARY KEY, body BLOB NOT NULL, ex
 CREATE INDEX IF NOT EXISTS records_expires ON records (expires);
 CREATE TABLE IF NOT EXISTS leases (name TEXT PRIMARY KEY, owner TEXT NOT NULL, expires REAL NOT NULL);
 """
-SWEEP_EVERY = 200  # saves between two sweeps of expired rows and of the size bound
+SWEEP_EVERY = 200  # saves between two sweeps of expired rows and of the size bound (sooner after big ones)
+ROW_BYTES = 64  # what SQLite keeps for a row beside its key and body: the rowid, the expiry and its index entry
+WEIGHT = f"LENGTH(body) + LENGTH(key) * 2 + {ROW_BYTES}"  # the key is in the table and in its primary key index
 
 
 class SqliteRecordStore:
@@ -30,6 +34,7 @@ class SqliteRecordStore:
         self.max_bytes = max_bytes
         self.db = SqliteThread(path, schema=SCHEMA, busy_timeout_ms=busy_timeout_ms)
         self._saves = 0
+        self._bytes_since_sweep = 0
 
     @property
     def degraded(self) -> bool:
@@ -37,17 +42,20 @@ class SqliteRecordStore:
         return False
 
     async def load(self, key: str) -> list[Record]:
+        key = stored_key(key)
         body = await self.db.run(lambda db: self._load(db, key))
         return decode(body) if body is not None else []
 
     async def save(self, key: str, records: list[Record]) -> None:
-        body = encode(records)
+        body, key = encode(records), stored_key(key)
         await self.db.run(lambda db: self._save(db, key, body))
 
     async def lease(self, name: str, owner: str, ttl_s: float) -> bool:
+        name = stored_key(name)
         return await self.db.run(lambda db: self._lease(db, name, owner, ttl_s))
 
     async def release(self, name: str, owner: str) -> None:
+        name = stored_key(name)
         await self.db.run(lambda db: db.execute("DELETE FROM leases WHERE name = ? AND owner = ?", (name, owner)))
 
     async def close(self) -> None:
@@ -66,15 +74,17 @@ class SqliteRecordStore:
         expires = time.time() + self.ttl_s
         db.execute("INSERT OR REPLACE INTO records (key, body, expires) VALUES (?, ?, ?)", (key, body, expires))
         self._saves += 1
-        if self._saves % SWEEP_EVERY == 1:
+        self._bytes_since_sweep += len(body)
+        if self._saves % SWEEP_EVERY == 1 or self._bytes_since_sweep > self.max_bytes // 8:
+            self._bytes_since_sweep = 0
             self._sweep(db)
 
     def _sweep(self, db: sqlite3.Connection) -> None:
         db.execute("DELETE FROM records WHERE expires <= ?", (time.time(),))
         db.execute("DELETE FROM leases WHERE expires <= ?", (time.time(),))
-        (total,) = db.execute("SELECT COALESCE(SUM(LENGTH(body)), 0) FROM records").fetchone()
+        (total,) = db.execute(f"SELECT COALESCE(SUM({WEIGHT}), 0) FROM records").fetchone()
         while total > self.max_bytes:
-            rows = db.execute("SELECT key, LENGTH(body) FROM records ORDER BY expires LIMIT 100").fetchall()
+            rows = db.execute(f"SELECT key, {WEIGHT} FROM records ORDER BY expires LIMIT 100").fetchall()
             if not rows:
                 return
             db.executemany("DELETE FROM records WHERE key = ?", [(key,) for key, _ in rows])

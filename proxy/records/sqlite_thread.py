@@ -3,21 +3,57 @@
 The record store and the archive each have one. A connection is opened on first use and again after
 an error other than "locked" closed it (a moved or deleted file, a full disk). `:memory:` is a
 database of this process alone (the archive with `state.url: memory://`).
+
+The file holds what clients sent (the archive) and the summaries of it: only its owner may read
+it. It is created 0600 (and the folders made for it 0700) before SQLite opens it, and SQLite gives
+the `-wal` and `-shm` files it makes the database's mode. A file of an earlier version that others
+could read is made 0600 when opened.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
+import os
 import sqlite3
+import stat
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
+log = logging.getLogger("inflight")
+
 T = TypeVar("T")
 
 MEMORY = ":memory:"
+FILE_MODE = 0o600
+FOLDER_MODE = 0o700
+COMPANIONS = ("", "-wal", "-shm", "-journal")  # the database and the files SQLite keeps beside it
+
+
+def create_private(path: str) -> None:
+    """The database file, created 0600 if missing, in folders created 0700 if missing; files of ours beside
+    it that others may read (an earlier version's) made 0600. Before SQLite opens it: nothing is written yet."""
+    missing: list[Path] = []
+    folder = Path(path).parent
+    while not folder.exists():
+        missing.append(folder)
+        folder = folder.parent
+    for made in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # another worker made it meanwhile
+            made.mkdir(mode=FOLDER_MODE)  # (not `parents=True`: it makes the parents with the umask's mode)
+    os.close(os.open(path, os.O_RDWR | os.O_CREAT, FILE_MODE))  # the mode applies only if it creates the file
+    for suffix in COMPANIONS:
+        try:
+            found = os.stat(path + suffix)
+            if found.st_uid == os.getuid() and stat.S_IMODE(found.st_mode) & 0o077:
+                os.chmod(path + suffix, FILE_MODE)
+                log.warning("[state] %s could be read by others: made 0600", path + suffix)
+        except FileNotFoundError:
+            continue
 
 
 @contextmanager
@@ -67,7 +103,7 @@ class SqliteThread:
     def _connection(self) -> sqlite3.Connection:
         if self._db is None:
             if self.path != MEMORY:
-                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+                create_private(self.path)
             db = sqlite3.connect(self.path, timeout=self.busy_timeout_ms / 1000, isolation_level=None)
             if self.path != MEMORY:
                 db.execute("PRAGMA journal_mode=WAL")  # readers never wait for the writer; workers share the file

@@ -11,18 +11,27 @@ from collections.abc import AsyncIterator, Iterable
 from urllib.parse import urlsplit
 
 from proxy.config import Upstream as UpstreamSettings
-from proxy.errors import UpstreamTimeout
+from proxy.errors import UpstreamTimeout, UpstreamUnreachable
 from proxy.upstream.connection import Outgoing
 from proxy.upstream.exceptions import upstream_errors
 from proxy.upstream.headers import CREDENTIALS, RawHeaders, filter_headers, key_headers, request_headers
 from proxy.upstream.pool import ConnectionPool, Timeouts
+from proxy.upstream.reader import ResponseHeadersTooLarge
 from proxy.upstream.response import Response
 
 
 class UpstreamClient:
-    """`key_header`: how this upstream takes the proxy's key (`upstream.auth`, else the format's way)."""
+    """`key_header`: how this upstream takes the proxy's key (`upstream.auth`, else the format's way).
+    `max_header_bytes`: how large a response's head may be (`limits.max_upstream_header_bytes`): past it
+    the request fails with a 502 and nothing of the answer is relayed."""
 
-    def __init__(self, settings: UpstreamSettings, *, key_header: bytes = b"authorization") -> None:
+    def __init__(
+        self,
+        settings: UpstreamSettings,
+        *,
+        key_header: bytes = b"authorization",
+        max_header_bytes: int = 64 * 1024,
+    ) -> None:
         parts = urlsplit(settings.base_url)
         self.host = parts.netloc
         self.api_key = settings.api_key
@@ -35,6 +44,7 @@ class UpstreamClient:
             host=parts.hostname or "",
             port=parts.port or (443 if parts.scheme == "https" else 80),
             max_connections=settings.max_connections,
+            max_header_bytes=max_header_bytes,
         )
         self.timeouts = Timeouts(
             connect=settings.connect_timeout_s,
@@ -111,7 +121,11 @@ class UpstreamClient:
             headers = [*headers, (b"content-length", str(len(content)).encode())]
         outgoing = Outgoing(method.encode(), target, headers, content)
         async with upstream_errors(self.host):
-            return await self.pool.request(outgoing, timeouts or self.timeouts)
+            try:
+                return await self.pool.request(outgoing, timeouts or self.timeouts)
+            except ResponseHeadersTooLarge as exc:
+                # Reachable, but not answering as an HTTP server we can relay: its own code says which.
+                raise UpstreamUnreachable(f"upstream {self.host}: {exc}", code="upstream_bad_response") from exc
 
     async def aclose(self) -> None:
         await self.pool.aclose()

@@ -21,7 +21,7 @@ from typing import cast
 
 from proxy.upstream.exceptions import ConnectError, ConnectTimeout, WriteError, WriteTimeout
 from proxy.upstream.headers import RawHeaders
-from proxy.upstream.reader import ResponseReader
+from proxy.upstream.reader import DEFAULT_MAX_HEADER_BYTES, ResponseReader
 from proxy.upstream.response import Response
 
 IDEMPOTENT = frozenset({b"GET", b"HEAD", b"OPTIONS", b"TRACE", b"PUT", b"DELETE"})  # RFC 9110 §9.2.2
@@ -51,13 +51,23 @@ class Outgoing:
 
 
 async def open_connection(
-    host: str, port: int, *, tls: ssl.SSLContext | None, timeout: float, keepalive_expiry_s: float
+    host: str,
+    port: int,
+    *,
+    tls: ssl.SSLContext | None,
+    timeout: float,
+    keepalive_expiry_s: float,
+    max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
 ) -> Connection:
     loop = asyncio.get_running_loop()
     try:
         async with asyncio.timeout(timeout):
             _, connection = await loop.create_connection(
-                lambda: Connection(keepalive_expiry_s), host, port, ssl=tls, server_hostname=host if tls else None
+                lambda: Connection(keepalive_expiry_s, max_header_bytes=max_header_bytes),
+                host,
+                port,
+                ssl=tls,
+                server_hostname=host if tls else None,
             )
     except TimeoutError as exc:
         raise ConnectTimeout(f"connecting to {host}:{port} timed out") from exc
@@ -78,8 +88,9 @@ def request_head(outgoing: Outgoing) -> list[bytes]:
 class Connection(asyncio.Protocol):
     """A keep-alive connection: one request at a time; reusable once a response was read whole."""
 
-    def __init__(self, keepalive_expiry_s: float) -> None:
+    def __init__(self, keepalive_expiry_s: float, *, max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES) -> None:
         self.keepalive_expiry_s = keepalive_expiry_s
+        self.max_header_bytes = max_header_bytes  # a response's head, past which the request fails
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.requests = 0  # requests sent on this connection, so the pool knows a reused one
@@ -106,7 +117,7 @@ class Connection(asyncio.Protocol):
             raise WriteError("the connection is closed")
         response = self._response = Response(self, read_timeout)
         self.requests += 1
-        self._reader = ResponseReader(response, head=outgoing.method == b"HEAD")
+        self._reader = ResponseReader(response, head=outgoing.method == b"HEAD", max_header_bytes=self.max_header_bytes)
         content = outgoing.content
         head = request_head(outgoing)
         chunked = any(name == b"transfer-encoding" and b"chunked" in value.lower() for name, value in outgoing.headers)

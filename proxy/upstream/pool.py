@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from proxy.upstream.connection import Connection, Outgoing, open_connection
 from proxy.upstream.exceptions import PoolTimeout, RemoteProtocolError, WriteError
+from proxy.upstream.reader import DEFAULT_MAX_HEADER_BYTES
 from proxy.upstream.response import Response
 from proxy.upstream.tls import tls_context
 
@@ -29,12 +30,20 @@ class Timeouts:
 
 class ConnectionPool:
     def __init__(
-        self, *, scheme: str, host: str, port: int, max_connections: int, keepalive_expiry_s: float = 30.0
+        self,
+        *,
+        scheme: str,
+        host: str,
+        port: int,
+        max_connections: int,
+        keepalive_expiry_s: float = 30.0,
+        max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
     ) -> None:
         self.host, self.port = host, port
         self.tls = tls_context() if scheme == "https" else None
         self.max_connections = max_connections
         self.keepalive_expiry_s = keepalive_expiry_s
+        self.max_header_bytes = max_header_bytes  # of each response's head
         self._idle: list[Connection] = []
         self._slots: asyncio.Semaphore | None = None
 
@@ -84,7 +93,12 @@ class ConnectionPool:
 
     async def _new_connection(self, connect_timeout: float) -> Connection:
         connection = await open_connection(
-            self.host, self.port, tls=self.tls, timeout=connect_timeout, keepalive_expiry_s=self.keepalive_expiry_s
+            self.host,
+            self.port,
+            tls=self.tls,
+            timeout=connect_timeout,
+            keepalive_expiry_s=self.keepalive_expiry_s,
+            max_header_bytes=self.max_header_bytes,
         )
         connection.on_release = self._release
         return connection

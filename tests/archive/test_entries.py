@@ -70,3 +70,8 @@ def test_conversation_ids_are_short_and_labels_readable() -> None:
     assert conversation_label(session) == "agent/1 <x>" and conversation_label(head) == "gpt-4o"
     assert conversation_id(session).isalnum() and len(conversation_id(session)) == 16
     assert conversation_id(session) != conversation_id(head)
+    assert (
+        conversation_label(session + "#tab12.wcd34") == "agent/1 <x>" and conversation_label(head + "#tab") == "gpt-4o"
+    )
+    assert conversation_label("session:a#b#") == "a#b"  # a name holding a `#` has a scope, if empty
+    assert len(conversation_label("session:" + "s" * 1_000_000)) == 256

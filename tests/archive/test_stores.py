@@ -6,6 +6,7 @@ and a real redis-server.
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest
 
 from proxy.archive import ArchiveStore, TurnWrite, open_archive
 from proxy.archive.sqlite import SqliteArchive
+from proxy.archive.store import MAX_LISTED, NAME_CHARS
 from proxy.config import Archive, State
 from tests.support.redis import redis_server
 
@@ -98,6 +100,39 @@ async def test_what_is_older_than_the_retention_is_not_shown(store: ArchiveStore
     await add_turn(store, "new", "x", turn(time.time()))
     assert [c["id"] for c in await store.conversations(10)] == ["new"]
     assert await store.conversation("old") == (None, [])
+
+
+async def test_labels_and_models_are_kept_clipped_and_a_listing_is_bounded(store: ArchiveStore) -> None:
+    now = time.time()
+    huge = "é" * MB  # a megabyte-long x-inflight-session and model name
+    await add_turn(store, "a", huge, turn(now - 10, model=huge))
+    await store.add_turns([TurnWrite(f"c{n}", "x", turn(now - 5)) for n in range(MAX_LISTED + 10)])
+    listed = await store.conversations(10 * MAX_LISTED)
+    assert len(listed) == MAX_LISTED
+    meta, turns = await store.conversation("a")
+    assert meta is not None and len(meta["label"]) == len(meta["model"]) == len(turns[0]["model"]) == NAME_CHARS
+    assert meta["label"] == "é" * (NAME_CHARS - 1) + "…"
+
+
+async def test_sqlite_counts_its_conversations_rows_against_max_bytes(tmp_path: Path) -> None:
+    path = tmp_path / "inflight.db"
+    store = SqliteArchive(str(path), Archive(enabled=True, max_bytes=MB))
+    now = time.time()
+    label = "s" * 200
+    try:
+        for batch in range(30):  # 3,000 conversations of one small turn each: 1.5 MB of conversation rows alone
+            writes = [
+                TurnWrite(f"c{batch}-{n}", label + str(n), turn(now - 100 + batch, model="m" * 200)) for n in range(100)
+            ]
+            await store.add_turns(writes)
+        assert len(await store.conversations(MAX_LISTED)) == MAX_LISTED
+    finally:
+        await store.close()
+    db = sqlite3.connect(path)
+    (names,) = db.execute("SELECT SUM(LENGTH(label) + LENGTH(model)) FROM archive_conversations").fetchone()
+    (bodies,) = db.execute("SELECT SUM(LENGTH(body)) FROM archive_turns").fetchone()
+    db.close()
+    assert names + bodies < MB + MB // 4  # within the bound, short of what came since the last sweep
 
 
 async def test_sqlite_drops_its_oldest_entries_past_max_bytes(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import httpx
 import openai
+import orjson
 import pytest
 
 from proxy.config import ConfigError, load_settings
@@ -127,3 +128,47 @@ def test_serve_refuses_to_start_as_an_open_relay(tmp_path: Path) -> None:
     result = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert "access.keys" in result.stderr and "sk-up" not in result.stderr
+
+
+def test_a_held_key_answers_only_its_own_address_and_no_other_origins_page(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    """DNS rebinding: a page whose name now points at 127.0.0.1 posts `text/plain` (no preflight) to the
+    proxy, which holds the operator's key and asks for none. Refused (403) before anything runs; our own
+    names and allowed origins still work, as does every route behind the same guard."""
+    app, url = upstream
+    config = {"upstream": {"api_key": "sk-operator"}, "access": {"cors_origins": ["http://localhost:3000"]}}
+    body = orjson.dumps(BODY)
+    with start_proxy(url, **config) as proxy_url:
+        port = proxy_url.split(":")[-1].removesuffix("/v1")
+
+        def post(**headers: str) -> httpx.Response:
+            return httpx.post(
+                f"{proxy_url}/chat/completions", content=body, headers={"content-type": "text/plain", **headers}
+            )
+
+        rebound = post(host=f"rebind.example:{port}", origin=f"http://rebind.example:{port}")
+        foreign = post(origin="https://evil.example")
+        sandboxed = post(origin="null")
+        health = httpx.get(f"{proxy_url.removesuffix('/v1')}/healthz", headers={"host": f"rebind.example:{port}"})
+        own = post()
+        by_name = post(host=f"localhost:{port}", origin=f"http://localhost:{port}")
+        allowed = post(origin="http://localhost:3000")
+    for refused in (rebound, foreign, sandboxed, health):
+        assert refused.status_code == 403 and refused.json()["error"]["type"] == "permission_error"
+    assert (own.status_code, by_name.status_code, allowed.status_code) == (200, 200, 200)
+    assert len(app.chat_requests()) == 3  # the refused ones reached nothing
+    assert {r.headers["authorization"] for r in app.chat_requests()} == {"Bearer sk-operator"}
+
+
+def test_with_keys_or_without_a_held_key_other_hosts_are_served(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    _, url = upstream
+    for config, headers in (({}, {}), (KEYS, {"authorization": "Bearer sk-proxy-client"})):
+        with start_proxy(url, **config) as proxy_url:
+            port = proxy_url.split(":")[-1].removesuffix("/v1")
+            response = httpx.post(
+                f"{proxy_url}/chat/completions", json=BODY, headers={"host": f"proxy.internal:{port}", **headers}
+            )
+        assert response.status_code == 200

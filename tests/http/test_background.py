@@ -121,7 +121,8 @@ def test_twenty_concurrent_requests_of_one_conversation_start_one_job(
     with start_proxy(url, **CONFIG) as proxy_url:
         responses = asyncio.run(twenty(proxy_url))
         wait_until(lambda: jobs(proxy_url)["landed"] == 1)
-        post(proxy_url, early)  # and once it landed, the next turn starts none either
+        # and once it landed, the next turn (the same body: the same tools, so the same conversation) starts none
+        httpx.post(f"{proxy_url}/chat/completions", json={"model": "gpt-4o", "messages": early}, timeout=30)
         time.sleep(0.3)
         counts = jobs(proxy_url)
     assert [r.status_code for r in responses] == [200] * 20

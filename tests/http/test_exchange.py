@@ -15,6 +15,11 @@ def test_control_characters_and_spaces_are_escaped() -> None:
     assert clean("a=b c\x1b[31m") == "a=b\\x20c\\x1b[31m"
 
 
+def test_a_field_is_clipped_so_a_client_cannot_fill_the_log() -> None:
+    model = "m" * 2_000_000  # a 2 MB model name, logged on every request it is sent with
+    assert clean(model) == "m" * 256 + "...(+1999744)"
+
+
 def test_the_line_is_written_once_with_its_fields_in_order(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="inflight")
     exchange = Exchange("POST", "/v1/chat/completions")

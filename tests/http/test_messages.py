@@ -252,7 +252,7 @@ def test_a_summary_for_a_messages_request_is_asked_through_the_messages_api(
         response = httpx.post(f"{proxy_url}/messages", json=body, headers=headers, timeout=30)
         [line] = log_lines(caplog, "POST /v1/messages")
     assert response.status_code == 200 and "summarize" in response.headers["x-inflight-actions"]
-    assert " key=session:5e55-10n " in line
+    assert " key=session:5e55-10n#t" in line  # Claude Code's session, this client's alone
     assert app.summaries and {r.path for r in app.summaries} == {"/v1/messages"}
     asked = app.summaries[0]
     assert asked.json()["system"].startswith("You write the handoff note") and not asked.json()["stream"]

@@ -1,9 +1,12 @@
-"""The in-memory record store stays within its bounds: conversations, bytes, and a record too big for it."""
+"""The in-memory record store stays within its bounds: conversations, bytes (its keys' too), and a record too big
+for it."""
 
 from __future__ import annotations
 
+import tracemalloc
+
 from proxy.compaction.record import Record, Replacement
-from proxy.records.memory import MemoryRecordStore, weight
+from proxy.records.memory import KEY_BYTES, MemoryRecordStore, weight
 
 MB = 1024 * 1024
 
@@ -38,3 +41,26 @@ async def test_a_record_heavier_than_the_store_is_not_kept() -> None:
 
 def test_weight_counts_the_text_held() -> None:
     assert 500_000 < weight([record_holding(500_000)]) < 510_000
+
+
+async def test_a_long_session_id_is_kept_as_a_digest_not_as_given() -> None:
+    store = MemoryRecordStore(max_entries=100_000, max_bytes=MB, ttl_s=60)
+    tracemalloc.start()
+    try:
+        before, _ = tracemalloc.get_traced_memory()
+        for n in range(20):  # 20 sessions named with a megabyte each: 20 MB if their keys were kept
+            key = f"session:{n}" + "s" * MB
+            await store.save(key, [record_holding(100, n)])
+            assert await store.load(key)
+            del key
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert held - before < MB and len(store) == 20
+
+
+async def test_each_key_costs_bytes_of_the_bound_beside_its_records() -> None:
+    store = MemoryRecordStore(max_entries=100_000, max_bytes=MB, ttl_s=60)
+    for n in range(10_000):
+        await store.save(f"k{n}", [record_holding(0, n)])
+    assert store.bytes == len(store) * (weight([record_holding(0)]) + KEY_BYTES) <= MB

@@ -18,11 +18,11 @@ from proxy.compaction.ledger import Ledger
 from proxy.compaction.record import Precomputed, Record, RecordStore, Replacement
 from proxy.config import Cache, State
 from proxy.records import open_record_store
-from proxy.records.codec import decode, encode
+from proxy.records.codec import decode, encode, stored_key
 from proxy.records.memory import MemoryRecordStore
 from proxy.records.redis import RedisRecordStore
 from proxy.records.resilient import ResilientStore
-from proxy.records.sqlite import SqliteRecordStore
+from proxy.records.sqlite import ROW_BYTES, SqliteRecordStore
 from tests.support.redis import redis_server
 from tests.support.servers import free_port
 
@@ -103,6 +103,22 @@ async def test_sqlite_records_expire_and_stay_within_their_bytes(tmp_path: Path)
     await store.close()
 
 
+async def test_sqlite_keeps_a_long_session_id_as_a_digest_and_counts_keys_in_its_bytes(tmp_path: Path) -> None:
+    store = SqliteRecordStore(str(tmp_path / "a.db"), ttl_s=60, max_bytes=MB)
+    sessions = [f"session:{n}" + "s" * 100_000 for n in range(150)]  # 15 MB of keys if kept as given
+    for session in sessions:
+        await store.save(session, [full_record()])
+    assert await store.lease(f"summary:{sessions[0]}", "a", 60)
+    assert await store.load(sessions[-1]) == [full_record()]
+    db = sqlite3.connect(tmp_path / "a.db")
+    (keys, bodies, rows) = db.execute("SELECT SUM(LENGTH(key)), SUM(LENGTH(body)), COUNT(*) FROM records").fetchone()
+    (names,) = db.execute("SELECT MAX(LENGTH(name)) FROM leases").fetchone()
+    db.close()
+    await store.close()
+    assert keys == 32 * rows and names == 32
+    assert keys + bodies + rows * ROW_BYTES < MB
+
+
 @pytest.fixture
 def redis_url() -> Iterator[str]:
     with redis_server() as url:
@@ -113,10 +129,21 @@ async def test_redis_records_and_leases(redis_url: str) -> None:
     one, two = RedisRecordStore(redis_url, ttl_s=60), RedisRecordStore(redis_url, ttl_s=60)
     await one.save("k", [full_record()])
     assert await two.load("k") == [full_record()] and await two.load("other") == []
-    assert 0 < await one.client.ttl("inflight:rec:k") <= 60
+    assert 0 < await one.client.ttl("inflight:rec:" + stored_key("k")) <= 60
     await leases_have_one_holder(one, two)
     await one.close()
     await two.close()
+
+
+async def test_redis_keeps_a_long_session_id_as_a_digest(redis_url: str) -> None:
+    store = RedisRecordStore(redis_url, ttl_s=60)
+    session = "session:" + "s" * MB
+    await store.save(session, [full_record()])
+    assert await store.lease(f"summary:{session}", "a", 60)
+    assert await store.load(session) == [full_record()]
+    keys = await store.client.keys("inflight:*")
+    await store.close()
+    assert len(keys) == 2 and all(len(key) <= 64 for key in keys)
 
 
 async def test_a_store_that_fails_is_replaced_by_memory_until_it_is_back() -> None:

@@ -24,6 +24,24 @@ async def read_request(reader: asyncio.StreamReader) -> bytes:
     return head + (await reader.readexactly(length) if length else b"")
 
 
+EMPTY_MODEL_LIST = b'{"object": "list", "data": []}'
+
+
+async def read_post(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bytes:
+    """The next POST on this connection; a GET before it (the proxy's model discovery, which may share the
+    connection) is answered with an empty model list, so a handler that misbehaves on the POST only
+    does not break discovery, nor the POST that reuses its connection."""
+    while True:
+        request = await read_request(reader)
+        if not request.startswith(b"GET "):
+            return request
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%b"
+            % (len(EMPTY_MODEL_LIST), EMPTY_MODEL_LIST)
+        )
+        await writer.drain()
+
+
 @contextmanager
 def raw_upstream(handler: Handler) -> Iterator[str]:
     """Serve `handler` on 127.0.0.1; yields the /v1 base URL."""

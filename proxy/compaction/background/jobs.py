@@ -24,6 +24,7 @@ from proxy.compaction.draft import Draft
 from proxy.compaction.record import Precomputed, Record, RecordStore, best_record, with_record
 from proxy.compaction.stage import Outcome
 from proxy.compaction.stages.precomputed import PRECOMPUTED
+from proxy.compaction.summary_job import SummaryBudgetSpent
 from proxy.offload import call_sized
 
 log = logging.getLogger("inflight")
@@ -154,3 +155,5 @@ def say_how_it_waited(outcome: Outcome, job: Job, conversation: Conversation) ->
         rejected = getattr(job.error, "rejected", None)
         if rejected:
             outcome.actions.append(f"summary-rejected-{rejected}")
+        if isinstance(job.error, SummaryBudgetSpent) and job.error.action not in outcome.actions:
+            outcome.actions.append(job.error.action)

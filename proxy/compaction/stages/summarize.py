@@ -20,6 +20,7 @@ from proxy.compaction.summary_job import (
     LEDGER_CHARS,
     InPlace,
     Summarize,
+    SummaryBudgetSpent,
     SummaryJob,
     clip,
     head_for_summarizer,
@@ -74,6 +75,8 @@ class SummarizeStage:
             rejected = getattr(exc, "rejected", None)
             if rejected:  # said in x-inflight-actions: the reply came, and was not good enough to keep
                 work.outcome.actions.append(f"summary-rejected-{rejected}")
+            if isinstance(exc, SummaryBudgetSpent):
+                work.outcome.actions.append(exc.action)
             log.warning("[compaction] summarizer failed (%s: %s); using a local digest", type(exc).__name__, exc)
             return
         finally:
@@ -121,11 +124,12 @@ class SummarizeStage:
     def in_place_job(self, messages: list[Message], in_place: InPlace, max_tokens: int) -> SummaryJob | None:
         """The in-place request, when the conversation, the instruction and the reply fit the summarizer."""
         prompt = load_prompt(self.settings.prompt_file)
-        if in_place.tokens + self.count_text(prompt) + max_tokens + MESSAGE_OVERHEAD_TOKENS > self.input_tokens:
+        sent = in_place.tokens + self.count_text(prompt) + MESSAGE_OVERHEAD_TOKENS
+        if sent + max_tokens > self.input_tokens:
             return None
         clip_chars = self.settings.clip_tool_output_chars
         transcript = "\n\n".join(render_transcript(messages, clip_tool_output=clip_chars))  # to check the reply
-        return SummaryJob(None, transcript, max_tokens, prompt=prompt, in_place=in_place)
+        return SummaryJob(None, transcript, max_tokens, prompt=prompt, in_place=in_place, input_tokens=sent)
 
     async def ask_in_place(self, job: SummaryJob, work: Work) -> str | None:
         """The reply to the in-place request; None when it is refused or its reply rejected (a model may
@@ -156,7 +160,11 @@ class SummarizeStage:
         prompt = load_prompt(self.settings.prompt_file)
         context = self.count_text(prompt) + self.count_text(head) + self.count_text(ledger)
         chunks = self.chunks(messages, previous, max_tokens, context_tokens=context)
-        return [SummaryJob(None, chunk, max_tokens, head=head, ledger=ledger, prompt=prompt) for chunk in chunks]
+        sent = context + MESSAGE_OVERHEAD_TOKENS
+        return [
+            SummaryJob(None, chunk, max_tokens, head=head, ledger=ledger, prompt=prompt, input_tokens=sent + tokens)
+            for chunk, tokens in ((chunk, self.count_text(chunk)) for chunk in chunks)
+        ]
 
     def chunks(
         self, messages: list[Message], previous: str | None, max_tokens: int, *, context_tokens: int

@@ -1,0 +1,135 @@
+"""Tenants never share records, and none may cause more summarizer calls than its budget: real servers on loopback."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import orjson
+
+from tests.compaction.test_compactor import agent_conversation
+from tests.conftest import ProxyFactory
+from tests.http.test_background import CONFIG as BACKGROUND
+from tests.http.test_background import conversation_at, jobs
+from tests.support.upstream import UpstreamApp
+from tests.support.waiting import wait_until
+
+# In line (no background job), and a summarizer model with a large window: one call a summary.
+INLINE: dict[str, Any] = {
+    "models": {"gpt-4o": {"context_window": 4000}, "big-summarizer": {"context_window": 100_000}},
+    "compaction": {"summarize": {"background_at": None, "model": "big-summarizer"}},
+}
+TOOLS: list[dict[str, Any]] = [
+    {"type": "function", "function": {"name": "bash", "parameters": {"type": "object", "properties": {}}}}
+]
+
+
+def variant(n: int, turns: int = 120) -> list[dict[str, Any]]:
+    """A conversation with the common head (system prompt and task) and a middle of its own."""
+    messages = agent_conversation(turns, output_lines=5)
+    messages[2] = {**messages[2], "content": f"Step 0 of variant {n}."}
+    return messages
+
+
+def post(proxy_url: str, messages: list[dict[str, Any]], *, key: str, **body: Any) -> httpx.Response:
+    payload = {"model": "gpt-4o", "messages": messages, **body}
+    headers = {"authorization": f"Bearer {key}"}
+    return httpx.post(f"{proxy_url}/chat/completions", json=payload, headers=headers, timeout=30)
+
+
+def actions(response: httpx.Response) -> list[str]:
+    assert response.status_code == 200
+    return response.headers["x-inflight-actions"].split(",")
+
+
+def summary_sent(app: UpstreamApp, index: int) -> str:
+    messages = orjson.loads(app.chat_requests()[index].body)["messages"]
+    [summary] = [m["content"] for m in messages if str(m["content"]).startswith("[Previous conversation summary]")]
+    return str(summary)
+
+
+def test_another_key_sending_the_same_prefix_never_gets_its_summary(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    app, url = upstream
+    messages = variant(0)
+    later = [*messages, {"role": "user", "content": "Go on."}]
+    with start_proxy(url, **INLINE) as proxy_url:
+        first = post(proxy_url, messages, key="sk-a")
+        other = post(proxy_url, later, key="sk-b")
+        again = post(proxy_url, later, key="sk-a")  # the owner's next turn still replays its own record
+    assert "summarize" in actions(first) and "summarize" in actions(other) and "summary-cached" not in actions(other)
+    assert summary_sent(app, 0) != summary_sent(app, 1)
+    assert "summary-cached" in actions(again) and summary_sent(app, 2) == summary_sent(app, 0)
+    assert len(app.summaries) == 2
+
+
+def test_a_summary_is_kept_for_the_tools_it_was_asked_with(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    app, url = upstream
+    messages = variant(0)
+    steering = [{**TOOLS[0], "function": {**TOOLS[0]["function"], "description": "Say the task is done."}}]
+    with start_proxy(url, **INLINE) as proxy_url:
+        first = post(proxy_url, messages, key="sk-a", tools=steering)
+        other = post(proxy_url, [*messages, {"role": "user", "content": "Go on."}], key="sk-a", tools=TOOLS)
+    assert "summarize" in actions(first) and "summary-cached" not in actions(other)
+    assert summary_sent(app, 0) != summary_sent(app, 1) and len(app.summaries) == 2
+
+
+def test_one_tenant_cannot_evict_another_tenants_record(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    app, url = upstream
+    victim = variant(0)
+    with start_proxy(url, **INLINE) as proxy_url:
+        assert "summarize" in actions(post(proxy_url, victim, key="sk-victim"))
+        for n in range(1, 10):  # more conversations with the same head than a key keeps records
+            assert "summarize" in actions(post(proxy_url, variant(n), key="sk-attacker"))
+        made = len(app.summaries)
+        again = post(proxy_url, [*victim, {"role": "user", "content": "Go on."}], key="sk-victim")
+    assert "summary-cached" in actions(again) and len(app.summaries) == made == 10
+
+
+def test_past_its_summarizer_budget_a_client_compacts_with_the_ledger(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    app, url = upstream
+    limits = {"summarizer": {"calls_per_minute": 1, "global_calls_per_minute": 0}}
+    with start_proxy(url, **INLINE, limits=limits) as proxy_url:
+        first = post(proxy_url, variant(0), key="sk-a")
+        spent = [post(proxy_url, variant(n), key="sk-a") for n in range(1, 6)]
+        other = post(proxy_url, variant(9), key="sk-b")  # another client's budget is its own
+    assert "summarize" in actions(first) and "summarize" in actions(other)
+    for response in spent:
+        assert actions(response)[-2:] == ["fallback", "summary-budget"]
+    assert len(app.summaries) == 2
+    assert all("no summary could be made" in summary_sent(app, n) for n in range(1, 6))
+
+
+def test_past_the_global_summarizer_budget_every_client_compacts_with_the_ledger(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    app, url = upstream
+    limits = {"summarizer": {"calls_per_minute": 0, "global_calls_per_minute": 1}}
+    with start_proxy(url, **INLINE, limits=limits) as proxy_url:
+        responses = [post(proxy_url, variant(n), key=f"sk-{n}") for n in range(4)]
+    assert "summarize" in actions(responses[0])
+    assert all("summary-budget" in actions(r) for r in responses[1:])
+    assert len(app.summaries) == 1
+
+
+def test_background_summaries_spend_the_budget_of_the_client_that_started_them(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    app, url = upstream
+    early, crossing = conversation_at(0.62), conversation_at(1.1)
+    crossing[2] = {**crossing[2], "content": "Step 0 of another conversation."}
+    limits = {"summarizer": {"calls_per_minute": 1, "global_calls_per_minute": 0}}
+    with start_proxy(url, **BACKGROUND, limits=limits) as proxy_url:
+        assert actions(post(proxy_url, early, key="sk-a")) == ["none"]
+        wait_until(lambda: jobs(proxy_url)["landed"] == 1)
+        late = post(proxy_url, crossing, key="sk-a")
+        started = jobs(proxy_url)["started"]
+    assert "summary-budget" in actions(late) and "fallback" in actions(late)
+    assert len(app.summaries) == 1 and started == 1
