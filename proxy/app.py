@@ -62,6 +62,7 @@ def create_app(settings: Settings) -> ASGIApp:
             store,
             settings_for=lambda model: pipeline.model_settings(model).compaction,
             on_error=lambda: metrics.store_error(store="archive"),
+            max_key_chars=settings.limits.max_key_chars,
         )
 
     @asynccontextmanager

@@ -114,8 +114,11 @@ class OriginGuard:
         if origin is None:
             return None
         text = origin.decode("latin-1").strip().rstrip("/").lower()
-        if text in (f"http://{host}", f"https://{host}") or text in self.cors_origins:
+        if text in self.cors_origins:
             return None
+        same = text in (f"http://{host}", f"https://{host}")
+        if same and (not self.any_host or self.ours(host_name(text.partition("://")[2]))):
+            return None  # listening everywhere, a page's own origin must still be one of our names
         return (
             f"requests from the browser origin {text[:100]!r} are refused: this proxy holds an upstream key "
             "(list the origin in access.cors_origins to allow it)"

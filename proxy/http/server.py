@@ -10,10 +10,12 @@ and its file descriptor forever. `BoundedHttpProtocol` adds the two missing cloc
 - from the first byte of a request to the end of its headers, `limits.client_header_timeout_s`;
   past it the client gets a 408 in OpenAI's shape and the connection is closed.
 
-And one bound: a request's head (request line and headers) may take `limits.max_header_bytes`. It is
-counted as the bytes arrive, before the parser sees them, so a client with no key gets a 431 once
-that much came, not after uvicorn buffered its 100 MB header (httptools assembles a header value by
-repeated concatenation, so an unbounded one also costs quadratic time).
+And one bound: a request's head (request line and headers) may take `limits.max_header_bytes`. The
+parser is fed in slices of that size, and bytes that bring it no progress (no end of the head, no
+body, no end of the request) are counted, so a client with no key gets a 431 once that much came,
+not after uvicorn buffered its 100 MB header (httptools assembles a header value by repeated
+concatenation, so an unbounded one also costs quadratic time); the same holds for a chunked body's
+trailer or chunk lines that never end, and pipelined requests each start afresh.
 
 Trailer fields of a chunked request are dropped: httptools reports them like headers, and uvicorn
 appends them to the request's header list, so a request that arrived in one read would have them
@@ -91,7 +93,9 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         super().__init__(*args, **kwargs)
         self.header_deadline: asyncio.TimerHandle | None = None
         self.reading_head = True  # between the end of a request (or the start) and the end of the next one's headers
-        self.head_bytes = 0  # bytes of the current head fed to the parser so far
+        # Bytes fed since the parser last made progress (a head's end, body, a request's end): a head, a
+        # trailer or a chunk line that grows past the bound is refused, however it is cut into reads.
+        self.quiet_bytes = 0
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -102,20 +106,21 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         if self.header_deadline is None and (self.cycle is None or self.cycle.response_complete):
             # The first bytes of a new request: its headers have this long to arrive, however slowly.
             self.header_deadline = self.loop.call_later(self.header_timeout_s, self.headers_too_slow)
-        budget = self.max_header_bytes - self.head_bytes if self.reading_head else len(data)
-        if len(data) <= budget:
-            if self.reading_head:
-                self.head_bytes += len(data)
-            super().data_received(data)
-            return
-        # Only what the bound allows goes to the parser; the rest only once the head ended within it.
-        super().data_received(data[:budget])
-        if self.transport.is_closing():
-            return
-        if self.reading_head:
-            self.headers_too_large()
-            return
-        super().data_received(data[budget:])
+        start = 0
+        while start < len(data):  # never more than the bound's room past the last progress at once
+            piece = data[start : start + max(self.max_header_bytes - self.quiet_bytes, 1)]
+            start += len(piece)
+            self.quiet_bytes += len(piece)  # a callback of progress sets it back to 0
+            super().data_received(piece)
+            if self.transport.is_closing():
+                return
+            if self.quiet_bytes >= self.max_header_bytes:  # a head, a trailer, a chunk line that never ends
+                self.headers_too_large()
+                return
+
+    def on_body(self, body: bytes) -> None:
+        self.quiet_bytes = 0
+        super().on_body(body)
 
     def on_header(self, name: bytes, value: bytes) -> None:
         if self.reading_head:
@@ -124,11 +129,11 @@ class BoundedHttpProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self.stop_header_clock()
-        self.reading_head = False
+        self.reading_head, self.quiet_bytes = False, 0
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
-        self.reading_head, self.head_bytes = True, 0
+        self.reading_head, self.quiet_bytes = True, 0
         super().on_message_complete()
 
     def connection_lost(self, exc: Exception | None) -> None:

@@ -43,9 +43,11 @@ class Archiver:
         *,
         settings_for: Callable[[str], Compaction],
         on_error: Callable[[], None] | None = None,
+        max_key_chars: int = 256,
     ) -> None:
         self.writer = ArchiveWriter(store, on_error=on_error)
         self.settings_for = settings_for  # a model's compaction settings (its thresholds)
+        self.max_key_chars = max_key_chars  # `limits.max_key_chars`: the key as compaction makes it
 
     @property
     def store(self) -> ArchiveStore:
@@ -75,7 +77,7 @@ class Archiver:
     def _take(
         self, counted: Counted, accounting: Accounting, options: Options, prepared: Prepared, *, status: int
     ) -> None:
-        key = prepared.key or key_of(counted, options)
+        key = prepared.key or key_of(counted, options, max_chars=self.max_key_chars)
         settings = self.settings_for(accounting.model)
         now = time.time()
         outcome = prepared.outcome

@@ -55,11 +55,6 @@ class Options:
         """The digest of the client's key ("": it presents none): its conversations and calibration are its own."""
         return tenant_of(self.credentials)
 
-    @property
-    def spender(self) -> str:
-        """Whose summarizer budget this request spends: its key's tenant, else its address."""
-        tenant = self.tenant
-        return f"key:{tenant}" if tenant else f"address:{self.client}"
 
 
 class Pipeline:
@@ -204,6 +199,15 @@ class Pipeline:
         self._calibration.record(accounting.model, estimate=accounting.raw_tokens, actual=tokens, tenant=tenant)
         return replace(accounting, ratio=tokens / accounting.raw_tokens)
 
+    def spender_of(self, options: Options) -> str:
+        """Whose summarizer budget a request spends: the key it presents when that key is one the proxy
+        checks (`access.keys`) or the one that pays upstream (the proxy holds none); a key nobody checks
+        while the operator's goes upstream could be made up anew each request: then its address."""
+        tenant = options.tenant
+        if tenant and (self.settings.access.keys or not self.settings.holds_upstream_key):
+            return f"key:{tenant}"
+        return f"address:{options.client}"
+
     def takes_over_server_compaction(self, counted: Counted) -> bool:
         """The request asks the upstream to compact or edit its context, and inflight does it instead: the
         config says so (`responses.context_management`, `messages.context_management`: inflight), or this
@@ -318,7 +322,7 @@ class Pipeline:
         due = force or conversation.tokens > min(budget.prune_at, start_at)  # else no summary is near: no need to ask
         summary_window = await self.summarizer_window(settings, accounting.model, ask=due)
         # A client past its summarizer budget (or the proxy past its own) is not summarized: the ledger stands in.
-        spent = self._budget is not None and due and not self._budget.allows(options.spender)
+        spent = self._budget is not None and due and not self._budget.allows(self.spender_of(options))
         parts = CompactionParts(
             settings=settings,
             accounting=accounting,
@@ -328,7 +332,7 @@ class Pipeline:
             summarizer_input_tokens=int(summary_window / accounting.ratio),
             wire=counted.wire,
             budget=self._budget,
-            spender=options.spender,
+            spender=self.spender_of(options),
         )
         # No job for a retry (the turn it retries saw to that), nor for a request under every threshold.
         wanted = background and due and not retry
@@ -411,7 +415,9 @@ def key_of(counted: Counted, options: Options, *, max_chars: int = 256) -> str:
         model=bounded_key(counted.model, max_chars),
         head_digests=head,
         tenant=options.tenant,
-        sent_with=tools_digest(request.view.get("tools")),
+        # Only a summary asked in place is sent with the tools (Chat Completions'): a change of tools elsewhere
+        # (an MCP server connecting, Claude Code's deferred tools) keeps the conversation.
+        sent_with=tools_digest(request.view.get("tools")) if counted.wire.in_place_summaries else "",
     )
 
 

@@ -3,9 +3,11 @@
 One `ResponseReader` per request: it feeds the status, headers and body to the `Response` and
 says whether the connection may carry another request afterwards.
 
-The response's head may take `max_header_bytes` (`limits.max_upstream_header_bytes`), counted as the
-bytes arrive and before the parser sees them: an upstream that sends a 200 MB header fails the request
-(a 502) once that much came, and nothing of it is relayed.
+The response's head may take `max_header_bytes` (`limits.max_upstream_header_bytes`): the parser is fed
+in slices of that size, and bytes that bring no progress (no end of a head, no body, no end of the
+message) are counted; past the bound the request fails (a 502) and nothing of it is relayed. That bounds
+a 200 MB header, and chunked trailers or chunk extensions that never end, alike (trailer fields are
+dropped: a response's headers are those of its head).
 """
 
 from __future__ import annotations
@@ -33,24 +35,23 @@ class ResponseReader:
         self._parser = httptools.HttpResponseParser(self)
         self._headers: RawHeaders = []
         self._reading_head = True  # until the final (not 1xx) response's headers are complete
-        self._head_bytes = 0  # bytes fed while reading heads (1xx ones included)
+        self._quiet = 0  # bytes fed since the parser last made progress (a head's end, body, the end)
 
     def feed(self, data: bytes) -> bool:
-        """Parse what arrived; False when it is not HTTP/1.1 or its head is too large (the response then
-        carries the error)."""
-        budget = self.max_header_bytes - self._head_bytes if self._reading_head else len(data)
-        if len(data) <= budget:
-            if self._reading_head:
-                self._head_bytes += len(data)
-            return self._parse(data)
-        # Only what the bound allows goes to the parser; the rest only once the head ended within it.
-        if not self._parse(data[:budget]):
-            return False
-        if self._reading_head:
-            limit = self.max_header_bytes
-            self.response.finished(ResponseHeadersTooLarge(f"the upstream's response headers exceed {limit} bytes"))
-            return False
-        return self._parse(data[budget:])
+        """Parse what arrived; False when it is not HTTP/1.1 or its head (or trailer) is too large (the
+        response then carries the error)."""
+        start = 0
+        while start < len(data):  # never more than the bound's room past the last progress at once
+            piece = data[start : start + max(self.max_header_bytes - self._quiet, 1)]
+            start += len(piece)
+            self._quiet += len(piece)  # a callback of progress sets it back to 0
+            if not self._parse(piece):
+                return False
+            if self._quiet >= self.max_header_bytes:
+                limit = self.max_header_bytes
+                self.response.finished(ResponseHeadersTooLarge(f"the upstream's response headers exceed {limit} bytes"))
+                return False
+        return True
 
     def _parse(self, data: bytes) -> bool:
         try:
@@ -79,9 +80,11 @@ class ResponseReader:
     # --- httptools callbacks ----------------------------------------------------------------
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._headers.append((name, value))
+        if self._reading_head:  # else a trailer field: dropped
+            self._headers.append((name, value))
 
     def on_headers_complete(self) -> None:
+        self._quiet = 0
         status = self._parser.get_status_code()
         headers, self._headers = self._headers, []
         if 100 <= status < 200:
@@ -93,8 +96,10 @@ class ResponseReader:
             self.response.finished()
 
     def on_body(self, body: bytes) -> None:
+        self._quiet = 0
         self.response.body_received(body)
 
     def on_message_complete(self) -> None:
+        self._quiet = 0
         if self.response.status and not self.response.complete:
             self.response.finished()

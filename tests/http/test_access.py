@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from proxy.config import ConfigError, load_settings
-from proxy.http.access import accepted, startup_problem
+from proxy.http.access import OriginGuard, accepted, startup_problem
 from tests.conftest import ProxyFactory
 from tests.support.upstream import UpstreamApp
 
@@ -172,3 +172,26 @@ def test_with_keys_or_without_a_held_key_other_hosts_are_served(
                 f"{proxy_url}/chat/completions", json=BODY, headers={"host": f"proxy.internal:{port}", **headers}
             )
         assert response.status_code == 200
+
+
+def test_listening_everywhere_a_pages_own_origin_must_still_be_one_of_our_names() -> None:
+    """With `allow_anonymous` on 0.0.0.0 any Host is ours, but a rebinding page's origin (which matches
+    its Host) is still not: only our names and `access.cors_origins` may send from a browser."""
+    settings = load_settings(
+        None,
+        overrides={
+            "listen": {"host": "0.0.0.0"},
+            "upstream": {"api_key": "sk-operator"},
+            "access": {"allow_anonymous": True, "cors_origins": ["https://app.example"]},
+        },
+    )
+    guard = OriginGuard(lambda scope, receive, send: None, settings)  # type: ignore[arg-type,return-value]
+
+    def problem(host: str, origin: str | None = None) -> str | None:
+        headers = [(b"host", host.encode())] + ([(b"origin", origin.encode())] if origin else [])
+        return guard.problem({"type": "http", "headers": headers, "path": "/v1/chat/completions"})
+
+    assert problem("rebind.example:8787", "http://rebind.example:8787") is not None
+    assert problem("proxy.internal:8787") is None  # no Origin: not a browser's cross-origin request
+    assert problem("127.0.0.1:8787", "http://127.0.0.1:8787") is None
+    assert problem("proxy.internal:8787", "https://app.example") is None

@@ -212,3 +212,36 @@ def test_the_event_buffer_finds_the_same_events_as_first_event_whatever_the_chun
                 seen.append(complete)
         assert seen == expected, size
         assert events.pending == rest
+
+
+# --- after review: trailers, pipelining ------------------------------------------------------------
+
+
+def test_a_chunked_request_whose_trailer_never_ends_is_cut_off_after_about_the_bound(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    piece = b"a" * MiB
+    sent = 0
+    head = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        b"transfer-encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\nx-t: "
+    )
+    with start_proxy(upstream[1]) as proxy_url, connect(proxy_url) as sock:
+        sock.sendall(head)
+        with contextlib.suppress(OSError):  # the proxy closed on us: what matters is how much it took
+            while sent < 100 * MiB:
+                sock.sendall(piece)
+                sent += len(piece)
+    assert sent < 32 * MiB
+    assert not upstream[0].chat_requests()
+
+
+def test_pipelined_requests_past_the_bound_in_one_read_are_each_answered(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    """The bound is on bytes that bring no progress: 1,600 small requests in one send (67 KB) all pass."""
+    one = b"GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n"
+    with start_proxy(upstream[1]) as proxy_url, connect(proxy_url) as sock:
+        sock.sendall(one * 1_599 + b"GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n\r\n")
+        received = read_until_closed(sock)
+    assert received.count(b"HTTP/1.1 200 ") == 1_600

@@ -133,3 +133,16 @@ def test_background_summaries_spend_the_budget_of_the_client_that_started_them(
         started = jobs(proxy_url)["started"]
     assert "summary-budget" in actions(late) and "fallback" in actions(late)
     assert len(app.summaries) == 1 and started == 1
+
+
+def test_a_key_nobody_checks_does_not_name_the_spender_when_the_proxy_pays(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    """The proxy holds the key and asks clients for none: a made-up key per request buys no new budget."""
+    app, url = upstream
+    limits = {"summarizer": {"calls_per_minute": 1, "global_calls_per_minute": 0}}
+    with start_proxy(url, **INLINE, limits=limits, upstream={"api_key": "sk-operator"}) as proxy_url:
+        responses = [post(proxy_url, variant(n), key=f"sk-made-up-{n}") for n in range(4)]
+    assert "summarize" in actions(responses[0])
+    assert all(actions(r)[-1] == "summary-budget" for r in responses[1:])
+    assert len(app.summaries) == 1

@@ -4,6 +4,7 @@ fails with a 502 in the wire format's shape, the connection is dropped, and noth
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import httpx
 import orjson
@@ -86,3 +87,21 @@ async def test_the_client_takes_a_head_up_to_its_bound_and_refuses_one_past_it(h
                 assert refused.value.code == "upstream_bad_response"
         finally:
             await client.aclose()
+
+
+def test_an_upstream_trailer_that_never_ends_is_cut_off_after_about_the_bound(start_proxy: ProxyFactory) -> None:
+    sent = [0]
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, number: int) -> None:
+        await read_post(reader, writer)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n")
+        writer.write(b"2\r\n{}\r\n0\r\nx-t: ")
+        with contextlib.suppress(OSError):
+            while sent[0] < 200 * MiB:
+                writer.write(b"a" * MiB)
+                await writer.drain()
+                sent[0] += MiB
+
+    with raw_upstream(handler) as url, start_proxy(f"{url}/v1") as proxy_url, contextlib.suppress(httpx.HTTPError):
+        httpx.post(f"{proxy_url}/chat/completions", json=CHAT, timeout=30)
+    assert sent[0] < 64 * MiB  # dropped after about the bound, not read to the end

@@ -1,0 +1,580 @@
+"""What a hostile client or upstream costs the proxy: issue 26's probes, each against a fresh proxy.
+
+Starts an inflight process per probe (in front of the fake upstream's process, or of a raw-socket
+upstream on loopback for what no well-behaved server sends), warms it with one ordinary request,
+then runs the probe while another process polls `GET /healthz` every 10 ms and a thread samples
+the proxy's RSS (`/proc/PID/status`). Prints one table: what the proxy answered, its RSS before,
+its growth (one second after the probe) and its peak, and the `/healthz` p99 over the two seconds
+before the probe against while it runs. The issue's goal: growth under 64 MB, p99 within 20 ms of
+idle. It asserts nothing.
+
+    python -m benchmarks.hostile
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import multiprocessing
+import os
+import random
+import socket
+import stat
+import string
+import tempfile
+import threading
+import time
+import zlib
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import partial
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import orjson
+
+from benchmarks.harness import percentile, table
+from tests.support.processes import fake_upstream, inflight_process
+from tests.support.raw import raw_upstream, read_post
+
+MiB = 1024 * 1024
+POLL_INTERVAL_S = 0.01
+IDLE_S = 2.0
+SETTLE_S = 1.0
+CHAT = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Say ok."}]}
+WARMUP_MODEL = "warmup-model"
+# A small window and summaries made on the turn that needs one: the agent conversation below compacts.
+COMPACTING: dict[str, Any] = {
+    "models": {"gpt-4o": {"context_window": 4000}, "big-summarizer": {"context_window": 100_000}},
+    "compaction": {"summarize": {"background_at": None, "model": "big-summarizer"}},
+}
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def poll_healthz(port: int, stop: Any, out: Connection) -> None:
+    """In its own process: (start, latency in ms) of a keep-alive `GET /healthz` every POLL_INTERVAL_S."""
+    request = f"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()
+    samples: list[tuple[float, float]] = []
+    sock: socket.socket | None = None
+    while not stop.is_set():
+        start = time.monotonic()
+        try:
+            if sock is None:
+                sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+            sock.sendall(request)
+            received = b""
+            while b"\r\n\r\n" not in received or not received.endswith(b"}"):
+                chunk = sock.recv(65536)
+                if not chunk:
+                    raise ConnectionError("closed")
+                received += chunk
+        except OSError:
+            if sock is not None:
+                sock.close()
+            sock = None
+        samples.append((start, (time.monotonic() - start) * 1000))
+        time.sleep(POLL_INTERVAL_S)
+    out.send(samples)
+
+
+@dataclass
+class Watch:
+    """The proxy's RSS, sampled by a thread, and its /healthz latency, polled by another process."""
+
+    pid: int
+    port: int
+    rss: list[tuple[float, float]] = field(default_factory=list)
+    health: list[tuple[float, float]] = field(default_factory=list)
+
+
+@contextmanager
+def watching(pid: int, proxy_url: str) -> Iterator[Watch]:
+    watch = Watch(pid, urlsplit(proxy_url).port or 0)
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            with contextlib.suppress(OSError):
+                watch.rss.append((time.monotonic(), rss_mb(pid)))
+            time.sleep(0.01)
+
+    context = multiprocessing.get_context("spawn")
+    stop = context.Event()
+    receiving, sending = context.Pipe(duplex=False)
+    poller = context.Process(target=poll_healthz, args=(watch.port, stop, sending))
+    poller.start()
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        yield watch
+    finally:
+        stop.set()
+        watch.health = receiving.recv()
+        poller.join(10)
+        done.set()
+        sampler.join(5)
+
+
+@dataclass
+class Row:
+    probe: str
+    answer: str = ""
+    before: float = float("nan")
+    after: float = float("nan")
+    peak: float = float("nan")
+    idle_p99: float = float("nan")
+    during_p99: float = float("nan")
+    during_max: float = float("nan")
+
+    def cells(self) -> list[object]:
+        if self.before != self.before:  # not measured (nan): a probe that only reads a result
+            return [self.probe, self.answer, "-", "-", "-", "-", "-", "-"]
+        growth = self.after - self.before
+        miss = []
+        if growth >= 64:
+            miss.append("RSS")
+        if self.during_p99 - self.idle_p99 > 20:
+            miss.append("p99")
+        return [
+            self.probe,
+            self.answer,
+            f"{self.before:.0f}",
+            f"{growth:+.1f}",
+            f"{self.peak:.0f}",
+            f"{self.idle_p99:.1f} / {self.during_p99:.1f}",
+            f"{self.during_max:.0f}",
+            ", ".join(miss) or "met",
+        ]
+
+
+def measure(row: Row, pid: int, proxy_url: str, probe: Callable[[], str]) -> Row:
+    """Run `probe` (which returns what the proxy answered) under watch, after IDLE_S of idle polling."""
+    with watching(pid, proxy_url) as watch:
+        time.sleep(IDLE_S)
+        row.before = rss_mb(pid)
+        start = time.monotonic()
+        row.answer = probe()
+        end = time.monotonic()
+        time.sleep(SETTLE_S)
+        row.after = rss_mb(pid)
+    idle = [ms for when, ms in watch.health if when < start]
+    during = [ms for when, ms in watch.health if start <= when <= end]
+    row.idle_p99, row.during_p99 = percentile(idle, 99), percentile(during, 99)
+    row.during_max = max(during, default=float("nan"))
+    row.peak = max((mb for when, mb in watch.rss if start <= when <= end + SETTLE_S), default=row.after)
+    return row
+
+
+def warm(proxy_url: str, **headers: str) -> None:
+    """One ordinary request first, so that what loads on the first one (the tokenizer) is in `before`."""
+    httpx.post(f"{proxy_url}/chat/completions", json={**CHAT, "model": WARMUP_MODEL}, headers=headers, timeout=30)
+
+
+def config(**sections: Any) -> str:
+    return orjson.dumps(sections).decode()  # JSON is YAML
+
+
+def connect(proxy_url: str, timeout: float = 60) -> socket.socket:
+    parts = urlsplit(proxy_url)
+    sock = socket.create_connection((parts.hostname, parts.port))
+    sock.settimeout(timeout)
+    return sock
+
+
+def status_of(received: bytes) -> str:
+    return received.split(b" ", 2)[1].decode() if received.startswith(b"HTTP/1.1 ") else "none"
+
+
+def agent_conversation(turns: int, tag: str) -> list[dict[str, Any]]:
+    """An agent's conversation, `tag` making it its own: with the COMPACTING window it needs a summary."""
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": f"Fix the failing test in src/app.py ({tag})."},
+    ]
+    for turn in range(turns):
+        call = {"id": f"call_{turn}", "type": "function", "function": {"name": "bash", "arguments": f'{{"n": {turn}}}'}}
+        messages.append({"role": "assistant", "content": f"Step {turn} of {tag}.", "tool_calls": [call]})
+        output = "\n".join(f"{turn}:{i} output line with some words in it" for i in range(5))
+        messages.append({"role": "tool", "tool_call_id": f"call_{turn}", "content": output})
+    return messages
+
+
+def tally(values: list[str]) -> str:
+    counts: dict[str, int] = {}
+    for value in values:
+        counts[value] = counts.get(value, 0) + 1
+    return " ".join(f"{value}x{n}" for value, n in sorted(counts.items()))
+
+
+# --- raw upstreams -------------------------------------------------------------------------------
+
+WARM_BODY = orjson.dumps(
+    {
+        "id": "c",
+        "object": "chat.completion",
+        "model": WARMUP_MODEL,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6},
+    }
+)
+
+
+def misbehaving(act: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Any]) -> Any:
+    """A raw upstream handler: the warm-up request answered as a server would, the next one with `act`."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, number: int) -> None:
+        while True:
+            request = await read_post(reader, writer)
+            if WARMUP_MODEL.encode() not in request:
+                await act(reader, writer)
+                return
+            head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n"
+            writer.write(head % len(WARM_BODY) + WARM_BODY)
+            await writer.drain()
+
+    return handler
+
+
+# --- the probes ----------------------------------------------------------------------------------
+
+
+def probe_k(upstream_url: str) -> Row:
+    """K: three clients with no key, each sending a 64 MB request header that never ends."""
+    row = Row("K: 3 clients x 64 MB request header, no key")
+    settings = config(access={"keys": ["sk-inbound"]}, upstream={"api_key": "sk-up"})
+    with inflight_process(upstream_url, settings) as (proxy_url, pid):
+        warm(proxy_url, authorization="Bearer sk-inbound")
+
+        def client(out: list[str]) -> None:
+            piece = b"a" * MiB
+            with connect(proxy_url) as sock:
+                with contextlib.suppress(OSError):  # the proxy closes once past its bound
+                    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nx-big: ")
+                    for _ in range(64):
+                        sock.sendall(piece)
+                received = b""
+                with contextlib.suppress(OSError):
+                    while chunk := sock.recv(65536):
+                        received += chunk
+            out.append(status_of(received))
+
+        def run() -> str:
+            statuses: list[str] = []
+            threads = [threading.Thread(target=client, args=(statuses,)) for _ in range(3)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            return tally(statuses)
+
+        return measure(row, pid, proxy_url, run)
+
+
+def probe_c() -> Row:
+    """C: an upstream whose answer's header is 200 MB."""
+    row = Row("C: upstream sends a 200 MB response header")
+    sent = 0
+
+    async def act(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal sent
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nx-big: ")
+        piece = b"a" * MiB
+        while sent < 200 * MiB:  # until the proxy drops the connection
+            writer.write(piece)
+            await writer.drain()
+            sent += len(piece)
+
+    with (
+        raw_upstream(misbehaving(act)) as url,
+        inflight_process(url, config(upstream={"read_timeout_s": 60})) as (
+            proxy_url,
+            pid,
+        ),
+    ):
+        warm(proxy_url)
+
+        def run() -> str:
+            start = time.monotonic()
+            response = httpx.post(f"{proxy_url}/chat/completions", json=CHAT, timeout=120)
+            took = time.monotonic() - start
+            return f"{response.status_code} in {took:.2f} s; upstream wrote {sent / MiB:.0f} MB before the drop"
+
+        return measure(row, pid, proxy_url, run)
+
+
+def probe_b_line() -> Row:
+    """B: an upstream stream whose first SSE line is 300 MB, with no newline, then silence."""
+    size = 300 * MiB
+    row = Row("B: first SSE line 300 MB, no newline")
+
+    async def act(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+        piece = b"x" * MiB
+        writer.write(b"%x\r\ndata: \r\n" % len(b"data: "))
+        for _ in range(size // MiB):
+            writer.write(b"%x\r\n%b\r\n" % (len(piece), piece))
+            await writer.drain()
+        # The stream stays open (a proxy that holds it gives the client nothing) until the proxy hangs up.
+        await reader.read()
+
+    with raw_upstream(misbehaving(act)) as url, inflight_process(url) as (proxy_url, pid):
+        warm(proxy_url)
+
+        def run() -> str:
+            start = time.monotonic()
+            first = 0.0
+            received = 0
+            body = {**CHAT, "stream": True}
+            with httpx.stream("POST", f"{proxy_url}/chat/completions", json=body, timeout=60) as response:
+                for chunk in response.iter_raw():
+                    first = first or time.monotonic() - start
+                    received += len(chunk)
+                    if received >= size + len(b"data: ") or time.monotonic() - start > 90:
+                        break
+            took = time.monotonic() - start
+            return (
+                f"{response.status_code}; first byte {first * 1000:.0f} ms, "
+                f"{received / MiB:.0f} MB relayed in {took:.1f} s"
+            )
+
+        return measure(row, pid, proxy_url, run)
+
+
+def gzip_bomb(megabytes: int) -> bytes:
+    """SSE-looking zeros that inflate to `megabytes` MiB, compressed a MiB at a time."""
+    compressor = zlib.compressobj(9, zlib.DEFLATED, 31)
+    zeros = b"\0" * MiB
+    parts = [compressor.compress(b"data: ")]
+    parts += [compressor.compress(zeros) for _ in range(megabytes)]
+    return b"".join([*parts, compressor.flush()])
+
+
+def probe_b_gzip() -> Row:
+    """B: a gzip SSE answer of under 1 MB that inflates to 800 MB."""
+    bomb = gzip_bomb(800)
+    row = Row(f"B: gzip SSE, {len(bomb) / 1024:.0f} KB inflating to 800 MB")
+
+    async def act(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-encoding: gzip\r\n"
+            b"content-length: %d\r\n\r\n%b" % (len(bomb), bomb)
+        )
+        await writer.drain()
+
+    with raw_upstream(misbehaving(act)) as url, inflight_process(url) as (proxy_url, pid):
+        warm(proxy_url)
+
+        def run() -> str:
+            received = b""
+            body = {**CHAT, "stream": True}
+            with httpx.stream("POST", f"{proxy_url}/chat/completions", json=body, timeout=60) as response:
+                for chunk in response.iter_raw():  # the bytes as sent, still gzip
+                    received += chunk
+            intact = "intact" if received == bomb else f"{len(received)} of {len(bomb)} bytes"
+            return f"{response.status_code}; relayed {intact}"
+
+        return measure(row, pid, proxy_url, run)
+
+
+async def send_all(proxy_url: str, bodies: list[bytes], connections: int) -> list[str]:
+    """POST each body on one of `connections` keep-alive connections; their statuses."""
+    parts = urlsplit(proxy_url)
+    queue = list(reversed(bodies))
+    statuses: list[str] = []
+
+    async def worker() -> None:
+        reader, writer = await asyncio.open_connection(parts.hostname, parts.port)
+        while queue:
+            body = queue.pop()
+            head = f"POST /v1/chat/completions HTTP/1.1\r\nHost: {parts.netloc}\r\nContent-Length: {len(body)}\r\n\r\n"
+            writer.write(head.encode() + body)
+            answer = await reader.readuntil(b"\r\n\r\n")
+            length = int(answer.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+            await reader.readexactly(length)
+            statuses.append(status_of(answer))
+        writer.close()
+
+    await asyncio.gather(*(worker() for _ in range(connections)))
+    return statuses
+
+
+def probe_a(upstream_url: str) -> Row:
+    """A: 5,000 random model names of 1,000 characters; `/inflight/stats` before and after."""
+    row = Row("A: 5,000 random 1,000-char model names")
+    rng = random.Random(26)
+    names = ["".join(rng.choices(string.ascii_lowercase, k=1000)) for _ in range(5000)]
+    bodies = [orjson.dumps({**CHAT, "model": name}) for name in names]
+    with inflight_process(upstream_url) as (proxy_url, pid):
+        warm(proxy_url)
+        stats_url = proxy_url.removesuffix("/v1") + "/inflight/stats"
+        stats_before = len(httpx.get(stats_url).content)
+
+        def run() -> str:
+            statuses = asyncio.run(send_all(proxy_url, bodies, connections=4))
+            stats_after = len(httpx.get(stats_url).content)
+            return f"{tally(statuses)}; /inflight/stats {stats_before:,} B -> {stats_after:,} B"
+
+        return measure(row, pid, proxy_url, run)
+
+
+def post_each(
+    proxy_url: str, requests: list[tuple[list[dict[str, Any]], dict[str, str]]]
+) -> tuple[list[str], list[str]]:
+    """The statuses and the last `x-inflight-actions` step of each chat request, sent one after another."""
+    statuses: list[str] = []
+    actions: list[str] = []
+    with httpx.Client(base_url=proxy_url, timeout=60) as client:
+        for messages, headers in requests:
+            response = client.post("/chat/completions", json={"model": "gpt-4o", "messages": messages}, headers=headers)
+            statuses.append(str(response.status_code))
+            steps = response.headers.get("x-inflight-actions", "none").split(",")
+            actions.append("summary-budget" if "summary-budget" in steps else steps[-1])
+    return statuses, actions
+
+
+def probe_d(upstream_url: str, session_bytes: int = MiB) -> Row:
+    """D: 150 compacting requests, each with its own 1 MB `x-inflight-session`; records bounded at 1 MiB.
+    With short session ids: the same compactions' own cost, to tell it from the hostile part."""
+    row = Row(f"D: 150 compactions, {session_bytes:,} B session ids")
+    settings = config(
+        models=COMPACTING["models"],
+        compaction={**COMPACTING["compaction"], "cache": {"max_bytes": MiB}},
+        limits={"max_header_bytes": 4 * MiB},  # past the default 64 KiB a 1 MB header gets 431 before anything
+    )
+    with inflight_process(upstream_url, settings) as (proxy_url, pid):
+        warm(proxy_url)
+
+        def run() -> str:
+            sessions = [f"{n}-" + "s" * session_bytes for n in range(150)]
+            requests = [(agent_conversation(120, f"d{n}"), {"x-inflight-session": sessions[n]}) for n in range(150)]
+            statuses, actions = post_each(proxy_url, requests)
+            return f"{tally(statuses)}; last step {tally(actions)}"
+
+        return measure(row, pid, proxy_url, run)
+
+
+def wal_size(path: Path) -> int:
+    wal = path.with_name(path.name + "-wal")
+    return wal.stat().st_size if wal.exists() else 0
+
+
+def probe_e(upstream_url: str, folder: Path) -> tuple[Row, Row]:
+    """E: the archive on SQLite, bounded at 1 MiB, and 30 compacting requests with 2 MB session labels.
+    J: the modes of the files it made."""
+    row = Row("E: archive max_bytes 1 MiB, 30 x 2 MB labels")
+    path = folder / "state" / "inflight.db"
+    settings = config(
+        models=COMPACTING["models"],
+        compaction=COMPACTING["compaction"],
+        state={"url": f"sqlite:///{path}"},
+        archive={"enabled": True, "max_bytes": MiB},
+        limits={"max_header_bytes": 4 * MiB},
+    )
+    with inflight_process(upstream_url, settings) as (proxy_url, pid):
+        warm(proxy_url)
+
+        def run() -> str:
+            requests = [
+                (agent_conversation(120, f"e{n}"), {"x-inflight-session": f"{n}-" + "l" * (2 * MiB)}) for n in range(30)
+            ]
+            statuses, _ = post_each(proxy_url, requests)
+            time.sleep(1)  # the archive writes a moment after the reply
+            listing = httpx.get(proxy_url.removesuffix("/v1") + "/inflight/conversations", timeout=60)
+            return (
+                f"{tally(statuses)}; db {path.stat().st_size / MiB:.1f} MB + wal {wal_size(path) / MiB:.1f} MB; "
+                f"/inflight/conversations {listing.status_code}, {len(listing.content) / 1024:.0f} KB"
+            )
+
+        measure(row, pid, proxy_url, run)
+        modes = {p.name: oct(stat.S_IMODE(p.stat().st_mode)) for p in [path.parent, *path.parent.glob(path.name + "*")]}
+    j = Row(f"J: SQLite file modes (umask {oct(current_umask())})")
+    j.answer = ", ".join(f"{name} {mode}" for name, mode in modes.items())
+    return row, j
+
+
+def current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def probe_f(upstream_url: str) -> Row:
+    """F: 40 forced compactions from one key (the default budget is 30 calls a minute); summarizer calls."""
+    row = Row("F: 40 forced compactions, one key")
+    stats_url = upstream_url.removesuffix("/v1") + "/_upstream/stats"
+    with inflight_process(upstream_url, config(**COMPACTING)) as (proxy_url, pid):
+        warm(proxy_url)
+
+        def run() -> str:
+            made = httpx.get(stats_url).json()["summaries"]
+            headers = {"authorization": "Bearer sk-a", "x-inflight-compaction": "force"}
+            requests = [(agent_conversation(120, f"f{n}"), headers) for n in range(40)]
+            statuses, actions = post_each(proxy_url, requests)
+            calls = httpx.get(stats_url).json()["summaries"] - made
+            return f"{tally(statuses)}; {calls} summarizer calls; last step {tally(actions)}"
+
+        return measure(row, pid, proxy_url, run)
+
+
+def probe_i(upstream_url: str) -> Row:
+    """I: DNS rebinding: a text/plain POST naming another host, while the proxy holds the upstream key."""
+    row = Row("I: 300 POSTs with a rebinding Host, held key")
+    with inflight_process(upstream_url, config(upstream={"api_key": "sk-operator"})) as (proxy_url, pid):
+        warm(proxy_url)
+        port = urlsplit(proxy_url).port
+
+        def run() -> str:
+            body = orjson.dumps(CHAT)
+            request = (
+                f"POST /v1/chat/completions HTTP/1.1\r\nHost: rebind.example:{port}\r\n"
+                f"Origin: http://rebind.example:{port}\r\nContent-Type: text/plain\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+            ).encode() + body
+            statuses = []
+            for _ in range(300):  # enough for /healthz to be polled while it runs
+                with connect(proxy_url) as sock:
+                    sock.sendall(request)
+                    received = b""
+                    while chunk := sock.recv(65536):
+                        received += chunk
+                statuses.append(status_of(received))
+            return tally(statuses)
+
+        return measure(row, pid, proxy_url, run)
+
+
+def main() -> None:
+    rows: list[Row] = []
+    with fake_upstream() as upstream_url, tempfile.TemporaryDirectory() as folder:
+        probes: list[Callable[[], Row]] = [
+            partial(probe_k, upstream_url),
+            probe_c,
+            probe_b_line,
+            probe_b_gzip,
+            partial(probe_a, upstream_url),
+            partial(probe_d, upstream_url, 16),
+            partial(probe_d, upstream_url),
+            partial(probe_f, upstream_url),
+            partial(probe_i, upstream_url),
+        ]
+        for probe in probes:
+            rows.append(probe())
+            print(" | ".join(map(str, rows[-1].cells())), flush=True)
+        rows.extend(probe_e(upstream_url, Path(folder)))
+    print()
+    header = ["probe", "answer", "RSS before MB", "growth MB", "peak MB", "healthz p99 idle / during ms", "max ms"]
+    print(table([row.cells() for row in rows], [*header, "goal"]))
+
+
+if __name__ == "__main__":
+    main()
