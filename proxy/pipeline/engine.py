@@ -56,7 +56,6 @@ class Options:
         return tenant_of(self.credentials)
 
 
-
 class Pipeline:
     """One process's counting, windows, calibration and compaction records, and the steps that use them.
 
