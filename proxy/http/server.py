@@ -45,42 +45,28 @@ log = logging.getLogger("inflight")
 GIL_SWITCH_INTERVAL_S = 0.0005
 
 
+def closing_answer(status: bytes, message: str, *, code: str) -> bytes:
+    """An answer of ours written on the connection itself (before any app runs), which then closes."""
+    body = error_body(message, error_type="invalid_request_error", code=code)
+    head = b"HTTP/1.1 %b\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: %d\r\n\r\n"
+    return head % (status, len(body)) + body
+
+
 def header_timeout_response(timeout_s: float) -> bytes:
-    body = error_body(
-        f"request headers not received within {timeout_s:g} s (limits.client_header_timeout_s)",
-        error_type="invalid_request_error",
-        code="request_timeout",
-    )
-    head = (
-        b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\nconnection: close\r\n"
-        b"content-length: %d\r\n\r\n" % len(body)
-    )
-    return head + body
+    message = f"request headers not received within {timeout_s:g} s (limits.client_header_timeout_s)"
+    return closing_answer(b"408 Request Timeout", message, code="request_timeout")
 
 
 def header_too_large_response(max_bytes: int) -> bytes:
-    body = error_body(
-        f"request headers exceed {max_bytes} bytes (limits.max_header_bytes)",
-        error_type="invalid_request_error",
-        code="request_header_fields_too_large",
-    )
-    head = (
-        b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\nconnection: close\r\n"
-        b"content-length: %d\r\n\r\n" % len(body)
-    )
-    return head + body
+    message = f"request headers exceed {max_bytes} bytes (limits.max_header_bytes)"
+    return closing_answer(b"431 Request Header Fields Too Large", message, code="request_header_fields_too_large")
 
 
 WEBSOCKET_REFUSAL = "inflight does not proxy WebSocket connections; send the same request over HTTP"
 
 
 def websocket_refusal_response() -> bytes:
-    body = error_body(WEBSOCKET_REFUSAL, error_type="invalid_request_error", code="websocket_unsupported")
-    head = (
-        b"HTTP/1.1 501 Not Implemented\r\ncontent-type: application/json\r\nconnection: close\r\n"
-        b"content-length: %d\r\n\r\n" % len(body)
-    )
-    return head + body
+    return closing_answer(b"501 Not Implemented", WEBSOCKET_REFUSAL, code="websocket_unsupported")
 
 
 class BoundedHttpProtocol(HttpToolsProtocol):
