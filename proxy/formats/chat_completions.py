@@ -15,11 +15,11 @@ from typing import Any
 
 import orjson
 
-from proxy.formats.seam import CoreRequest, Message, TakenOver, data_event, openai_error
+from proxy.formats.seam import CoreRequest, Message, OpenAIShape, TakenOver
 from proxy.policy.refusals import Refusal, detect, detect_event
 
 
-class ChatCompletions:
+class ChatCompletions(OpenAIShape):
     name: str = "chat_completions"
     session_header: str | None = None  # none of its own: `x-inflight-session`, else the head
     session_header_first: bool = False
@@ -50,28 +50,8 @@ class ChatCompletions:
         tokens = usage.get("prompt_tokens") if isinstance(usage, dict) else None
         return tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None
 
-    def error_body(self, message: str, *, error_type: str, param: str | None, code: str | None) -> bytes:
-        return openai_error(message, error_type=error_type, param=param, code=code)
-
-    def error_event(self, body: bytes) -> bytes:
-        return data_event(body)
-
-    count_path: str | None = None  # no exact count to ask for
-
-    def count_request(self, payload: dict[str, Any]) -> dict[str, Any]:
-        return payload
-
-    def counted_tokens(self, document: object) -> int | None:
-        return None
-
     def take_over(self, payload: dict[str, Any], *, prompt_tokens: int, count: Callable[[str], int]) -> TakenOver:
         return TakenOver(payload)  # Chat Completions has none
-
-    def reported_body(self, body: bytes, report: dict[str, Any]) -> bytes:
-        return body
-
-    def reported_event(self, event: bytes, report: dict[str, Any]) -> bytes:
-        return event
 
     def rejects_server_compaction(self, status: int, body: bytes) -> bool:
         return False

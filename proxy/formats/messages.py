@@ -43,7 +43,7 @@ from typing import Any
 import orjson
 
 from proxy.formats.context_editing import apply_edits, asks_edits
-from proxy.formats.seam import CoreRequest, Message, TakenOver, refuses_field, text_of_parts
+from proxy.formats.seam import CoreRequest, Message, TakenOver, event_name, is_comment, refuses_field, text_of_parts
 from proxy.policy.refusals import Refusal, detect, detect_event
 
 Block = dict[str, Any]
@@ -133,8 +133,7 @@ class Messages:
 
     def stream_pending(self, event: bytes) -> bool:
         """`ping` events and comments say nothing yet (a refusal comes as an HTTP error, or an `error` event)."""
-        lines = [line for line in event.splitlines() if line.strip()]
-        return all(line.startswith(b":") for line in lines) or event_name(event) == "ping"
+        return is_comment(event) or event_name(event) == "ping"
 
     def stream_refusal(self, event: bytes) -> Refusal | None:
         return detect_event(event)  # `event: error`, `{"type": "error", "error": {...}}`
@@ -535,13 +534,6 @@ def without_mark(node: dict[str, Any], path: Spot) -> dict[str, Any]:
     content = list(node["content"])
     content[path[0]] = without_mark(content[path[0]], path[1:])
     return {**node, "content": content}
-
-
-def event_name(event: bytes) -> str | None:
-    for line in event.splitlines():
-        if line.startswith(b"event:"):
-            return line[6:].strip().decode("utf-8", "replace")
-    return None
 
 
 MESSAGES = Messages()

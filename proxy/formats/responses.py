@@ -37,7 +37,16 @@ from typing import Any
 import orjson
 
 from proxy.formats.compaction_items import ItemKey, is_ours
-from proxy.formats.seam import CoreRequest, Message, TakenOver, data_event, openai_error, refuses_field, text_of_parts
+from proxy.formats.seam import (
+    CoreRequest,
+    Message,
+    OpenAIShape,
+    TakenOver,
+    event_name,
+    is_comment,
+    refuses_field,
+    text_of_parts,
+)
 from proxy.policy.refusals import Refusal, detect, detect_document, event_data
 
 log = logging.getLogger("inflight")
@@ -54,7 +63,7 @@ TEXT_PARTS = ("input_text", "output_text", "text", "summary_text", "reasoning_te
 Item = dict[str, Any]
 
 
-class Responses:
+class Responses(OpenAIShape):
     """The format; `item_key` opens inflight's own compaction items (None: a body carrying one is refused)."""
 
     def __init__(self, item_key: ItemKey | None = None) -> None:
@@ -181,10 +190,7 @@ class Responses:
 
     def stream_pending(self, event: bytes) -> bool:
         """`response.created` and the like, and comments (`: OPENROUTER PROCESSING`): nothing said yet."""
-        lines = [line for line in event.splitlines() if line.strip()]
-        if all(line.startswith(b":") for line in lines):
-            return True
-        return event_type(event) in PENDING_EVENTS
+        return is_comment(event) or event_type(event) in PENDING_EVENTS
 
     def stream_refusal(self, event: bytes) -> Refusal | None:
         document = event_document(event)
@@ -203,28 +209,8 @@ class Responses:
         tokens = usage.get("input_tokens") if isinstance(usage, dict) else None
         return tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None
 
-    def error_body(self, message: str, *, error_type: str, param: str | None, code: str | None) -> bytes:
-        return openai_error(message, error_type=error_type, param=param, code=code)
-
-    def error_event(self, body: bytes) -> bytes:
-        return data_event(body)
-
-    count_path: str | None = None  # no exact count to ask for
-
-    def count_request(self, payload: dict[str, Any]) -> dict[str, Any]:
-        return payload
-
-    def counted_tokens(self, document: object) -> int | None:
-        return None
-
     def take_over(self, payload: dict[str, Any], *, prompt_tokens: int, count: Callable[[str], int]) -> TakenOver:
         return TakenOver(self.without_server_compaction(payload))
-
-    def reported_body(self, body: bytes, report: dict[str, Any]) -> bytes:
-        return body  # nothing to report: the upstream reports its own compaction
-
-    def reported_event(self, event: bytes, report: dict[str, Any]) -> bytes:
-        return event
 
     def without_server_compaction(self, payload: dict[str, Any]) -> dict[str, Any]:
         entries = payload.get("context_management")
@@ -467,9 +453,10 @@ def event_document(event: bytes) -> Any:
 
 
 def event_type(event: bytes) -> str | None:
-    for line in event.splitlines():
-        if line.startswith(b"event:"):
-            return line[6:].strip().decode("utf-8", "replace")
+    """An event's name, else the `type` of its data (OpenAI's streams name some events, not all)."""
+    named = event_name(event)
+    if named is not None:
+        return named
     document = event_document(event)
     kind = document.get("type") if isinstance(document, dict) else None
     return kind if isinstance(kind, str) else None

@@ -234,3 +234,42 @@ def text_of_parts(parts: object) -> str:
 def data_event(body: bytes) -> bytes:
     """An error body as the SSE event OpenAI's clients raise on (`data: {"error": ...}`)."""
     return b"data: " + body.strip().replace(b"\n", b"") + b"\n\n"
+
+
+class OpenAIShape:
+    """What the OpenAI formats (Chat Completions, the Responses API) answer alike: OpenAI's error shape,
+    errors in a stream as a bare `data:` event, no exact count to ask for, nothing of inflight's to
+    report in an answer. A format of that family takes these and writes only what differs."""
+
+    count_path: str | None = None
+
+    def error_body(self, message: str, *, error_type: str, param: str | None, code: str | None) -> bytes:
+        return openai_error(message, error_type=error_type, param=param, code=code)
+
+    def error_event(self, body: bytes) -> bytes:
+        return data_event(body)
+
+    def count_request(self, payload: dict[str, Any]) -> dict[str, Any]:
+        return payload
+
+    def counted_tokens(self, document: object) -> int | None:
+        return None
+
+    def reported_body(self, body: bytes, report: dict[str, Any]) -> bytes:
+        return body  # nothing to report: the upstream reports its own context management
+
+    def reported_event(self, event: bytes, report: dict[str, Any]) -> bytes:
+        return event
+
+
+def event_name(event: bytes) -> str | None:
+    """An SSE event's name (its `event:` line; None: it has none)."""
+    for line in event.splitlines():
+        if line.startswith(b"event:"):
+            return line[6:].strip().decode("utf-8", "replace")
+    return None
+
+
+def is_comment(event: bytes) -> bool:
+    """An SSE event of comment lines only (`: OPENROUTER PROCESSING`, keep-alives): it says nothing."""
+    return all(line.startswith(b":") for line in event.splitlines() if line.strip())

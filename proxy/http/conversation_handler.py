@@ -130,10 +130,8 @@ class ConversationHandler:
 
     async def respond(self, call: Call, prepared: Prepared) -> Relay:
         """From the prepared body to the relay of the upstream's answer (a retry included)."""
-        request, exchange, accounting = call.request, call.exchange, call.accounting
-        # A report goes into the answer, which must come unencoded to be written in.
-        identity = call.identity or prepared.report is not None
-        response = await self.send(request, exchange, prepared.body, rewritten=prepared.rewritten, identity=identity)
+        exchange, accounting = call.exchange, call.accounting
+        response = await self.send_prepared(call, prepared)
         if not self.pipeline.compacts(call.counted, call.options) or prepared.too_long:
             # A retry could only shrink it to the same floor: a refusal of this one goes to the client as it is.
             return self.relay_with_usage(call, response, prepared)
@@ -182,10 +180,7 @@ class ConversationHandler:
         prepared.follows(refused)
         call.exchange.headers["x-inflight-actions"] += ",retry"
         call.exchange.headers["x-inflight-retried"] = "1"
-        identity = call.identity or prepared.report is not None
-        response = await self.send(
-            call.request, call.exchange, prepared.body, rewritten=prepared.rewritten, identity=identity
-        )
+        response = await self.send_prepared(call, prepared)
         return self.relay_with_usage(call, response, prepared)
 
     async def prepare(self, call: Call, *, retry: RetryAim | None = None) -> Prepared:
@@ -204,6 +199,13 @@ class ConversationHandler:
         self, request: Request, exchange: Exchange, body: bytes, *, rewritten: bool, identity: bool = False
     ) -> Response:
         return await post_upstream(self.upstream, request, exchange, body, rewritten=rewritten, identity=identity)
+
+    async def send_prepared(self, call: Call, prepared: Prepared) -> Response:
+        """The prepared body upstream; a report of ours goes into the answer, which must come unencoded."""
+        identity = call.identity or prepared.report is not None
+        return await self.send(
+            call.request, call.exchange, prepared.body, rewritten=prepared.rewritten, identity=identity
+        )
 
     def relay_with_usage(
         self, call: Call, response: Response, prepared: Prepared, *, held: Held | None = None
