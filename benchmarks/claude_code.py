@@ -22,7 +22,7 @@ from proxy.config import load_settings
 from proxy.http.server import uvicorn_options
 from tests.agents.claude_code import claude_binary, run_claude
 from tests.support.messages import COMPACTION_REQUEST, MessagesTaskAgent
-from tests.support.responses import TASK_MARKER
+from tests.support.responses import TASK_MARKER, last_step
 from tests.support.servers import serve
 from tests.support.upstream import UpstreamApp
 
@@ -56,7 +56,7 @@ def run(binary: str, args: argparse.Namespace, window: int | None, via: str, own
                 done = run_claude(binary, proxy, PROMPT, model=args.model, own_compaction=own)
     answered = app.messages_requests()
     last = answered[-1].body.decode() if answered else ""
-    finished = max((n for n in range(args.steps + 1) if f"STEP {n} DONE" in last), default=0)
+    finished = last_step(last, args.steps)
     summaries = sum(1 for r in answered if COMPACTION_REQUEST in r.body.decode())
     fake = app.messages
     return [

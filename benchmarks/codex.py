@@ -19,7 +19,7 @@ from proxy.app import create_app
 from proxy.config import load_settings
 from proxy.http.server import uvicorn_options
 from tests.agents.codex import DEFAULT_MODEL, codex_binary, run_codex
-from tests.support.responses import TASK_MARKER, TaskAgent
+from tests.support.responses import TASK_MARKER, TaskAgent, last_step
 from tests.support.servers import serve
 from tests.support.upstream import UpstreamApp
 
@@ -41,7 +41,7 @@ def run(binary: str, model: str | None, *, window: int | None, via: str, steps: 
                 done = run_codex(binary, f"{proxy}/v1", PROMPT, model=model)
     answered = app.responses_requests()
     last = answered[-1].body.decode() if answered else ""
-    finished = max((n for n in range(steps + 1) if f"STEP {n} DONE" in last), default=0)
+    finished = last_step(last, steps)
     cached = app.responses.cached_tokens / max(app.responses.input_tokens, 1)
     return [
         f"{finished}/{steps}" + (" FINISHED" if "FINISHED" in done.output else ""),

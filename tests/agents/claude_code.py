@@ -10,13 +10,12 @@ other nonessential traffic. Claude Code's own auto-compaction is off unless aske
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.agents.installed import agent_binary
+
 VERSION = "2.1.328"  # .ci/run installs this one
 DEFAULT_MODEL = "claude-sonnet-4-5"
 
@@ -25,11 +24,7 @@ INHERITED_PREFIXES = ("ANTHROPIC_", "CLAUDE_", "CLAUDECODE", "DISABLE_", "MAX_TH
 
 
 def claude_binary() -> str | None:
-    named = os.environ.get("INFLIGHT_CLAUDE")
-    if named:
-        return named
-    local = ROOT / ".cache" / "agents" / "node_modules" / ".bin" / "claude"
-    return str(local) if local.exists() else shutil.which("claude")
+    return agent_binary("claude", "INFLIGHT_CLAUDE")
 
 
 @dataclass

@@ -10,23 +10,19 @@ off in an empty temporary directory.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.agents.installed import agent_binary
+
 VERSION = "0.169.0"  # .ci/run installs this one
 DEFAULT_MODEL = "gpt-6.1-sol"  # what Codex picks when the config names none: its tools go in an input item
 
 
 def codex_binary() -> str | None:
-    named = os.environ.get("INFLIGHT_CODEX")
-    if named:
-        return named
-    local = ROOT / ".cache" / "agents" / "node_modules" / ".bin" / "codex"
-    return str(local) if local.exists() else shutil.which("codex")
+    return agent_binary("codex", "INFLIGHT_CODEX")
 
 
 @dataclass

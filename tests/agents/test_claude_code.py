@@ -11,26 +11,20 @@ simulated prompt cache served is printed.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import orjson
 import pytest
 
-from tests.agents.claude_code import claude_binary, run_claude
+from tests.agents.claude_code import run_claude
+from tests.agents.installed import required_binary
 from tests.conftest import ProxyFactory
 from tests.support.messages import COMPACTION_REQUEST, MessagesTaskAgent
-from tests.support.responses import TASK_MARKER
+from tests.support.responses import TASK_MARKER, last_step
 from tests.support.servers import serve
 from tests.support.upstream import UpstreamApp
 
-BINARY = claude_binary()
-if BINARY is None:
-    if os.environ.get("INFLIGHT_CLAUDE_REQUIRED") == "1":
-        raise RuntimeError("Claude Code is required (INFLIGHT_CLAUDE_REQUIRED=1) but not installed")
-    pytest.skip(
-        "Claude Code is not installed (npm install @anthropic-ai/claude-code, see .ci/run)", allow_module_level=True
-    )
+BINARY = required_binary("claude", "INFLIGHT_CLAUDE", agent="Claude Code", package="@anthropic-ai/claude-code")
 
 STEPS = 30
 OUTPUT_LINES = 170  # each step: about 3.7k tokens
@@ -52,8 +46,7 @@ def fake_upstream(model: str, window: int, *, system_messages: bool = False) -> 
 
 def steps_done(app: UpstreamApp) -> int:
     """The highest step whose output reached the upstream: how far Claude Code got."""
-    last = app.messages_requests()[-1].body.decode()
-    return max((n for n in range(STEPS + 1) if f"STEP {n} DONE" in last), default=0)
+    return last_step(app.messages_requests()[-1].body.decode(), STEPS)
 
 
 def report(app: UpstreamApp, label: str) -> None:

@@ -10,21 +10,16 @@ prompt tokens its simulated prompt cache served (printed; the figure is in READM
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
-from tests.agents.codex import DEFAULT_MODEL, codex_binary, run_codex
+from tests.agents.codex import DEFAULT_MODEL, run_codex
+from tests.agents.installed import required_binary
 from tests.conftest import ProxyFactory
-from tests.support.responses import TASK_MARKER, TaskAgent
+from tests.support.responses import TASK_MARKER, TaskAgent, last_step
 from tests.support.servers import serve
 from tests.support.upstream import UpstreamApp
 
-BINARY = codex_binary()
-if BINARY is None:
-    if os.environ.get("INFLIGHT_CODEX_REQUIRED") == "1":
-        raise RuntimeError("the Codex CLI is required (INFLIGHT_CODEX_REQUIRED=1) but not installed")
-    pytest.skip("the Codex CLI is not installed (npm install @openai/codex, see .ci/run)", allow_module_level=True)
+BINARY = required_binary("codex", "INFLIGHT_CODEX", agent="the Codex CLI", package="@openai/codex")
 
 STEPS = 30
 OUTPUT_LINES = 200  # each step's output: about 4k tokens
@@ -42,8 +37,7 @@ def fake_upstream(model: str, *, in_stream: bool) -> UpstreamApp:
 
 def steps_done(app: UpstreamApp) -> int:
     """The highest step whose output reached the upstream: how far Codex got."""
-    last = app.responses_requests()[-1].body.decode()
-    return max((n for n in range(STEPS + 1) if f"STEP {n} DONE" in last), default=0)
+    return last_step(app.responses_requests()[-1].body.decode(), STEPS)
 
 
 def test_codex_alone_runs_out_of_room() -> None:

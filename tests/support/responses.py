@@ -36,6 +36,14 @@ from proxy.tokens import load_encoding
 SECRET = b"fake-upstream-reasoning-key"
 OVERFLOW_MESSAGE = "Your input exceeds the context window of this model. Please adjust your input and try again."
 STEP_DONE = re.compile(r"STEP (\d+) DONE")
+
+
+def last_step(text: str, steps: int) -> int:
+    """The highest of `steps` steps whose output is in `text` (a request the upstream got): how far the
+    agent got."""
+    return max((n for n in range(steps + 1) if f"STEP {n} DONE" in text), default=0)
+
+
 TASK_MARKER = "FAKE-TASK"
 
 
