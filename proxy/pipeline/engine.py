@@ -50,9 +50,10 @@ class Options:
     credentials: RawHeaders = field(default_factory=list)
     client: str = ""  # the client's address: whose summarizer budget it spends when it presents no key
 
-    @property
+    @functools.cached_property
     def tenant(self) -> str:
-        """The digest of the client's key ("": it presents none): its conversations and calibration are its own."""
+        """The digest of the client's key ("": it presents none): its conversations and calibration are its own.
+        Asked by every step of a request (key, budget, calibration): hashed once."""
         return tenant_of(self.credentials)
 
 
