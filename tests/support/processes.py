@@ -32,14 +32,17 @@ def wait_for_port(port: int, timeout: float = 20.0) -> None:
 
 
 @contextmanager
-def process(args: Sequence[str], port: int, *, env: dict[str, str] | None = None) -> Iterator[int]:
-    """Run a server subprocess until the block ends; yields its pid. Its output is discarded."""
+def process(
+    args: Sequence[str], port: int, *, env: dict[str, str] | None = None, output: Path | None = None
+) -> Iterator[int]:
+    """Run a server subprocess until the block ends; yields its pid. Its output goes to `output`, else nowhere."""
+    sink = open(output, "ab") if output is not None else subprocess.DEVNULL  # noqa: SIM115 (closed below)
     proc = subprocess.Popen(
         list(args),
         cwd=ROOT,
         env={**os.environ, **(env or {})},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stdout=sink,
+        stderr=sink,
     )
     try:
         wait_for_port(port)
@@ -47,6 +50,8 @@ def process(args: Sequence[str], port: int, *, env: dict[str, str] | None = None
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+        if output is not None:
+            sink.close()  # type: ignore[union-attr]
 
 
 @contextmanager
@@ -66,14 +71,17 @@ def inflight(upstream_url: str, config: str = "", *args: str) -> Iterator[str]:
 
 
 @contextmanager
-def inflight_process(upstream_url: str, config: str = "", *args: str) -> Iterator[tuple[str, int]]:
-    """`inflight`, also yielding the process id (to watch its memory and file descriptors)."""
+def inflight_process(
+    upstream_url: str, config: str = "", *args: str, output: Path | None = None
+) -> Iterator[tuple[str, int]]:
+    """`inflight`, also yielding the process id (to watch its memory and file descriptors); its log goes to
+    `output` when given."""
     port = free_port()
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as handle:
         handle.write(config)
     cmd = [sys.executable, "-m", "proxy", "serve", "--config", handle.name, "--port", str(port)]
     try:
-        with process([*cmd, "--upstream", upstream_url, *args], port) as pid:
+        with process([*cmd, "--upstream", upstream_url, *args], port, output=output) as pid:
             yield f"http://127.0.0.1:{port}/v1", pid
     finally:
         os.unlink(handle.name)

@@ -18,6 +18,7 @@ import fnmatch
 import gzip
 import json
 import threading
+import time
 import zlib
 from collections import deque
 from dataclasses import dataclass, field
@@ -213,6 +214,9 @@ class UpstreamApp:
         self.responses = FakeResponses(windows=self.windows)  # POST /v1/responses
         self.messages = FakeMessages(windows=self.windows)  # POST /v1/messages and /v1/messages/count_tokens
         self.compact_reply: Any = None  # POST /v1/responses/compact, as OpenAI answers it (None: 404)
+        # When each of the latest POSTs arrived (wall clock, at its headers), its size and whether it was a
+        # summary: what a benchmark measures the proxy's own time by, from outside.
+        self.arrivals: deque[dict[str, Any]] = deque(maxlen=1000)
         self.models_body: Any = {
             "object": "list",
             "data": [{"id": "gpt-4o-mini", "object": "model", "created": 1700000000, "owned_by": "test"}],
@@ -231,6 +235,7 @@ class UpstreamApp:
                 elif message["type"] == "lifespan.shutdown":
                     await send({"type": "lifespan.shutdown.complete"})
                     return
+        arrived = time.time()
         body = await read_body(receive)
         raw_headers: Headers = list(scope["headers"])
         record = Recorded(
@@ -244,6 +249,12 @@ class UpstreamApp:
         )
         if self.record:
             self.requests.append(record)
+        if record.method == "POST":
+            summary = SUMMARY_PROMPT_START.encode() in record.body
+            tag = record.headers.get("x-bench-tag")  # a benchmark's name for the request it sent
+            self.arrivals.append(
+                {"at": arrived, "path": record.path, "bytes": len(record.body), "summary": summary, "tag": tag}
+            )
         await self.route(record, receive, send)
 
     async def respond(self, record: Recorded, send: Any, status: int, body: bytes, content_type: str) -> None:
@@ -311,7 +322,8 @@ class UpstreamApp:
     def fixed_answer(self, record: Recorded) -> Any:
         """The body of a route that answers the same whatever is sent (None: not one of them)."""
         if record.path == "/_upstream/stats":
-            return {"summaries": self.summary_count, "last_messages": self.last_messages}
+            arrivals = list(self.arrivals)
+            return {"summaries": self.summary_count, "last_messages": self.last_messages, "arrivals": arrivals}
         if record.path == "/v1/models" and record.method == "GET":
             return self.models_body
         if record.path == "/v1/embeddings":
