@@ -1,11 +1,12 @@
 """Work that must not run on the event loop: big bodies parsed and counted, big compactions run.
 
-Two lanes. Worker threads keep CPU work off the event loop, but they share the GIL with it: with
-six threads counting at once, the loop waits its turn behind all of them, and every small request
-with it. So work on big requests (a body of megabytes) queues for one thread of its own, the heavy
-lane; the loop competes with that one thread only, and the rest of the default pool stays free for
-ordinary requests. Big requests wait for each other, which they would do anyway on a machine with
-fewer cores than requests.
+Two kinds of lane. Worker threads keep CPU work off the event loop, but they share the GIL with it:
+with six threads counting at once, the loop waits its turn behind all of them, and every small
+request with it. So work on big requests (a body of megabytes) queues for the heavy lanes, one
+thread per core (`HEAVY_LANES`): most of that work is tiktoken and RE2, which let go of the GIL while
+they run, so big requests use every core, and the loop competes with as many threads as there are
+cores, not with every request. The rest of the default pool stays free for ordinary requests. How
+long a request waited for a heavy lane is told to its `LaneWait` (the log line's `queue_ms`).
 
 A compaction is mostly counting (tiktoken over truncated outputs, placeholders and summaries) and
 building the new message list: for a 30 MB request, seconds of CPU. On the event loop those are
@@ -19,10 +20,13 @@ than it does.
 from __future__ import annotations
 
 import asyncio
-import functools
+import os
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Generic, ParamSpec, TypeVar
 
 P = ParamSpec("P")
@@ -32,14 +36,34 @@ A = TypeVar("A")
 HEAVY_BYTES = 1 << 20  # a body this big goes to the heavy lane
 HEAVY_TOKENS = HEAVY_BYTES // 4  # and so does a conversation this long
 
-_LANE = ThreadPoolExecutor(max_workers=1, thread_name_prefix="inflight-heavy")
+HEAVY_LANES = max(1, min(os.cpu_count() or 1, 4))
+_LANES = ThreadPoolExecutor(max_workers=HEAVY_LANES, thread_name_prefix="inflight-heavy")
+
+
+@dataclass
+class LaneWait:
+    """How long one request's work waited for a heavy lane, all its pieces together."""
+
+    seconds: float = 0.0
+    used: bool = False  # some of its work went to a heavy lane
+
+
+LANE_WAIT: ContextVar[LaneWait | None] = ContextVar("inflight_lane_wait", default=None)
 
 
 async def in_thread(heavy: bool, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
-    """`fn(*args, **kwargs)` in a worker thread: the heavy lane's one thread, or the default pool's."""
+    """`fn(*args, **kwargs)` in a worker thread: a heavy lane's, or the default pool's."""
     if not heavy:
         return await asyncio.to_thread(fn, *args, **kwargs)
-    return await asyncio.get_running_loop().run_in_executor(_LANE, functools.partial(fn, *args, **kwargs))
+    waited, queued = LANE_WAIT.get(), time.perf_counter()
+
+    def timed() -> T:
+        if waited is not None:
+            waited.seconds += time.perf_counter() - queued
+            waited.used = True
+        return fn(*args, **kwargs)
+
+    return await asyncio.get_running_loop().run_in_executor(_LANES, timed)
 
 
 # Below this many tokens a compaction is cheap enough to run where it is. Measured (`python -m

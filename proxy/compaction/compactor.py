@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from proxy.compaction.conversation import (
     Conversation,
@@ -17,7 +18,7 @@ from proxy.compaction.conversation import (
     observation_regex,
 )
 from proxy.compaction.draft import Budget, Draft
-from proxy.compaction.record import Record
+from proxy.compaction.record import Record, Replacement
 from proxy.compaction.stage import Outcome, Stage, Work
 from proxy.compaction.stages import build_stages
 from proxy.compaction.summary_job import Summarize
@@ -32,10 +33,12 @@ class Compactor:
         stages: Sequence[Stage],
         *,
         count_message: Callable[[Message], int],
+        estimate_message: Callable[[Message], int] | None = None,
         observation: re.Pattern[str] | None = None,
     ) -> None:
         self.stages = list(stages)
         self.count_message = count_message
+        self.estimate_message = estimate_message  # for big text a stage is about to drop (None: count it)
         self.observation = observation  # user messages that are observations, not requests
 
     async def run(
@@ -53,10 +56,16 @@ class Compactor:
             actions += sorted({r.kind for r in draft.replaced.values()})
         outcome = Outcome([], before, before, actions, record or draft.freeze(conversation), fits=True)
         latest = latest_request_index(conversation.messages, self.observation, conversation.observations)
-        work = Work(conversation, draft, budget, outcome, self.count_message, force=force, latest_request=latest)
+        work = Work(conversation, draft, budget, outcome, self.count_message, self.estimate_message, force=force)
+        work.latest_request = latest
         work.prune = force or work.tokens > recompact_at(budget, record)
         for stage in self.stages:
             await stage.run(work)
+        if count_exactly(work) and work.tokens > budget.limit:  # the estimates fell short: once more, counted
+            for stage in self.stages:
+                await stage.run(work)
+            count_exactly(work)
+        conversation = work.conversation
         total = work.tokens
         outcome.messages = [message for message, _, _ in draft.view(conversation)]
         outcome.tokens_after = total
@@ -64,6 +73,29 @@ class Compactor:
         outcome.fits = total <= budget.limit
         outcome.actions = list(dict.fromkeys(outcome.actions)) or ["none"]
         return outcome
+
+
+def count_exactly(work: Work) -> bool:
+    """Count what is sent but was only estimated: a truncated output kept, a message older than the window
+    was thought to be. Every figure a record keeps and the request reports is then a count. True when any was."""
+    draft, conversation = work.draft, work.conversation
+    changed = False
+    for index in sorted(work.estimated):
+        current = draft.replaced.get(index)
+        if current is not None and current.kind == "truncate":
+            tokens = work.count_message(current.message)
+            draft.replaced[index] = Replacement(current.digest, current.message, tokens, "truncate")
+            changed = True
+    work.estimated.clear()
+    kept = {origin for _, _, origin in draft.view(conversation) if origin is not None and origin not in draft.replaced}
+    approximated = kept & conversation.approximated
+    if approximated:
+        counts = list(conversation.counts)
+        for index in approximated:
+            counts[index] = work.count_message(conversation.messages[index])
+        work.conversation = replace(conversation, counts=counts, approximated=conversation.approximated - approximated)
+        changed = True
+    return changed
 
 
 def recompact_at(budget: Budget, record: Record | None) -> int:
@@ -79,6 +111,7 @@ def build_compactor(
     *,
     count_message: Callable[[Message], int],
     count_text: Callable[[str], int],
+    estimate_message: Callable[[Message], int] | None = None,
     summarize: Summarize | None,
     summarizer_input_tokens: int,
     background: bool = False,
@@ -92,4 +125,4 @@ def build_compactor(
         background=background,
     )
     observation = observation_regex(settings.mask.observation_pattern)
-    return Compactor(stages, count_message=count_message, observation=observation)
+    return Compactor(stages, count_message=count_message, estimate_message=estimate_message, observation=observation)

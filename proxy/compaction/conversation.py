@@ -34,6 +34,9 @@ class Conversation:
     # User messages that are no request: text a tool turn carries beside its results (Claude Code's
     # reminders): the wire format says which.
     observations: frozenset[int] = frozenset()
+    # Messages whose count is an estimate from samples (`TokenCounter.count_request`): older than any
+    # compaction keeps, unless the window is bigger than thought; what is kept of them is counted again.
+    approximated: frozenset[int] = frozenset()
 
     @property
     def tokens(self) -> int:

@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 
 from proxy.compaction.conversation import Message, calls_of_results, text_of
+from proxy.compaction.scan import MAX_LINE, error_lines, first_line, identifiers_in, paths_in
 
 COMMAND_KEYS = ("command", "cmd", "code", "script", "query", "input")
 PATH_KEYS = ("path", "file_path", "filepath", "file", "filename", "target_file", "target", "directory", "dir")
@@ -33,28 +34,6 @@ SHELL_TOOLS = (
     "local_shell",  # the Responses API's local_shell_call, as `proxy.formats.responses` reads it
 )
 FENCED = re.compile(r"```[\w-]*\n(.*?)```", re.DOTALL)
-URL = re.compile(r"\b[a-z][a-z0-9+.-]*://\S+", re.IGNORECASE)
-PATH = re.compile(
-    r"(?<![\w/.-])(?:\.{0,2}/)?(?:[\w.-]+/)+[\w.-]*\w\.\w{1,8}\b"  # a path with a directory and an extension
-    r"|(?<![\w/.-])[\w-]+\.(?:py|pyi|js|jsx|ts|tsx|go|rs|java|kt|c|h|cc|cpp|hpp|rb|php|cs|swift|scala|sh|md|rst"
-    r"|txt|json|ya?ml|toml|ini|cfg|lock|html|css|sql|xml|proto)\b"
-)
-ERROR = re.compile(
-    r"\b[A-Z]\w*(?:Error|Exception)\b|\bTraceback\b|\bFAILED\b|\bFAIL:|\bTIMED OUT\b|\btimed out\b"
-    r"|\bfatal:|\bpanic(?:ked)?\b|Segmentation fault|\bcommand not found\b|No such file or directory"
-    r"|\bPermission denied\b|\b(?i:exit (?:code|status))[: ]+[1-9]|<returncode>[1-9]|\bnpm ERR!|\berror [A-Z]+\d+"
-    r"|\b[Ee]rror:|^\s*(?:ERROR|[Ee]rror|Wrong|Invalid|Cannot)\b|\b(?:cannot|can't|unable to)\b",
-    re.MULTILINE,
-)
-# A numbered line of a file being shown (`1481:    raise ...`, `  12| x = 1`), or a line of code
-# (`class ParseError(Exception):`, `# cannot be None`): source being read, not an error met.
-LISTING = re.compile(r"^\s*\d+\s*[:|]|^\s*(?:class|def|raise|except|import|from)\b|^\s*(?:#|//)")
-IDENTIFIER = re.compile(
-    r"\b[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+\b"  # dotted: fields.TimeDelta, obj.attr
-    r"|\b[a-z][a-z0-9]*_[a-z0-9_]+\b"  # snake_case
-    r"|\b[a-z]+[A-Z]\w*\b|\b[A-Z][a-z0-9]+[A-Z]\w*\b"  # camelCase, PascalCase
-)
-MAX_LINE = 200
 
 
 @dataclass(frozen=True)
@@ -125,25 +104,6 @@ def steps(messages: Sequence[Message]) -> Iterator[Step]:
         yield Step(pending_text, "")
 
 
-def error_lines(text: str) -> list[str]:
-    return [
-        line.strip()[:MAX_LINE]
-        for line in text.splitlines()
-        if line.strip() and ERROR.search(line) and not LISTING.match(line)
-    ]
-
-
-def paths_in(text: str) -> list[str]:
-    return PATH.findall(URL.sub(" ", text))
-
-
-def first_line(text: str) -> str:
-    for line in text.splitlines():
-        if line.strip():
-            return line.strip()[:MAX_LINE]
-    return "(no output)"
-
-
 def facts_of(messages: Sequence[Message]) -> Facts:
     """The facts of a span of messages, in the order they happened."""
     commands: dict[str, None] = {}
@@ -160,12 +120,12 @@ def facts_of(messages: Sequence[Message]) -> Facts:
         for path in [*paths_in(step.command), *paths_in(step.output)]:
             files.setdefault(path, command)
         errors.update(dict.fromkeys(found_errors))
-        reused.update(dict.fromkeys(name for name in IDENTIFIER.findall(step.command) if name in seen_in_output))
-        seen_in_output.update(IDENTIFIER.findall(step.output))
+        reused.update(dict.fromkeys(name for name in identifiers_in(step.command) if name in seen_in_output))
+        seen_in_output.update(identifiers_in(step.output))
     for message in messages:  # what the agent reasoned about, by name, from what it had read
         if message.get("role") == "assistant":
             text = text_of(message.get("content"))
-            reused.update(dict.fromkeys(name for name in IDENTIFIER.findall(text) if name in seen_in_output))
+            reused.update(dict.fromkeys(name for name in identifiers_in(text) if name in seen_in_output))
     reused_names = tuple(name for name in reused if name not in files)
     return Facts(tuple(commands), outcomes, files, tuple(errors), reused_names)
 

@@ -44,10 +44,21 @@ class Work:
     budget: Budget
     outcome: Outcome
     count_message: Callable[[Message], int]
+    # A big message's tokens from samples, for what will likely be masked or summarized next (None: count).
+    estimate_message: Callable[[Message], int] | None = None
     force: bool = False
     latest_request: int | None = None  # the user message no stage but the last resort touches
     prune: bool = False  # truncate and mask are due (decided once, before either runs)
     middle_replaced: bool = False  # a summary (or the digest fallback) replaced the middle this time
+    estimated: set[int] = field(default_factory=set)  # replacements whose tokens are estimates, to count if sent
+
+    def count_replacement(self, index: int, message: Message, *, size: int) -> int:
+        """The tokens of `message`, replacing message `index`: estimated when it is `size` characters or more
+        of text (it is counted exactly at the end if it is still sent), else counted."""
+        if self.estimate_message is None or size < ESTIMATE_REPLACEMENTS_FROM:
+            return self.count_message(message)
+        self.estimated.add(index)
+        return self.estimate_message(message)
 
     @property
     def tokens(self) -> int:
@@ -55,6 +66,9 @@ class Work:
 
     def summary_due(self) -> bool:
         return not self.middle_replaced and (self.force or self.tokens > self.budget.summarize_at)
+
+
+ESTIMATE_REPLACEMENTS_FROM = 16_384  # characters: a truncated output this long is estimated until it is sent
 
 
 class Stage(Protocol):

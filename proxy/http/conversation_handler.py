@@ -227,7 +227,7 @@ class ConversationHandler:
 
         def calibrate() -> None:
             actual = reader.finish()
-            if actual is not None:
+            if actual is not None and not prepared.approximate:  # an estimate from samples calibrates nothing
                 pipeline.record_usage(model, estimate=prepared.sent_tokens, actual=actual, tenant=tenant)
 
         answer = relay(response, call.exchange, chunks=tap(chunks, reader.feed, calibrate))

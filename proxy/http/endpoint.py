@@ -18,6 +18,7 @@ from proxy.formats import WireFormat
 from proxy.http.disconnect import ClientGone
 from proxy.http.error_response import DEFAULT_SHAPE, render
 from proxy.http.exchange import Exchange
+from proxy.offload import LANE_WAIT
 
 log = logging.getLogger("inflight")
 
@@ -43,6 +44,7 @@ class Endpoint:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
         exchange = Exchange(scope["method"], scope["path"], self.route, self.on_finish)
+        LANE_WAIT.set(exchange.lane)  # this request's task, and those it starts, tell it their heavy-lane waits
         try:
             response = await self.handler(request, exchange)
         except (ClientGone, ClientDisconnect):  # no one to answer; the upstream request is closed already

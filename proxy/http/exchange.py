@@ -12,6 +12,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from proxy.offload import LaneWait
+
 log = logging.getLogger("inflight")
 MAX_FIELD_CHARS = 256
 
@@ -41,6 +43,7 @@ class Exchange:
     finished: bool = False
     answered_at: float | None = None  # when the upstream's answer was last in (headers, or a held first event)
     upstream_s: float = 0.0  # waited on the upstream until then: every request sent to it (a retry's too)
+    lane: LaneWait = field(default_factory=LaneWait)  # waited for a heavy lane (`proxy.offload`)
     _sent_at: float | None = field(default=None, repr=False)
     _waited_before: float = field(default=0.0, repr=False)  # by the upstream requests before the latest one
 
@@ -59,13 +62,19 @@ class Exchange:
     def upstream_answered(self) -> None:
         """The upstream's answer is in: its headers, and again once a held first event is."""
         now = self.answered_at = time.perf_counter()
-        self.upstream_ms = (now - self.started) * 1000
         if self._sent_at is not None:
             self.upstream_s = self._waited_before + now - self._sent_at
+        self.upstream_ms = self.upstream_s * 1000
+
+    @property
+    def queue_s(self) -> float | None:
+        """How long its work waited for a heavy lane (None: it needed none)."""
+        return self.lane.seconds if self.lane.used else None
 
     @property
     def added_s(self) -> float | None:
-        """The proxy's own time until the upstream's answer was in (None: it never answered)."""
+        """The proxy's own time until the upstream's answer was in (None: it never answered): everything
+        before the first request upstream and between its attempts, a heavy lane's queue included."""
         if self.answered_at is None:
             return None
         return max(0.0, self.answered_at - self.started - self.upstream_s)
@@ -77,13 +86,18 @@ class Exchange:
         self.finished = True
         total_ms = (time.perf_counter() - self.started) * 1000
         upstream = f"{self.upstream_ms:.1f}" if self.upstream_ms is not None else "-"
+        added = self.added_s
+        proxy = f"{added * 1000:.1f}" if added is not None else "-"
         fields = "".join(f" {key}={value}" for key, value in self.fields.items())
+        queue = f" queue_ms={self.lane.seconds * 1000:.1f}" if self.lane.used else ""
         log.info(
-            "%s %s %d%s upstream_ms=%s total_ms=%.1f",
+            "%s %s %d%s proxy_ms=%s%s upstream_ms=%s total_ms=%.1f",
             self.method,
             clean(self.path),
             self.status,
             fields,
+            proxy,
+            queue,
             upstream,
             total_ms,
         )

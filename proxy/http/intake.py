@@ -16,6 +16,7 @@ import orjson
 from proxy.errors import BadRequest
 from proxy.formats import WireFormat
 from proxy.http.body import decompress, is_identity
+from proxy.http.json_pieces import PIECES_FROM_BYTES, parse_in_pieces
 from proxy.offload import HEAVY_BYTES, in_thread
 from proxy.pipeline.accounting import Counted
 from proxy.pipeline.engine import Pipeline
@@ -32,6 +33,10 @@ class Intake:
 def parse_object(data: bytes) -> dict[str, Any]:
     if not data:
         raise BadRequest("request body is empty; expected a JSON object")
+    if len(data) >= PIECES_FROM_BYTES:  # in pieces: the GIL, and so the event loop, is never held for long
+        pieces = parse_in_pieces(data)
+        if pieces is not None:
+            return pieces
     try:
         payload = orjson.loads(data)
     except orjson.JSONDecodeError as exc:

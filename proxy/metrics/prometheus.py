@@ -46,6 +46,9 @@ class FinishedRequest(Protocol):
     def upstream_s(self) -> float: ...
 
     @property
+    def queue_s(self) -> float | None: ...
+
+    @property
     def headers(self) -> dict[str, str]: ...
 
 
@@ -104,6 +107,13 @@ class Metrics:
             buckets=UPSTREAM_BUCKETS,
             registry=registry,
         )
+        self.lane_wait = Histogram(
+            "inflight_heavy_lane_wait_seconds",
+            "Time a big request's work waited for a heavy lane (a thread per core), by route.",
+            ["route"],
+            buckets=ADDED_BUCKETS,
+            registry=registry,
+        )
         self.retries = Counter("inflight_retries", "Requests retried after a context refusal.", registry=registry)
 
     def _define_compactions(self, registry: CollectorRegistry) -> None:
@@ -159,6 +169,9 @@ class Metrics:
         if added is not None:
             self._child(self.added, route).observe(added)
             self._child(self.upstream, route).observe(exchange.upstream_s)
+        queued = exchange.queue_s
+        if queued is not None:
+            self._child(self.lane_wait, route).observe(queued)
         actions = exchange.headers.get("x-inflight-actions")
         if actions is not None and actions != "none":
             self._compacted(actions.split(","), exchange.headers)

@@ -37,6 +37,7 @@ from proxy.tokens.text import counted_or_estimated
 from proxy.upstream.headers import RawHeaders
 
 log = logging.getLogger("inflight")
+EXACT_MARGIN = 1.25  # counted exactly: this much more than the window (a calibration ratio below 1 needs more)
 
 
 @dataclass(frozen=True)
@@ -131,7 +132,8 @@ class Pipeline:
             return None
         choice = self.encoding_for(request.model)
         try:
-            count = self._counter.count_request(request.view, choice.name)
+            exact_tokens = self.exact_tokens(request.model)
+            count = self._counter.count_request(request.view, choice.name, exact_tokens=exact_tokens)
         except Exception as exc:  # e.g. nested deeper than orjson writes (254) though it reads it (1024)
             log.warning(
                 "[tokens] cannot count this %s request (%s: %s); forwarding it as sent",
@@ -141,6 +143,12 @@ class Pipeline:
             )
             return None
         return Counted(raw, payload, wire, request, choice, count)
+
+    def exact_tokens(self, model: str) -> int:
+        """How many of a request's newest tokens to count exactly: more than its model's window as known now
+        (without discovery), by EXACT_MARGIN. What is older is dropped by any compaction, so it is estimated;
+        should the window turn out bigger, the compaction counts what it keeps of it (`Compactor`)."""
+        return int(self._registry.resolve(model).context_window * EXACT_MARGIN)
 
     def encoding_for(self, model: str) -> EncodingChoice:
         return choose_encoding(model, self.model_settings(model).encoding)
@@ -311,7 +319,13 @@ class Pipeline:
         count = counted.count
         request = counted.request
         conversation = Conversation(
-            request.messages, count.messages, count.digests, count.fixed, request.opaque, request.observations
+            request.messages,
+            count.messages,
+            count.digests,
+            count.fixed,
+            request.opaque,
+            request.observations,
+            count.approximated,
         )
         own_units = int((retry.limit if retry else accounting.budget) / accounting.ratio)  # compaction's units
         budget = Budget.exactly(own_units) if retry and retry.blind else Budget.of(own_units, settings)

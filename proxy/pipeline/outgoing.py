@@ -24,6 +24,7 @@ class Prepared:
     key: str = ""  # the conversation's key, once compaction looked at the request (the archive reuses it)
     # What inflight did in the upstream's place (Anthropic's `context_management.applied_edits`): for the answer.
     report: dict[str, Any] | None = None
+    approximate: bool = False  # `sent_tokens` is partly estimated from samples (a huge request sent as it is)
 
     def follows(self, refused: Prepared) -> None:
         """This is the retry of `refused`: what its compaction dropped counts from before both attempts."""
@@ -39,7 +40,9 @@ def as_sent(counted: Counted, accounting: Accounting, *, limit: int) -> Prepared
         "x-inflight-tokens-after": tokens,
         "x-inflight-actions": "none",
     }
-    return Prepared(counted.raw, False, counted.count.total, limit, headers)
+    prepared = Prepared(counted.raw, False, counted.count.total, limit, headers)
+    prepared.approximate = bool(counted.count.approximated)
+    return prepared
 
 
 def translated(counted: Counted, untouched: Prepared) -> Prepared:
@@ -48,7 +51,9 @@ def translated(counted: Counted, untouched: Prepared) -> Prepared:
     body = counted.wire.write(counted.payload, counted.request, counted.request.messages)
     headers = untouched.headers | {"x-inflight-actions": "expanded"}
     fields = untouched.fields | {"actions": "expanded"}
-    return Prepared(body, True, untouched.sent_tokens, untouched.limit, headers, fields, key=untouched.key)
+    prepared = Prepared(body, True, untouched.sent_tokens, untouched.limit, headers, fields, key=untouched.key)
+    prepared.approximate = untouched.approximate
+    return prepared
 
 
 def rewritten(counted: Counted, accounting: Accounting, outcome: Outcome, *, limit: int, key: str) -> Prepared:

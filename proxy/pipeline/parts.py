@@ -76,6 +76,10 @@ class CompactionParts:
         counter, encoding = self.counter, self.counter.encoding(self.accounting.encoding)
         return lambda message: counter.count_message(message, encoding)
 
+    def estimate_message(self) -> Callable[[Message], int]:
+        counter, encoding = self.counter, self.counter.encoding(self.accounting.encoding)
+        return lambda message: counter.estimate_message(message, encoding)
+
     def count_text(self) -> Callable[[str], int]:
         encoding = self.counter.encoding(self.accounting.encoding)
         return lambda text: counted_or_estimated(encoding, text)
@@ -86,6 +90,7 @@ class CompactionParts:
             self.settings,
             count_message=self.count_message(),
             count_text=self.count_text(),
+            estimate_message=self.estimate_message(),
             summarize=None if background else self.summarize(),
             summarizer_input_tokens=self.summarizer_input_tokens,
             background=background,

@@ -9,6 +9,11 @@ An agent resends its whole history every turn, so each message's count is cached
 its canonical bytes (sorted-key JSON, hashed with xxh3-128: a 128k-token history hashes in a quarter
 of a millisecond, where sha1 takes a millisecond) and encoding: recounting a long history with one
 new message costs about the new message plus a hash of the rest. Tool sets are cached the same way.
+
+What cannot be sent anyway need not be counted exactly: given `exact_tokens` (more than the model's
+window), messages are counted from the newest back until that many tokens are counted, and the older
+ones not in the cache are estimated from samples (`sampled_tokens`) and said to be (`approximated`).
+A 25 MB conversation of which a window's worth can be kept costs a window's worth of counting.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from cachetools import LRUCache
 
 from proxy.tokens.encodings import load_encoding
 from proxy.tokens.messages import message_tokens
-from proxy.tokens.text import safely
+from proxy.tokens.text import safely, sampled_tokens
 from proxy.tokens.tools import has_system_message, tool_tokens
 
 REPLY_PRIMING = 3
@@ -42,6 +47,7 @@ class RequestCount:
     tools: int
     digests: tuple[bytes, ...]  # each message's hash: the cache key, and how compaction records know a message
     estimated: bool = False  # the tokenizer failed on some of it, which was estimated instead
+    approximated: frozenset[int] = frozenset()  # messages estimated from samples: older than what can be kept
 
     @property
     def fixed(self) -> int:
@@ -67,7 +73,9 @@ class TokenCounter:
         """The named encoding; the first call builds it (about a second), so make it off the loop."""
         return load_encoding(name)
 
-    def count_request(self, payload: dict[str, Any], encoding: str) -> RequestCount:
+    def count_request(self, payload: dict[str, Any], encoding: str, *, exact_tokens: int | None = None) -> RequestCount:
+        """The request's count; with `exact_tokens`, messages older than that many newest tokens are estimated
+        (unless cached) rather than counted."""
         enc = self.encoding(encoding)
         messages = payload.get("messages")
         messages = messages if isinstance(messages, list) else []
@@ -76,17 +84,34 @@ class TokenCounter:
         for start in range(0, len(digests), LOCK_BATCH):  # a lock per batch, not per message
             with self._lock:
                 cached += [self._cache.get((enc.name, digest)) for digest in digests[start : start + LOCK_BATCH]]
-        missing = {i: safely(message_tokens, messages[i], enc) for i, tokens in enumerate(cached) if tokens is None}
+        counts: list[int] = [0] * len(messages)
+        counted: dict[int, tuple[int, bool]] = {}
+        approximated: set[int] = set()
+        running = 0
+        for i in range(len(messages) - 1, -1, -1):  # newest first: what a compaction keeps is counted exactly
+            tokens = cached[i]
+            if tokens is None and exact_tokens is not None and running > exact_tokens:
+                tokens = self.estimate_message(messages[i], enc)
+                approximated.add(i)
+            elif tokens is None:
+                counted[i] = safely(message_tokens, messages[i], enc)
+                tokens = counted[i][0]
+            counts[i] = tokens
+            running += tokens
         with self._lock:
-            self.hits += len(messages) - len(missing)
-            self.misses += len(missing)
-            for i, (tokens, estimated) in missing.items():
+            self.hits += len(messages) - len(counted) - len(approximated)
+            self.misses += len(counted)
+            for i, (tokens, estimated) in counted.items():
                 if not estimated:  # an estimate is not kept: the next count says so again
                     self._cache[(enc.name, digests[i])] = tokens
-        counts = tuple(missing[i][0] if tokens is None else tokens for i, tokens in enumerate(cached))
         tools, tools_estimated = self.count_tools(payload, enc)
-        estimated = tools_estimated or any(estimated for _, estimated in missing.values())
-        return RequestCount(REPLY_PRIMING + sum(counts) + tools, counts, tools, digests, estimated)
+        estimated = tools_estimated or any(estimated for _, estimated in counted.values())
+        total = REPLY_PRIMING + sum(counts) + tools
+        return RequestCount(total, tuple(counts), tools, digests, estimated, frozenset(approximated))
+
+    def estimate_message(self, message: Any, enc: tiktoken.Encoding) -> int:
+        """`message`'s tokens estimated from samples of its long strings (see `count_request`); not cached."""
+        return safely(lambda item, encoding: message_tokens(item, encoding, sampled_tokens), message, enc)[0]
 
     def count_message(self, message: Any, enc: tiktoken.Encoding) -> int:
         key = (enc.name, message_digest(message))

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -26,44 +27,46 @@ from proxy.tokens.text import text_tokens
 TOKENS_PER_MESSAGE = 3
 TOKENS_PER_NAME = 1
 TOKENS_PER_CALL = 3
+# How a string is counted: exactly (`text_tokens`), or from samples for text that will be dropped.
+TextCount = Callable[[tiktoken.Encoding, str], int]
 
 
-def message_tokens(message: Any, enc: tiktoken.Encoding) -> int:
+def message_tokens(message: Any, enc: tiktoken.Encoding, text: TextCount = text_tokens) -> int:
     if not isinstance(message, dict):
-        return text_tokens(enc, orjson.dumps(message).decode())
+        return text(enc, orjson.dumps(message).decode())
     tokens = TOKENS_PER_MESSAGE
     for key, value in message.items():
         if key == "content":
-            tokens += content_tokens(value, enc)
+            tokens += content_tokens(value, enc, text)
         elif key == "name" and isinstance(value, str):
-            tokens += text_tokens(enc, value) + TOKENS_PER_NAME
+            tokens += text(enc, value) + TOKENS_PER_NAME
         elif key == "tool_calls" and isinstance(value, list):
-            tokens += sum(_call_tokens(call.get("function"), enc) for call in value if isinstance(call, dict))
+            tokens += sum(_call_tokens(call.get("function"), enc, text) for call in value if isinstance(call, dict))
         elif key == "function_call":
-            tokens += _call_tokens(value, enc)
+            tokens += _call_tokens(value, enc, text)
         elif isinstance(value, str):  # role, tool_call_id, refusal, reasoning_content, ...
-            tokens += text_tokens(enc, value)
+            tokens += text(enc, value)
     return tokens
 
 
-def content_tokens(content: Any, enc: tiktoken.Encoding) -> int:
+def content_tokens(content: Any, enc: tiktoken.Encoding, text: TextCount = text_tokens) -> int:
     if content is None:
         return 0
     if isinstance(content, str):
-        return text_tokens(enc, content)
+        return text(enc, content)
     if isinstance(content, list):
-        return sum(part_tokens(part, enc) for part in content)
-    return text_tokens(enc, orjson.dumps(content).decode())
+        return sum(part_tokens(part, enc, text) for part in content)
+    return text(enc, orjson.dumps(content).decode())
 
 
-def part_tokens(part: Any, enc: tiktoken.Encoding) -> int:
+def part_tokens(part: Any, enc: tiktoken.Encoding, text: TextCount = text_tokens) -> int:
     if not isinstance(part, dict):
-        return text_tokens(enc, part if isinstance(part, str) else orjson.dumps(part).decode())
+        return text(enc, part if isinstance(part, str) else orjson.dumps(part).decode())
     kind = part.get("type")
     if kind in ("text", "input_text", "output_text") and isinstance(part.get("text"), str):
-        return text_tokens(enc, part["text"])
+        return text(enc, part["text"])
     if kind == "refusal" and isinstance(part.get("refusal"), str):
-        return text_tokens(enc, part["refusal"])
+        return text(enc, part["refusal"])
     if kind == "image_url" and isinstance(part.get("image_url"), dict):
         image = part["image_url"]
         url = image.get("url")
@@ -74,15 +77,15 @@ def part_tokens(part: Any, enc: tiktoken.Encoding) -> int:
         return media.audio_tokens(data if isinstance(data, str) else "", audio.get("format"))
     if kind == "file" and isinstance(part.get("file"), dict):
         return media.file_tokens(part["file"])
-    return text_tokens(enc, orjson.dumps(part).decode())
+    return text(enc, orjson.dumps(part).decode())
 
 
-def _call_tokens(function: Any, enc: tiktoken.Encoding) -> int:
+def _call_tokens(function: Any, enc: tiktoken.Encoding, text: TextCount) -> int:
     if not isinstance(function, dict):
         return 0
     tokens = TOKENS_PER_CALL
     for field in ("name", "arguments"):
         value = function.get(field)
         if isinstance(value, str):
-            tokens += text_tokens(enc, value)
+            tokens += text(enc, value)
     return tokens

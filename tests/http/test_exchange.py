@@ -29,5 +29,6 @@ def test_the_line_is_written_once_with_its_fields_in_order(caplog: pytest.LogCap
     exchange.finish()
     exchange.finish()
     [line] = [record.getMessage() for record in caplog.records]
-    assert line.startswith("POST /v1/chat/completions 200 model=m\\nx tokens=10/100 key=session:a\\x20b upstream_ms=- ")
+    fields = "model=m\\nx tokens=10/100 key=session:a\\x20b"
+    assert line.startswith(f"POST /v1/chat/completions 200 {fields} proxy_ms=- upstream_ms=- ")
     assert "\n" not in line

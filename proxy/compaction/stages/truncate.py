@@ -7,9 +7,10 @@ verdict (the exception, the test summary, the exit status) at the bottom.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any
 
-from proxy.compaction.conversation import Message, protected
+from proxy.compaction.conversation import Message, protected, text_of
 from proxy.compaction.facts import facts_note
 from proxy.compaction.record import Replacement
 from proxy.compaction.stage import Work
@@ -30,17 +31,24 @@ def marker(omitted_lines: int, total_lines: int, omitted_bytes: int, facts: str 
 
 def truncate_text(text: str, limits: Limits) -> str | None:
     """The head+tail of `text` within the limits, or None when it already fits."""
-    size = len(text.encode())
+    ascii = text.isascii()  # then a character is a byte
+    size = len(text) if ascii else len(text.encode())
     lines = text.split("\n")
     if len(lines) <= limits.max_lines and size <= limits.max_bytes:
         return None
     keep_lines = min(len(lines), limits.max_lines)
     budget = max(limits.max_bytes - 120, 64)  # room for the marker itself
+    # Bytes of the first n lines, each with its newline: a 200 KB output is sized once, not once a halving.
+    ends = [0, *accumulate(len(line) + 1 if ascii else len(line.encode()) + 1 for line in lines)]
+
+    def kept_bytes(head_n: int, tail_n: int) -> int:
+        return ends[head_n] + ends[-1] - ends[len(lines) - tail_n]
+
     head_n, tail_n = _split(keep_lines)
-    while head_n + tail_n > 1 and _size(lines[:head_n]) + _size(lines[len(lines) - tail_n :]) > budget:
+    while head_n + tail_n > 1 and kept_bytes(head_n, tail_n) > budget:
         head_n, tail_n = _split(max(1, (head_n + tail_n) // 2))
     head, tail = lines[:head_n], lines[len(lines) - tail_n :] if tail_n else []
-    if _size(head) + _size(tail) > budget:  # a single enormous line: cut inside it
+    if kept_bytes(head_n, tail_n) > budget:  # a single enormous line: cut inside it
         return _cut_bytes(text, budget, total_lines=len(lines))
     kept = "\n".join(head + tail)
     omitted_lines = len(lines) - head_n - tail_n
@@ -70,10 +78,6 @@ def truncate_message(message: Message, limits: Limits) -> Message | None:
 def _split(count: int) -> tuple[int, int]:
     head = (count + 1) // 2
     return head, count - head
-
-
-def _size(lines: list[str]) -> int:
-    return sum(len(line.encode()) + 1 for line in lines)
 
 
 def _cut_bytes(text: str, budget: int, *, total_lines: int) -> str:
@@ -107,5 +111,6 @@ class TruncateStage:
             cut = truncate_message(messages[index], self.limits)
             if cut is not None:
                 digest = work.conversation.digests[index]
-                draft.replaced[index] = Replacement(digest, cut, work.count_message(cut), "truncate")
+                tokens = work.count_replacement(index, cut, size=len(text_of(cut.get("content"))))
+                draft.replaced[index] = Replacement(digest, cut, tokens, "truncate")
                 work.outcome.actions.append("truncate")
