@@ -84,14 +84,16 @@ def offline_pipeline(settings: Settings, summarizers: Summarizers | None) -> Pip
     return build_pipeline(settings, summarizers=summarizers)
 
 
-def counted_request(args: argparse.Namespace, pipeline: Pipeline) -> tuple[dict[str, Any], Counted]:
-    """The request file, counted as `--model` (default: its own model)."""
+def counted_request(
+    args: argparse.Namespace, pipeline: Pipeline, *, exact: bool = False
+) -> tuple[dict[str, Any], Counted]:
+    """The request file, counted as `--model` (default: its own model); `exact`: every message counted."""
     payload = read_request(args.file)
     model = args.model or payload.get("model")
     if not isinstance(model, str):
         raise CommandError(f"{args.file} names no model; pass --model")
     body = {**payload, "model": model, "messages": payload.get("messages", [])}
-    counted = pipeline.count(orjson.dumps(payload), body, CHAT_COMPLETIONS)
+    counted = pipeline.count(orjson.dumps(payload), body, CHAT_COMPLETIONS, exact=exact)
     if counted is None:
         raise CommandError(f"{args.file}: messages must be a list of objects")
     return payload, counted
@@ -100,7 +102,7 @@ def counted_request(args: argparse.Namespace, pipeline: Pipeline) -> tuple[dict[
 def count(args: argparse.Namespace) -> int:
     """Offline: the window comes from the config, then the built-in table (no discovery)."""
     pipeline = offline_pipeline(_load(args), None)
-    _, counted = counted_request(args, pipeline)
+    _, counted = counted_request(args, pipeline, exact=True)
     accounting = asyncio.run(pipeline.account(counted, None))
     tokens, budget, limits = counted.count.total, accounting.budget, accounting.limits
     if args.json:

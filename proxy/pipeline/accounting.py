@@ -48,6 +48,7 @@ class Accounting:
     raw_tokens: int  # our count before calibration
     ratio: float
     estimated: bool = False  # the tokenizer failed on part of the request, which was estimated from its size
+    approximated: int = 0  # messages older than a window's worth, estimated from samples (`TokenCounter`)
 
     @property
     def prompt_tokens(self) -> int:
@@ -76,4 +77,6 @@ class Accounting:
             fields["calibration"] = f"{self.ratio:.3f}"
         if self.estimated:
             fields["count"] = "estimate"
+        if self.approximated:
+            fields["approximated"] = self.approximated
         return fields

@@ -125,14 +125,15 @@ class Pipeline:
         """`text` counted with `model`'s encoding (estimated from its size where the tokenizer fails)."""
         return counted_or_estimated(self._counter.encoding(self.encoding_for(model).name), text)
 
-    def count(self, raw: bytes, payload: dict[str, Any], wire: WireFormat) -> Counted | None:
-        """The request counted, or None when it is none `wire` can count. CPU only: may run in a thread."""
+    def count(self, raw: bytes, payload: dict[str, Any], wire: WireFormat, *, exact: bool = False) -> Counted | None:
+        """The request counted, or None when it is none `wire` can count. CPU only: may run in a thread.
+        Only the newest window's worth is counted exactly (`exact_tokens`) unless `exact` (`inflight count`)."""
         request = wire.read(payload)
         if request is None:
             return None
         choice = self.encoding_for(request.model)
         try:
-            exact_tokens = self.exact_tokens(request.model)
+            exact_tokens = None if exact else self.exact_tokens(request.model)
             count = self._counter.count_request(request.view, choice.name, exact_tokens=exact_tokens)
         except Exception as exc:  # e.g. nested deeper than orjson writes (254) though it reads it (1024)
             log.warning(
@@ -175,6 +176,7 @@ class Pipeline:
             raw_tokens=counted.count.total,
             ratio=1.0 if counted.encoding.exact else self._calibration.ratio(model, tenant=tenant),
             estimated=counted.count.estimated,
+            approximated=len(counted.count.approximated),
         )
 
     def budget(self, counted: Counted, context_window: int) -> int:

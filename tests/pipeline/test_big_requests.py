@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import random
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -93,3 +96,13 @@ def test_a_window_bigger_than_the_count_assumed_has_what_it_keeps_counted() -> N
     whole = [index for index, message in enumerate(body["messages"]) if message in sent["messages"]]
     assert set(whole) & counted.count.approximated  # it sends some it had only estimated
     assert prepared.outcome.tokens_after == exact_total(sent)
+
+
+def test_inflight_count_counts_every_message(tmp_path: Path) -> None:
+    body = agent_body(turns=100, lines=120)  # about 230,000 tokens: past gpt-4o's window, so the proxy would estimate
+    assert count(build_pipeline(load_settings(None), summarizers=None), body).count.approximated
+    request = tmp_path / "request.json"
+    request.write_bytes(orjson.dumps(body))
+    command = [sys.executable, "-m", "proxy", "count", str(request), "--json"]
+    printed = subprocess.run(command, capture_output=True, text=True, timeout=120, check=True).stdout
+    assert orjson.loads(printed)["prompt_tokens"] == exact_total(body)
