@@ -38,6 +38,9 @@ THREAD_THRESHOLD_BYTES = 32 * 1024
 # The request fields that proxy.tokens.tools renders into the prompt.
 TOOL_FIELDS = ("tools", "functions", "tool_choice", "function_call", "response_format")
 LOCK_BATCH = 128  # cache lookups per lock hold: the loop, counting a small request, never waits long
+# A message this big is estimated wherever it is, when a bound is given: it is cut before it is sent (and
+# what is sent of it counted), or it alone is past any window.
+ESTIMATED_FROM_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -57,7 +60,18 @@ class RequestCount:
 
 def message_digest(message: Any) -> bytes:
     """A hash of the message's canonical bytes (sorted keys): equal messages, equal digests."""
-    return xxhash.xxh3_128_digest(orjson.dumps(message, option=orjson.OPT_SORT_KEYS))
+    return digest_and_size(message)[0]
+
+
+def digest_and_size(message: Any) -> tuple[bytes, int]:
+    """`message_digest`, and the size of the canonical bytes it hashed."""
+    canonical = orjson.dumps(message, option=orjson.OPT_SORT_KEYS)
+    return xxhash.xxh3_128_digest(canonical), len(canonical)
+
+
+def too_far(running: int, size: int, exact_tokens: int) -> bool:
+    """Whether a message is estimated: past the tokens to count exactly, or too big to be sent as it is."""
+    return running > exact_tokens or size >= ESTIMATED_FROM_BYTES
 
 
 class TokenCounter:
@@ -79,7 +93,8 @@ class TokenCounter:
         enc = self.encoding(encoding)
         messages = payload.get("messages")
         messages = messages if isinstance(messages, list) else []
-        digests = tuple(message_digest(m) for m in messages)
+        digests_and_sizes = [digest_and_size(m) for m in messages]
+        digests = tuple(digest for digest, _ in digests_and_sizes)
         cached: list[int | None] = []
         for start in range(0, len(digests), LOCK_BATCH):  # a lock per batch, not per message
             with self._lock:
@@ -90,14 +105,15 @@ class TokenCounter:
         running = 0
         for i in range(len(messages) - 1, -1, -1):  # newest first: what a compaction keeps is counted exactly
             tokens = cached[i]
-            if tokens is None and exact_tokens is not None and running > exact_tokens:
+            if tokens is None and exact_tokens is not None and too_far(running, digests_and_sizes[i][1], exact_tokens):
                 tokens = self.estimate_message(messages[i], enc)
                 approximated.add(i)
             elif tokens is None:
                 counted[i] = safely(message_tokens, messages[i], enc)
                 tokens = counted[i][0]
             counts[i] = tokens
-            running += tokens
+            if digests_and_sizes[i][1] < ESTIMATED_FROM_BYTES:  # one too big to send whole takes no room of the rest
+                running += tokens
         with self._lock:
             self.hits += len(messages) - len(counted) - len(approximated)
             self.misses += len(counted)

@@ -106,3 +106,17 @@ def test_inflight_count_counts_every_message(tmp_path: Path) -> None:
     command = [sys.executable, "-m", "proxy", "count", str(request), "--json"]
     printed = subprocess.run(command, capture_output=True, text=True, timeout=120, check=True).stdout
     assert orjson.loads(printed)["prompt_tokens"] == exact_total(body)
+
+
+def test_one_huge_output_is_estimated_where_it_is_and_sent_cut_and_counted() -> None:
+    body = agent_body(turns=3, lines=20)
+    body["messages"][-1]["content"] = log(random.Random(2), 50_000)  # the newest output: about 3 MB
+    pipeline = build_pipeline(load_settings(None), summarizers=None)
+    counted = count(pipeline, body)
+    assert counted.count.approximated == {len(body["messages"]) - 1}
+    accounting = asyncio.run(pipeline.account(counted, None))
+    prepared = asyncio.run(pipeline.prepare(counted, accounting, Options()))
+    assert prepared.outcome is not None and "truncate" in prepared.outcome.actions
+    sent = orjson.loads(prepared.body)
+    assert "[... omitted" in sent["messages"][-1]["content"]
+    assert prepared.outcome.tokens_after == exact_total(sent)
