@@ -93,15 +93,19 @@ class Limits(Section):
     """What one client (or upstream) may make the proxy hold: bodies, headers, events, keys, time, summaries.
 
     The timeouts bound how long a client that sends slowly or not at all (a slow loris) keeps a
-    connection: its headers, its body, and the wait for its next request on a kept-alive connection.
-    The wait for the upstream's answer is `upstream.read_timeout_s`, not these. The byte bounds stop
-    a hostile peer, never a real agent.
+    connection: its headers, its body, and the wait for its next request on a kept-alive connection;
+    and how long one that stops reading its answer keeps it, and the upstream stream behind it
+    (`client_send_timeout_s`). The wait for the upstream's answer is `upstream.read_timeout_s`, not
+    these. The byte bounds stop a hostile peer, never a real agent.
     """
 
     max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024)
     client_header_timeout_s: float = Field(30, gt=0)  # first byte of a request to the end of its headers
     client_body_timeout_s: float = Field(300, gt=0)  # end of the headers to the last byte of the body
     client_idle_timeout_s: int = Field(30, ge=1)  # a connection with no request in progress (uvicorn's own)
+    # The answer's bytes wait on a client that takes none of them (its connection's buffers full): past
+    # this the connection is reset and the upstream stream closed. A client reading slowly is never cut.
+    client_send_timeout_s: float = Field(60, gt=0)
     max_header_bytes: int = Field(64 * 1024, ge=1024)  # a request's headers: 431 past it, before any key check
     max_upstream_header_bytes: int = Field(64 * 1024, ge=1024)  # an upstream answer's headers: 502 past it
     # A held first event, and any one SSE line a reader keeps (refusal, usage): past it, held no longer, read no more.

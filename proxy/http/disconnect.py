@@ -4,6 +4,9 @@ Nothing else tells the handler: the ASGI server only reports the disconnect to w
 `receive()`. Until the response starts, a watcher awaits it and cancels the handler's task, so
 the upstream request is closed and its pool slot given back (a slow upstream and clients that
 give up would otherwise hold every connection until the upstream answers).
+
+A client that stays but reads nothing is cut by the connection (`proxy.http.server`, after
+`limits.client_send_timeout_s`), which marks the request's scope so that its log line says why.
 """
 
 from __future__ import annotations
@@ -13,7 +16,12 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
-from starlette.types import Receive
+from starlette.types import Receive, Scope
+
+from proxy.http.exchange import Exchange
+
+# The scope's key the connection sets (to the timeout, in seconds) when it cut a client that read nothing.
+SEND_TIMED_OUT = "inflight.client_send_timeout_s"
 
 
 class ClientGone(Exception):
@@ -56,3 +64,10 @@ async def cancelled_on_disconnect(receive: Receive) -> AsyncIterator[None]:
         raise ClientGone() from None
     finally:
         watcher.cancel()
+
+
+def note_send_timeout(scope: Scope, exchange: Exchange) -> None:
+    """On the request's log line: the client was cut for reading nothing (`client_send_timeout_s=60`)."""
+    timeout = scope.get(SEND_TIMED_OUT)
+    if timeout is not None:
+        exchange.note("client_send_timeout_s", f"{timeout:g}")

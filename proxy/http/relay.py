@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from starlette.types import Receive, Scope, Send
 
+from proxy.http.disconnect import note_send_timeout
 from proxy.http.exchange import Exchange
 from proxy.upstream.exceptions import STREAM_ERRORS
 from proxy.upstream.headers import RawHeaders, response_headers
@@ -35,7 +36,7 @@ class Relay:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         self.exchange.status = self.status
         if not self.streaming:
-            await self.send_whole(send)
+            await self.send_whole(scope, send)
             return
         task = asyncio.current_task()
         assert task is not None
@@ -60,9 +61,10 @@ class Relay:
             state.finished = True
             watcher.cancel()
             await self.close()
+            note_send_timeout(scope, self.exchange)
             self.exchange.finish()
 
-    async def send_whole(self, send: Send) -> None:
+    async def send_whole(self, scope: Scope, send: Send) -> None:
         try:
             body = b"".join([chunk async for chunk in self.chunks])
             await self.start(send)
@@ -71,6 +73,7 @@ class Relay:
             self.exchange.note("client_disconnected", 1)
         finally:
             await self.close()
+            note_send_timeout(scope, self.exchange)
             self.exchange.finish()
 
     async def start(self, send: Send) -> None:

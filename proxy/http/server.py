@@ -21,6 +21,14 @@ Trailer fields of a chunked request are dropped: httptools reports them like hea
 appends them to the request's header list, so a request that arrived in one read would have them
 forwarded as headers (and past every check made on the headers), one that arrived in two would not.
 
+And a clock for the other direction (`limits.client_send_timeout_s`): uvicorn's `send` waits, with no
+limit, for the connection's write buffer to drain, so a client that stops reading would hold the
+relay, and the upstream stream behind it, until the upstream's own `read_timeout_s`. Once the
+buffer passes its high-water mark (the kernel's buffers are full already), or a finished answer
+left bytes in it, the `SendClock` watches whether the client takes any of them; when it has
+taken none for that long the connection is reset, and the relay, told by the disconnect, closes
+the upstream stream and notes it on the request's log line.
+
 It also refuses WebSocket upgrades before any app sees them (a 501 saying to use HTTP).
 
 The body's own clock (`limits.client_body_timeout_s`) runs where the body is read (`proxy.http.body`),
@@ -30,19 +38,29 @@ so that its 408 goes through the endpoint like any other error, with its log lin
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import logging
+import socket
+import struct
 import sys
+import termios
+from collections.abc import Callable
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from proxy.config import Limits, Settings
+from proxy.http.disconnect import SEND_TIMED_OUT
 from proxy.http.error_response import error_body
 from proxy.http.exchange import clean
 
 log = logging.getLogger("inflight")
 
 GIL_SWITCH_INTERVAL_S = 0.0005
+# Linux's SIOCOUTQ (the same number): the bytes of a TCP socket's send queue its peer has not acknowledged.
+UNACKED_QUERY = getattr(termios, "TIOCOUTQ", None)
+SEND_CLOCK_TICKS = 4  # looks per `client_send_timeout_s`: a cut comes between 1 and 1.25 times it after the last byte
 
 
 def closing_answer(status: bytes, message: str, *, code: str) -> bytes:
@@ -69,11 +87,70 @@ def websocket_refusal_response() -> bytes:
     return closing_answer(b"501 Not Implemented", WEBSOCKET_REFUSAL, code="websocket_unsupported")
 
 
+def unacknowledged(transport: asyncio.Transport) -> int:
+    """The answer's bytes the client's TCP stack has not acknowledged yet: those still in the transport's
+    buffer, and (on Linux) those in the kernel's send queue. It falls only as the client reads."""
+    pending = transport.get_write_buffer_size()
+    sock = transport.get_extra_info("socket")
+    if UNACKED_QUERY is not None and sock is not None:
+        with contextlib.suppress(OSError):  # not Linux, or the socket is gone: the transport's share alone
+            pending += struct.unpack("i", fcntl.ioctl(sock.fileno(), UNACKED_QUERY, b"\0\0\0\0"))[0]
+    return pending
+
+
+class SendClock:
+    """How long the bytes of an answer have waited on a client that takes none of them.
+
+    It runs while nothing more is written to the connection: from the moment its buffer passes the
+    high-water mark (`uvicorn`'s `send` waits then) until writing resumes, and once an answer is done
+    with bytes left in the buffer. Meanwhile the bytes not yet acknowledged can only fall, and only
+    as the client reads; the kernel's send queue is counted with the transport's buffer, else a
+    client reading slowly behind megabytes of kernel buffer would look as if it took nothing (the
+    transport's buffer moves only once the kernel has room for a good share of it). It looks a
+    few times a timeout, and calls `on_timeout` once no byte has been taken for `timeout_s`.
+    """
+
+    def __init__(self, transport: asyncio.Transport, *, timeout_s: float, on_timeout: Callable[[], None]) -> None:
+        self.transport = transport
+        self.timeout_s = timeout_s
+        self.on_timeout = on_timeout
+        self.loop = asyncio.get_running_loop()
+        self.timer: asyncio.TimerHandle | None = None
+        self.pending = 0  # unacknowledged at the last look
+        self.last_progress = 0.0
+
+    def start(self) -> None:
+        if self.timer is None:
+            self.pending = unacknowledged(self.transport)
+            self.last_progress = self.loop.time()
+            self.timer = self.loop.call_later(self.timeout_s / SEND_CLOCK_TICKS, self.look)
+
+    def stop(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    def look(self) -> None:
+        self.timer = None
+        if self.transport.get_write_buffer_size() == 0:  # the kernel took the rest: nothing of ours waits
+            return
+        pending, now = unacknowledged(self.transport), self.loop.time()
+        if pending < self.pending:
+            self.last_progress = now
+        self.pending = pending
+        if now - self.last_progress >= self.timeout_s:
+            self.on_timeout()
+            return
+        self.timer = self.loop.call_later(self.timeout_s / SEND_CLOCK_TICKS, self.look)
+
+
 class BoundedHttpProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with an idle clock from the first moment, a header clock and a header bound."""
+    """uvicorn's httptools protocol with an idle clock from the first moment, a header clock, a header bound
+    and a send clock."""
 
     header_timeout_s: float = 30.0
     max_header_bytes: int = 64 * 1024
+    send_timeout_s: float = 60.0
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -87,6 +164,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         super().connection_made(transport)
         # uvicorn arms this only when a response is done; a connection that never sends would stay.
         self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self.timeout_keep_alive_handler)
+        self.send_clock = SendClock(transport, timeout_s=self.send_timeout_s, on_timeout=self.send_too_slow)
 
     def data_received(self, data: bytes) -> None:
         if self.header_deadline is None and (self.cycle is None or self.cycle.response_complete):
@@ -124,7 +202,21 @@ class BoundedHttpProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.stop_header_clock()
+        self.send_clock.stop()
         super().connection_lost(exc)
+
+    def pause_writing(self) -> None:  # the buffer is over its high-water mark: `send` waits on the client now
+        super().pause_writing()
+        self.send_clock.start()
+
+    def resume_writing(self) -> None:  # the buffer drained below its low-water mark: the client reads
+        super().resume_writing()
+        self.send_clock.stop()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if self.transport.get_write_buffer_size():  # its last bytes wait on the client (a close would wait for ever)
+            self.send_clock.start()
 
     def stop_header_clock(self) -> None:
         if self.header_deadline is not None:
@@ -168,10 +260,34 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self.transport.write(header_timeout_response(self.header_timeout_s))
         self.transport.close()
 
+    def send_too_slow(self) -> None:
+        """The client took no byte of its answer for `send_timeout_s`: reset the connection.
+
+        A reset (SO_LINGER 0, as nginx's `reset_timedout_connection`), not a close: a close would keep the
+        unread megabytes in the kernel, retrying to a peer that takes none. The disconnect reaches the
+        relay, which closes the upstream stream; the mark in the scope tells it why."""
+        client = f"{self.client[0]}:{self.client[1]}" if self.client else "-"
+        log.info(
+            "client %s: took no byte of its answer for %g s (limits.client_send_timeout_s); connection reset",
+            client,
+            self.send_timeout_s,
+        )
+        if self.cycle is not None and not self.cycle.response_complete:
+            self.cycle.scope[SEND_TIMED_OUT] = self.send_timeout_s  # type: ignore[literal-required]
+        sock = self.transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.transport.abort()
+
 
 def bounded_protocol(limits: Limits) -> type[BoundedHttpProtocol]:
     """The protocol class for one server: uvicorn instantiates it per connection, with no arguments of ours."""
-    bounds = {"header_timeout_s": limits.client_header_timeout_s, "max_header_bytes": limits.max_header_bytes}
+    bounds = {
+        "header_timeout_s": limits.client_header_timeout_s,
+        "max_header_bytes": limits.max_header_bytes,
+        "send_timeout_s": limits.client_send_timeout_s,
+    }
     return type("BoundedHttpProtocol", (BoundedHttpProtocol,), bounds)
 
 

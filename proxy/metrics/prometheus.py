@@ -51,6 +51,9 @@ class FinishedRequest(Protocol):
     @property
     def headers(self) -> dict[str, str]: ...
 
+    @property
+    def fields(self) -> dict[str, str]: ...
+
 
 def route_of(path: str) -> str:
     """The label for a raw path (a refused request matched no route yet): one of a few, never the path."""
@@ -115,6 +118,11 @@ class Metrics:
             registry=registry,
         )
         self.retries = Counter("inflight_retries", "Requests retried after a context refusal.", registry=registry)
+        self.send_timeouts = Counter(
+            "inflight_client_send_timeouts",
+            "Answers cut because the client took none of their bytes for limits.client_send_timeout_s.",
+            registry=registry,
+        )
 
     def _define_compactions(self, registry: CollectorRegistry) -> None:
         self.compactions = Counter(
@@ -172,6 +180,8 @@ class Metrics:
         queued = exchange.queue_s
         if queued is not None:
             self._child(self.lane_wait, route).observe(queued)
+        if "client_send_timeout_s" in exchange.fields:
+            self.send_timeouts.inc()
         actions = exchange.headers.get("x-inflight-actions")
         if actions is not None and actions != "none":
             self._compacted(actions.split(","), exchange.headers)

@@ -33,6 +33,8 @@ from tests.support.servers import read_body
 
 Headers = list[tuple[bytes, bytes]]
 SUMMARY_PROMPT_START = "You write the handoff note"  # how the proxy's summary prompt opens
+FLOOD_EVENT_CHARS = 16 * 1024
+FLOOD_CAP_BYTES = 64 * 1024 * 1024  # a flood without `x-flood-bytes` ends here (past every buffer on the way)
 
 
 @dataclass
@@ -47,6 +49,7 @@ class Recorded:
     status: int = 0
     disconnected: threading.Event = field(default_factory=threading.Event)
     raw_path: bytes = b""  # the path as it was on the request line
+    flooded: int = 0  # the bytes of a `flood` sent (those alone are not kept in `sent`)
 
     def json(self) -> Any:
         encoding = self.headers.get("content-encoding")
@@ -297,6 +300,9 @@ class UpstreamApp:
             # Two events, then nothing until the proxy closes the connection.
             await self.stream_until_disconnect(record, receive, send)
             return
+        if scenario == "flood":
+            await self.flood(record, receive, send)
+            return
         fixed = self.fixed_answer(record)
         if fixed is not None:
             await self.respond(record, send, 200, orjson.dumps(fixed), "application/json")
@@ -468,6 +474,29 @@ class UpstreamApp:
             return
         if message["type"] == "http.disconnect":
             record.disconnected.set()
+
+    async def flood(self, record: Recorded, receive: Any, send: Any) -> None:
+        """Events of 16 KB as fast as the proxy takes them: `x-flood-bytes` of them then `[DONE]`, or (without
+        it) until the proxy closes the connection, which sets `record.disconnected`. Only their count is
+        kept (`record.flooded`), not the bytes."""
+        limit = int(record.headers.get("x-flood-bytes", FLOOD_CAP_BYTES))
+        gone = asyncio.ensure_future(receive())  # the body is read: the next message is the proxy hanging up
+        record.status = 200
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
+        base = {"id": "chatcmpl-flood", "object": "chat.completion.chunk", "created": 1700000000, "model": "m"}
+        event = sse({**base, "choices": [{"index": 0, "delta": {"content": "x" * FLOOD_EVENT_CHARS}}]})
+        try:
+            while record.flooded < limit and not gone.done():
+                await send({"type": "http.response.body", "body": event, "more_body": True})
+                record.flooded += len(event)
+                await asyncio.sleep(0)  # a send to a closed connection returns at once: let `gone` see it
+            if gone.done():
+                if gone.result()["type"] == "http.disconnect":
+                    record.disconnected.set()
+                return
+            await send({"type": "http.response.body", "body": sse("[DONE]"), "more_body": False})
+        finally:
+            gone.cancel()
 
 
 def main() -> None:
