@@ -312,7 +312,10 @@ class Pipeline:
             return untouched
         if outcome is None or (outcome.actions == ["none"] and outcome.fits):  # nothing changed: the client's bytes
             return untouched
-        return rewritten(counted, accounting, outcome, limit=limit, key=key)
+        # Its body is written from what was kept: megabytes, when the compaction could not make it fit.
+        return await call_sized(
+            lambda: rewritten(counted, accounting, outcome, limit=limit, key=key), outcome.tokens_after
+        )
 
     async def compact(
         self, counted: Counted, accounting: Accounting, options: Options, *, key: str, retry: RetryAim | None
