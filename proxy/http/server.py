@@ -60,6 +60,7 @@ log = logging.getLogger("inflight")
 GIL_SWITCH_INTERVAL_S = 0.0005
 # Linux's SIOCOUTQ (the same number): the bytes of a TCP socket's send queue its peer has not acknowledged.
 UNACKED_QUERY = getattr(termios, "TIOCOUTQ", None)
+JOIN_BYTES = 64 * 1024  # a first chunk up to this size is copied after the head, to go in one write
 SEND_CLOCK_TICKS = 4  # looks per `client_send_timeout_s`: a cut comes between 1 and 1.25 times it after the last byte
 
 
@@ -144,6 +145,47 @@ class SendClock:
         self.timer = self.loop.call_later(self.timeout_s / SEND_CLOCK_TICKS, self.look)
 
 
+class HeadCork:
+    """A response's transport that holds the first write (its head) until the next one, joined in one write.
+
+    uvicorn writes an answer's status line and headers when the app sends `http.response.start`, and
+    its body with the next message: two writes, two system calls, and often two reads for the client
+    before it has a byte of the body. When the body follows at once (a JSON answer, a held stream's
+    first event) the two go out together; when it does not (a stream still waiting on the upstream),
+    the head goes out alone at the loop's next turn, so the client sees the headers as soon as before."""
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        self.transport = transport
+        self.held: bytes | None = None
+        self.written = False  # the head went by: every later write goes straight through
+
+    def write(self, data: bytes) -> None:
+        if self.written:
+            self.transport.write(data)
+        elif self.held is None:
+            self.held = data
+            asyncio.get_running_loop().call_soon(self.flush)
+        else:
+            head, self.held, self.written = self.held, None, True
+            if len(data) <= JOIN_BYTES:
+                self.transport.write(head + data)
+            else:  # not copied to join it: two writes
+                self.transport.write(head)
+                self.transport.write(data)
+
+    def flush(self) -> None:
+        if self.held is not None:
+            head, self.held, self.written = self.held, None, True
+            self.transport.write(head)
+
+    def close(self) -> None:
+        self.flush()
+        self.transport.close()
+
+    def __getattr__(self, name: str) -> Any:  # everything else is the transport's own
+        return getattr(self.transport, name)
+
+
 class BoundedHttpProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with an idle clock from the first moment, a header clock, a header bound
     and a send clock."""
@@ -195,6 +237,8 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self.stop_header_clock()
         self.reading_head, self.quiet_bytes = False, 0
         super().on_headers_complete()
+        if self.cycle is not None:  # its task has not run yet: its answer's head goes out with its body
+            self.cycle.transport = HeadCork(self.transport)  # type: ignore[assignment]
 
     def on_message_complete(self) -> None:
         self.reading_head, self.quiet_bytes = True, 0
