@@ -27,12 +27,13 @@ from cachetools import LRUCache
 
 from proxy.compaction.background.ahead import SummaryAhead
 from proxy.compaction.background.jobs import AheadJobs, say_how_it_waited
-from proxy.compaction.background.scheduler import BackgroundSummaries, Elsewhere
+from proxy.compaction.background.scheduler import BackgroundSummaries, Elsewhere, Superseded
 from proxy.compaction.compactor import Compactor
 from proxy.compaction.conversation import Conversation
 from proxy.compaction.draft import Budget
 from proxy.compaction.record import Record, RecordStore, best_record, new_compaction_id, with_record
 from proxy.compaction.stage import Outcome
+from proxy.compaction.stages.precomputed import PRECOMPUTED
 from proxy.metrics.observer import NO_OBSERVER, Observer
 from proxy.offload import run_sized
 
@@ -141,12 +142,17 @@ class ConversationCompactions:
             return outcome
         deadline = time.monotonic() + ahead.wait_s
         landed = await self.jobs.wait(job, ahead.wait_s) and job.succeeded
-        if isinstance(job.error, Elsewhere):  # its summary will land in the shared store: look there
+        if isinstance(job.error, Superseded):  # what it would have made is in the store already: compact from it
+            landed = True
+        elif isinstance(job.error, Elsewhere):  # its summary will land in the shared store: look there
             landed = await self.ahead_jobs.landed_elsewhere(key, conversation, deadline)
         if landed:
             again, _ = await self.run(key, conversation, compactor, budget=budget, force=False)
-            if again is not None and "summary-cached" not in outcome.actions:  # it replayed this turn's own digest
-                again.actions = [action for action in again.actions if action != "summary-cached"]
+            if again is not None and "summary-cached" not in outcome.actions:
+                # A record hit made while this turn waited: its own digest, or (in a burst) the summary made ahead
+                # that another turn put in place. Said as what this turn sends, never as nothing.
+                made = "fallback" if again.record.fallback else PRECOMPUTED
+                again.actions = list(dict.fromkeys(made if a == "summary-cached" else a for a in again.actions))
             if again is not None:  # what this turn dropped is measured from before it: its ledger was never sent
                 again.previous = outcome.previous
             outcome = again or outcome

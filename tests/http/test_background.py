@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
 import orjson
+import pytest
 
 from proxy.tokens import TokenCounter
 from tests.compaction.test_compactor import agent_conversation
@@ -106,26 +109,29 @@ def test_another_summarizer_model_is_asked_with_the_standalone_prompt(
     assert len(body["messages"]) == 2 and "tools" not in body
 
 
+@pytest.mark.parametrize("store", ["memory", "sqlite"])
 def test_twenty_concurrent_requests_of_one_conversation_start_one_job(
-    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory, store: str, tmp_path: Path
 ) -> None:
     app, url = upstream
-    app.summarizer_delay = 1.0
+    released = threading.Event()
+    app.summarizer_holds = {"src/app.py": released}  # the conversation's task: its summary is made until released
     early = conversation_at(0.62)
+    state = {"url": "memory://" if store == "memory" else f"sqlite:///{tmp_path}/inflight.db"}
 
     async def twenty(proxy_url: str) -> list[httpx.Response]:
         body = {"model": "gpt-4o", "messages": early}
         async with httpx.AsyncClient(timeout=30) as client:
             return await asyncio.gather(*(client.post(f"{proxy_url}/chat/completions", json=body) for _ in range(20)))
 
-    with start_proxy(url, **CONFIG) as proxy_url:
-        responses = asyncio.run(twenty(proxy_url))
+    with start_proxy(url, **CONFIG, state=state) as proxy_url:
+        responses = asyncio.run(twenty(proxy_url))  # every one of them while the job is running
+        released.set()
         wait_until(lambda: jobs(proxy_url)["landed"] == 1)
-        # and once it landed, the next turn (the same body: the same tools, so the same conversation) starts none
-        httpx.post(f"{proxy_url}/chat/completions", json={"model": "gpt-4o", "messages": early}, timeout=30)
-        time.sleep(0.3)
+        # and once it landed, the next turns (the same body: the same tools, so the same conversation) start none
+        again = asyncio.run(twenty(proxy_url))
         counts = jobs(proxy_url)
-    assert [r.status_code for r in responses] == [200] * 20
+    assert [r.status_code for r in [*responses, *again]] == [200] * 40
     assert app.summary_count == 1 and counts["started"] == 1
 
 

@@ -3,6 +3,7 @@ conversation, the same bytes whichever proxy a turn reaches, and records that ou
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import threading
@@ -25,11 +26,11 @@ from tests.support.waiting import wait_until
 BUDGET = 6000
 
 
-def config(state_url: str) -> str:
+def config(state_url: str, *, jobs: int = 4) -> str:
     # A short note, so that a compacted turn lands under background_at and starts no second job.
     return (
         "models: {gpt-4o: {context_window: 8000}}\n"
-        "compaction: {summarize: {max_summary_tokens: 256}}\n"
+        f"compaction: {{summarize: {{max_summary_tokens: 256, max_concurrent_jobs: {jobs}}}}}\n"
         f'state: {{url: "{state_url}"}}\n'
     )
 
@@ -101,6 +102,50 @@ def test_two_proxies_asked_at_once_make_one_summary(
     assert app.summary_count == 1 and sum(c["landed"] for c in counts) == 1
     # The other proxy's jobs found the lease taken and ended at once (one per burst of its requests).
     assert sum(c["elsewhere"] for c in counts) >= 1 and sum(c["failed"] for c in counts) == 0
+
+
+def another_conversation_at(fraction: float) -> list[dict[str, Any]]:
+    """`conversation_at(fraction)` with another task: another head, so another conversation."""
+    messages = [dict(message) for message in conversation_at(fraction)]
+    messages[1]["content"] = "Fix the flaky test in src/db.py."
+    return messages
+
+
+async def burst(proxies: list[str], messages: list[dict[str, Any]], count: int) -> list[httpx.Response]:
+    """`count` requests of one conversation at once, spread over the proxies in turn."""
+    body = {"model": "gpt-4o", "messages": messages, "tools": TOOLS}
+    async with httpx.AsyncClient(timeout=30) as client:
+        sent = (client.post(f"{proxies[i % len(proxies)]}/chat/completions", json=body) for i in range(count))
+        return await asyncio.gather(*sent)
+
+
+def test_a_burst_over_two_proxies_makes_one_summary_even_when_a_job_waits_out_the_others(
+    recording_upstream: tuple[UpstreamApp, str], state_url: str
+) -> None:
+    """20 first requests of one conversation at once, half to each proxy. The second proxy's job for it
+    waits for a slot (another conversation's summary holds its only one) while the first proxy's job
+    makes the summary and lands it: when its turn comes, the store has the summary, and no call is made.
+    Before, it took the lease the first had let go and summarized the conversation a second time."""
+    app, url = recording_upstream
+    conversation, other = conversation_at(0.62), another_conversation_at(0.62)
+    held = {"src/app.py": threading.Event(), "src/db.py": threading.Event()}  # the two conversations' tasks
+    app.summarizer_holds = held
+    with inflight(url, config(state_url)) as one, inflight(url, config(state_url, jobs=1)) as two:
+        post(two, other)  # its summary holds the second proxy's only job slot until released
+        wait_until(lambda: app.summary_count == 1)
+        responses = asyncio.run(burst([one, two], conversation, 20))
+        assert jobs(two)["queued"] == 1 and jobs(one)["running"] == 1  # both proxies found no summary in the store
+        held["src/app.py"].set()
+        wait_until(lambda: jobs(one)["landed"] == 1)
+        held["src/db.py"].set()
+        wait_until(lambda: jobs(two)["landed"] >= 1 and jobs(two)["queued"] + jobs(two)["running"] == 0)
+        counts = [jobs(proxy) for proxy in (one, two)]
+        # The next turn, on either proxy, finds the summary made ahead.
+        crossing = post(two, conversation_at(0.9))
+    assert [r.status_code for r in responses] == [200] * 20
+    assert app.summary_count == 2  # the other conversation's, and this one's once
+    assert counts[1].get("superseded") == 1 and sum(c["failed"] for c in counts) == 0
+    assert "summary-precomputed" in crossing.headers["x-inflight-actions"].split(",")
 
 
 def test_a_restarted_proxy_serves_the_next_turn_from_the_stored_record(

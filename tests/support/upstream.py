@@ -214,6 +214,9 @@ class UpstreamApp:
         self.summarizer_status = 200
         self.summarizer_delay = 0.0  # seconds before a summarizer call is answered (a hang, when long)
         self.summarizer_reply: tuple[str, str] | None = None  # (text, finish_reason) instead of a good summary
+        # A summarizer call whose body holds one of these texts is answered only once the test sets its event:
+        # a summary that is still being made for as long as a test needs, however slow the machine.
+        self.summarizer_holds: dict[str, threading.Event] = {}
         self.responses = FakeResponses(windows=self.windows)  # POST /v1/responses
         self.messages = FakeMessages(windows=self.windows)  # POST /v1/messages and /v1/messages/count_tokens
         self.compact_reply: Any = None  # POST /v1/responses/compact, as OpenAI answers it (None: 404)
@@ -435,6 +438,7 @@ class UpstreamApp:
         if self.record:
             self.summaries.append(record)
         self.summary_count += 1
+        await self.held(record)
         if self.summarizer_delay:
             try:  # the body is read: the next message is the caller hanging up, if it gives up first
                 await asyncio.wait_for(receive(), self.summarizer_delay)
@@ -460,6 +464,13 @@ class UpstreamApp:
             "## Errors and approaches ruled out\n- none.\n## Next step\nRun the full suite."
         )
         await self.respond(record, send, 200, summary_body(model, text, "stop", api), "application/json")
+
+    async def held(self, record: Recorded, limit_s: float = 60.0) -> None:
+        """Wait while a hold names this summarizer call (`summarizer_holds`), at most `limit_s`."""
+        gates = [gate for text, gate in self.summarizer_holds.items() if text.encode() in record.body]
+        deadline = time.monotonic() + limit_s
+        while any(not gate.is_set() for gate in gates) and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
 
     async def stream_until_disconnect(self, record: Recorded, receive: Any, send: Any) -> None:
         record.status = 200

@@ -17,8 +17,8 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 
-from proxy.compaction.background.ahead import SummaryAhead
-from proxy.compaction.background.scheduler import BackgroundSummaries, Elsewhere, Job
+from proxy.compaction.background.ahead import AheadPlan, SummaryAhead
+from proxy.compaction.background.scheduler import BackgroundSummaries, Elsewhere, Job, Superseded
 from proxy.compaction.conversation import Conversation, Message, head_length
 from proxy.compaction.draft import Draft
 from proxy.compaction.record import Precomputed, Record, RecordStore, best_record, with_record
@@ -85,6 +85,8 @@ class AheadJobs:
                 raise Elsewhere(f"another process summarizes {key[:48]}")
             try:
                 async with kept_leased(self.records, lease, self.owner, ahead.lease_s):
+                    if not await self.still_needed(key, conversation, plan):
+                        raise Superseded(f"the summary of {key[:48]} is in the store already")
                     return await ahead.ask(plan)
             except BaseException:
                 await self.records.release(lease, self.owner)
@@ -105,6 +107,25 @@ class AheadJobs:
             )
 
         return self.jobs.start(key, base, make, land, started_by=conversation if crossing else None)
+
+    async def still_needed(self, key: str, conversation: Conversation, plan: AheadPlan) -> bool:
+        """Whether the summary `plan` asks for is still worth a call, as the store says now.
+
+        The request that started this job read the store before the job ran: a job of this process that
+        landed meanwhile (it had left the scheduler, so a late request of a burst started another), or of
+        another process that held the lease until it landed, is not in what it read. Asked under the
+        lease, after such a job saved its summary and let the lease go, the store has it: then, or when
+        the stored record already summarizes past this plan's cut, no call is made."""
+        record = best_record(await self.records.load(key), conversation.digests)
+        if record is None:
+            return True
+        if record.ahead_usable(conversation.digests):
+            return False
+        planned = Precomputed(plan.cut, plan.cut_hash, "")
+        digests = conversation.digests
+        return planned.usable(
+            head_len=record.head_len, prefix_len=record.prefix_len, fallback=record.fallback, digests=digests
+        )
 
     async def land(self, key: str, conversation: Conversation, ahead: Precomputed) -> None:
         """Keep a job's summary in the records it may serve (a bare one if none); each use checks it again.

@@ -5,7 +5,9 @@ that needs it, that is a wait the agent reads as a hang. So a job starts when a 
 close (`summarize.background_at`) and its result waits in the conversation's record for the turn
 that crosses the threshold (`proxy.compaction.per_conversation` decides when; this module only runs jobs).
 
-- Single flight: while a conversation's job runs, no request of it starts another.
+- Single flight: while a conversation's job runs, no request of it starts another; and a job that
+  finds its summary already in the store, landed by another job since its request looked, makes no
+  call (`Superseded`: `AheadJobs` looks again once it holds the lease).
 - Bounded: at most `max_running` jobs call the summarizer at once and as many may queue (each
   holds its conversation); past that no job starts (the crossing turn then uses the ledger).
 - A failed job is tried once more; if that fails too, no job starts again from the same record.
@@ -33,6 +35,11 @@ class Final(Exception):
 
 class Elsewhere(Final):
     """Another process that shares the store runs this conversation's job (it holds the lease)."""
+
+
+class Superseded(Elsewhere):
+    """The store already holds what the job would make: another job, of this process or another, landed it
+    between the request's look at the store and this job's turn (a burst of one conversation's requests)."""
 
 
 QUEUED_PER_RUNNING = 1  # jobs that may wait for a slot, per slot (each holds its conversation in memory)
@@ -67,6 +74,7 @@ class JobCounts:
     cancelled: int = 0
     refused: int = 0  # not started: the queue was full
     elsewhere: int = 0  # ended at once: another process runs the conversation's job
+    superseded: int = 0  # ended before its call: the store already held the summary it would make
 
 
 class BackgroundSummaries:
@@ -153,6 +161,9 @@ class BackgroundSummaries:
             job.error = exc
             self.counts.cancelled += 1
             log.info("[compaction] background summary for %s cancelled", job.key[:48])
+        except Superseded as exc:
+            job.error = exc
+            self.counts.superseded += 1
         except Elsewhere as exc:
             job.error = exc
             self.counts.elsewhere += 1
