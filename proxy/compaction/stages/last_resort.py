@@ -1,14 +1,21 @@
 """Stage 5: still over the limit, halve the biggest messages we may touch (never an opaque one), one at a time.
 
 In this order: the messages after the head (a huge observation goes first), then the head's own
-messages other than the system prompt (a long demonstration), then the system prompt. The task
-(the head's last user message) and the latest user request are never touched: if they alone do
-not fit, the request cannot be made to fit and the outcome says so.
+messages other than the system prompt (a long demonstration), then the system prompt, then the
+commands of the turns that are sent (an assistant message a user message answers: a text-action
+agent's command, whose observation would be left answering nothing). The task (the head's last
+user message) and the latest user request are never touched, nor is the latest user message (a
+text-action agent's latest observation, what it acts on next) unless it alone takes more than a
+quarter of the budget: if they alone do not fit, the request cannot be made to fit and the outcome
+says so. SWE-agent's head holds a demonstration of tens of kilobytes: it is cut before the latest
+turn, not after.
 """
 
 from __future__ import annotations
 
-from proxy.compaction.conversation import last_user_index, pinned, text_of
+from collections.abc import Sequence
+
+from proxy.compaction.conversation import Message, last_user_index, pinned, text_of
 from proxy.compaction.record import Replacement
 from proxy.compaction.stage import Work
 from proxy.compaction.stages.truncate import Limits, truncate_message
@@ -33,14 +40,15 @@ class LastResortStage:
     @staticmethod
     def phases(work: Work) -> list[set[int]]:
         """The indices each phase may cut: the body, then the head, each less system/developer messages
-        (wherever they stand), then those."""
+        (wherever they stand), then those, then the commands the body's user messages answer."""
         messages, head_len = work.conversation.messages, work.draft.head_len
-        latest_request = work.latest_request
         task = last_user_index(messages[:head_len])  # the head's last user message: what the agent is solving
-        touchable = set(range(len(messages))) - {latest_request, task} - work.conversation.opaque
+        kept = {work.latest_request, task, latest_user_message(work)}
+        touchable = set(range(len(messages))) - kept - work.conversation.opaque
         system = {i for i in touchable if pinned(messages[i])}  # in the head or later: cut last
         head = {i for i in touchable if i < head_len} - system
-        return [touchable - head - system, head, system]
+        commands = {i for i in touchable - head - system if answered(messages, i)}
+        return [touchable - head - system - commands, head, system, commands]
 
     def halve_biggest(self, work: Work, allowed: set[int]) -> int | None:
         """Cut the biggest message of `allowed` that can be cut; the tokens saved, or None when none can be."""
@@ -66,3 +74,20 @@ class LastResortStage:
             work.draft.replaced[origin] = Replacement(work.conversation.digests[origin], cut, new_tokens, "truncate")
             return tokens - new_tokens
         return None
+
+
+def latest_user_message(work: Work) -> int | None:
+    """The latest user message, unless it alone takes more than a quarter of the budget (a huge observation,
+    which goes first). For a text-action agent it is the latest observation, not a request: what the
+    agent reads to choose its next command."""
+    index = last_user_index(work.conversation.messages)
+    if index is None or work.conversation.counts[index] > work.budget.limit // 4:
+        return None
+    return index
+
+
+def answered(messages: Sequence[Message], index: int) -> bool:
+    """An assistant message that a user message answers: a text-action agent's command and its observation
+    (or a reply and the user's next request). Cut, the turn would be an answer to nothing."""
+    following = messages[index + 1] if index + 1 < len(messages) else None
+    return messages[index].get("role") == "assistant" and following is not None and following.get("role") == "user"

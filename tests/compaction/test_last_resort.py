@@ -1,0 +1,77 @@
+"""The last resort with a text-action agent whose head holds a demonstration, as SWE-agent sends it.
+
+SWE-agent's head is its system prompt, a demonstration of tens of kilobytes (a whole solved task,
+in its template) and the issue. When the head alone is most of the budget, the demonstration is cut,
+not the latest turn: the latest observation (what the agent acts on next) and the command each sent
+observation answers stay whole. The conversation is the repo's real SWE-agent trace.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from proxy.compaction import Budget
+from proxy.compaction.summary_job import SUMMARY_PREFIX
+from proxy.config import Compaction
+from tests.compaction.test_compactor import conversation_of, run
+
+TRACE = Path(__file__).resolve().parents[1] / "fixtures" / "traces" / "swe_marshmallow_text_actions.json"
+DEMONSTRATION = (  # SWE-agent's demonstration template
+    "Here is a demonstration of how to correctly accomplish this task.\n"
+    "It is included to show you how to correctly use the interface.\n"
+    "You do not need to follow exactly what is done in the demonstration.\n"
+    "--- DEMONSTRATION ---\n{demonstration}\n--- END OF DEMONSTRATION ---\n"
+)
+
+
+def swe_agent(turns: int) -> list[dict[str, Any]]:
+    """System prompt, demonstration (the trace itself, as SWE-agent renders one), issue, then `turns` turns of
+    the trace: a command in the assistant's text, its output back as a user message (an observation)."""
+    trace: list[dict[str, Any]] = json.loads(TRACE.read_text())["messages"]
+    shown = "\n".join(m["content"] for m in trace[1:])
+    demonstration = {"role": "user", "content": DEMONSTRATION.format(demonstration=shown)}
+    return [trace[0], demonstration, trace[1], *trace[2 : 2 + 2 * turns]]
+
+
+def assert_whole_turns(original: list[dict[str, Any]], sent: list[dict[str, Any]]) -> None:
+    """Every user message sent after the head and the summary answers the command before it, sent as it came."""
+    for index in range(3, len(sent)):
+        message = sent[index]
+        if message["role"] == "user" and not message["content"].startswith(SUMMARY_PREFIX):
+            assert sent[index - 1]["role"] == "assistant" and sent[index - 1] in original, sent[index - 1]
+
+
+async def test_an_observation_right_after_the_head_keeps_its_command_and_the_demonstration_is_cut() -> None:
+    messages = swe_agent(1)  # the first turn follows the head: its command, then its observation
+    outcome = await run(messages, int(conversation_of(messages).tokens * 0.8))
+    assert outcome.fits and outcome.actions == ["truncate"]
+    system, demonstration, issue, command, observation = outcome.messages
+    assert (system, issue, command, observation) == (messages[0], messages[2], messages[3], messages[4])
+    assert "[... omitted" in demonstration["content"]  # on the old main: the observation and its command were cut
+
+
+async def test_the_latest_observation_and_the_commands_stay_whole_when_the_head_is_most_of_the_budget() -> None:
+    messages = swe_agent(3)  # its latest observation is a 2,266-token listing of fields.py
+    limit = int(conversation_of(messages).tokens * 0.7)
+    assert conversation_of(messages[-1:]).tokens <= limit // 4  # not so big that it may be cut
+    outcome = await run(messages, limit)
+    assert outcome.fits and "summarize" in outcome.actions
+    sent = outcome.messages
+    assert sent[-1] == messages[-1]  # on the old main: halved, and the command before it too
+    assert sent[0] == messages[0] and sent[2] == messages[2] and "[... omitted" in sent[1]["content"]
+    assert_whole_turns(messages, sent)
+
+
+async def test_a_latest_observation_over_a_quarter_of_the_budget_is_cut_first_and_its_command_stays() -> None:
+    messages = swe_agent(3)
+    log = "\n".join(f"{i}: a line of the log" for i in range(3000))
+    messages[-1] = {**messages[-1], "content": f"{log}\n(Open file: n/a)\n(Current directory: /repo)\nbash-$"}
+    limit = conversation_of(messages[:-1]).tokens  # the head and the turns fit; the huge observation does not
+    assert conversation_of(messages[-1:]).tokens > limit // 4
+    outcome = await run(messages, limit)
+    assert outcome.fits and "[... omitted" in outcome.messages[-1]["content"]
+    assert outcome.messages[-2] == messages[-2]  # its command
+    assert_whole_turns(messages, outcome.messages)
+    assert outcome.tokens_after <= Budget.of(limit, Compaction()).limit
