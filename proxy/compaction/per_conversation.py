@@ -148,11 +148,11 @@ class ConversationCompactions:
             landed = await self.ahead_jobs.landed_elsewhere(key, conversation, deadline)
         if landed:
             again, _ = await self.run(key, conversation, compactor, budget=budget, force=False)
-            if again is not None and "summary-cached" not in outcome.actions:
-                # A record hit made while this turn waited: its own digest, or (in a burst) the summary made ahead
-                # that another turn put in place. Said as what this turn sends, never as nothing.
+            if again is not None and "summary-cached" not in outcome.actions:  # it replayed this turn's own digest
+                # ... or, in a burst, the record another turn made with the summary meanwhile: then nothing else is
+                # left to say, and the turn says what it sends rather than nothing.
                 made = "fallback" if again.record.fallback else PRECOMPUTED
-                again.actions = list(dict.fromkeys(made if a == "summary-cached" else a for a in again.actions))
+                again.actions = [action for action in again.actions if action != "summary-cached"] or [made]
             if again is not None:  # what this turn dropped is measured from before it: its ledger was never sent
                 again.previous = outcome.previous
             outcome = again or outcome
