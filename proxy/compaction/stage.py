@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from proxy.compaction.conversation import Conversation, Message
+from proxy.compaction.conversation import Conversation, Message, last_user_index
 from proxy.compaction.draft import Budget, Draft
 from proxy.compaction.record import Record
 
@@ -63,6 +63,15 @@ class Work:
     @property
     def tokens(self) -> int:
         return self.draft.tokens(self.conversation)
+
+    def latest_user_message(self) -> int | None:
+        """The latest user message, unless it alone takes more than a quarter of the budget (a huge observation,
+        which goes first). For a text-action agent it is the latest observation, not a request: what the
+        agent reads to choose its next command. Neither truncated nor cut."""
+        index = last_user_index(self.conversation.messages)
+        if index is None or self.conversation.counts[index] > self.budget.limit // 4:
+            return None
+        return index
 
     def summary_due(self) -> bool:
         return not self.middle_replaced and (self.force or self.tokens > self.budget.summarize_at)

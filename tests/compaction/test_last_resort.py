@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from proxy.compaction import Budget
+from proxy.compaction.stage import Outcome
 from proxy.compaction.summary_job import SUMMARY_PREFIX
 from proxy.config import Compaction
-from tests.compaction.test_compactor import conversation_of, run
+from tests.compaction.test_compactor import compactor, conversation_of, run
 
 TRACE = Path(__file__).resolve().parents[1] / "fixtures" / "traces" / "swe_marshmallow_text_actions.json"
 DEMONSTRATION = (  # SWE-agent's demonstration template
@@ -75,3 +76,22 @@ async def test_a_latest_observation_over_a_quarter_of_the_budget_is_cut_first_an
     assert outcome.messages[-2] == messages[-2]  # its command
     assert_whole_turns(messages, outcome.messages)
     assert outcome.tokens_after <= Budget.of(limit, Compaction()).limit
+
+
+async def test_a_latest_observation_over_the_truncation_limit_is_not_truncated_unless_it_is_huge() -> None:
+    messages = swe_agent(3)
+    listing = "\n".join(f"{i:5d}: line {i} of a long file that the agent asked to see" for i in range(1_100))
+    messages[-1] = {**messages[-1], "content": f"{listing}\n(Open file: src/fields.py)\nbash-$"}  # 65 KB
+    tokens = conversation_of(messages[-1:]).tokens
+    engine = compactor()
+
+    async def forced(limit: int) -> Outcome:
+        budget = Budget.of(limit, engine.settings)
+        outcome = await engine.run(conversation_of(messages), budget=budget, record=None, force=True)
+        assert outcome is not None
+        return outcome
+
+    kept = await forced(tokens * 5)  # a quarter of the budget is more than the observation: it stays whole
+    assert kept.messages[-1] == messages[-1]
+    cut = await forced(tokens * 3)  # less: truncated, as any output that big
+    assert "[... omitted" in cut.messages[-1]["content"]

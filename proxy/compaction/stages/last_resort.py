@@ -43,7 +43,7 @@ class LastResortStage:
         (wherever they stand), then those, then the commands the body's user messages answer."""
         messages, head_len = work.conversation.messages, work.draft.head_len
         task = last_user_index(messages[:head_len])  # the head's last user message: what the agent is solving
-        kept = {work.latest_request, task, latest_user_message(work)}
+        kept = {work.latest_request, task, work.latest_user_message()}
         touchable = set(range(len(messages))) - kept - work.conversation.opaque
         system = {i for i in touchable if pinned(messages[i])}  # in the head or later: cut last
         head = {i for i in touchable if i < head_len} - system
@@ -74,16 +74,6 @@ class LastResortStage:
             work.draft.replaced[origin] = Replacement(work.conversation.digests[origin], cut, new_tokens, "truncate")
             return tokens - new_tokens
         return None
-
-
-def latest_user_message(work: Work) -> int | None:
-    """The latest user message, unless it alone takes more than a quarter of the budget (a huge observation,
-    which goes first). For a text-action agent it is the latest observation, not a request: what the
-    agent reads to choose its next command."""
-    index = last_user_index(work.conversation.messages)
-    if index is None or work.conversation.counts[index] > work.budget.limit // 4:
-        return None
-    return index
 
 
 def answered(messages: Sequence[Message], index: int) -> bool:

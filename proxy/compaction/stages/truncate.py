@@ -95,7 +95,8 @@ def _cut_bytes(text: str, budget: int, *, total_lines: int) -> str:
 
 
 class TruncateStage:
-    """Every oversized message after the summarized prefix, except pinned ones and the last user message."""
+    """Every oversized message after the summarized prefix, except pinned ones, the latest request, and the
+    latest user message unless it alone takes more than a quarter of the budget."""
 
     def __init__(self, settings: TruncateSettings) -> None:
         self.limits = Limits(settings.max_lines, settings.max_bytes)
@@ -105,6 +106,9 @@ class TruncateStage:
             return
         messages, draft = work.conversation.messages, work.draft
         kept = protected(messages, work.latest_request) | work.conversation.opaque
+        latest_user = work.latest_user_message()  # a text-action agent's latest observation, unless huge
+        if latest_user is not None:
+            kept.add(latest_user)
         for index in range(draft.prefix_len, len(messages)):
             if index in kept or index in draft.replaced:
                 continue
