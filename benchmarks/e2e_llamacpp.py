@@ -3,10 +3,13 @@
     python -m benchmarks.e2e_llamacpp [--learn]
 
 Needs llama-cpp-python[server] and the SmolLM2 GGUF (`.ci/run` fetches both). Prints, per turn:
-the server's own prompt tokens (usage), inflight's estimate, the action taken, the latency, and
-the server's prompt-processing time for that turn (from its log: llama.cpp reuses its KV cache
-for an unchanged prefix, so record-hit turns should process far fewer prompt tokens). `--learn`
-leaves the window out of the config, so inflight learns it from the first refusal.
+the server's own prompt tokens (usage), inflight's estimate and how far it was from them, the
+calibration learned once the turn's usage was read (`/inflight/stats`: upstream tokens per token
+of ours of message text, and of the fixed part: tool definitions, reply priming), the action
+taken, the latency, and the server's prompt-processing time for that turn (from its log:
+llama.cpp reuses its KV cache for an unchanged prefix, so record-hit turns should process far
+fewer prompt tokens). `--learn` leaves the window out of the config, so inflight learns it from
+the first refusal.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import re
 import statistics
 import tempfile
 from pathlib import Path
+
+import httpx
 
 from benchmarks.harness import table
 from tests.e2e.agent import N_CTX, AgentLoop, llama_server, tool_outputs
@@ -43,25 +48,33 @@ def main() -> None:
             return sum(float(ms) for ms, _ in new), sum(int(n) for _, n in new)
 
         turns = []
+        learned: list[dict[str, float]] = []
+        stats = proxied.removesuffix("/v1") + "/inflight/stats"
         with AgentLoop(proxied) as loop:
             for number, (tool, path, output) in enumerate(outputs):
                 turns.append(loop.step(number, tool, path, output))
                 timings.append(server_prompt())
+                learned.append(httpx.get(stats).json()["calibration"].get("smollm2", {}))
     rows = []
-    for turn, (ms, evaluated) in zip(turns, timings, strict=True):
+    for turn, (ms, evaluated), calibration in zip(turns, timings, learned, strict=True):
+        estimate = turn.headers.get("x-inflight-tokens-after")
         rows.append(
             [
                 turn.number,
                 "stream" if turn.stream else "json",
                 turn.prompt_tokens if turn.prompt_tokens is not None else "-",
-                turn.headers.get("x-inflight-tokens-after", "-"),
+                estimate or "-",
+                _error(estimate, turn.prompt_tokens),
+                calibration.get("ratio", "-"),
+                calibration.get("fixed_ratio", "-"),
                 turn.headers.get("x-inflight-actions", turn.error or "-"),
                 f"{turn.seconds * 1000:.0f}",
                 evaluated,
                 f"{ms:.0f}",
             ]
         )
-    header = ["turn", "mode", "server prompt tokens", "inflight estimate", "actions", "latency ms"]
+    header = ["turn", "mode", "server prompt tokens", "inflight estimate", "error", "ratio", "fixed ratio", "actions"]
+    header.append("latency ms")
     print(table(rows, [*header, "tokens evaluated", "server prompt ms"]))
     hits = [t[1] for t, turn in zip(timings, turns, strict=True) if _is_hit(turn.headers.get("x-inflight-actions", ""))]
     fresh = [
@@ -74,6 +87,13 @@ def main() -> None:
             f"prompt tokens evaluated by the server: record-hit turns median {statistics.median(hits):.0f}, "
             f"freshly compacted turns median {statistics.median(fresh):.0f}"
         )
+
+
+def _error(estimate: str | None, actual: int | None) -> str:
+    """How far the estimate the turn was sent with was from the server's count (+: over)."""
+    if estimate is None or not actual:
+        return "-"
+    return f"{(int(estimate) - actual) / actual:+.1%}"
 
 
 def _is_hit(actions: str) -> bool:
