@@ -228,7 +228,8 @@ class ConversationHandler:
         def calibrate() -> None:
             actual = reader.finish()
             if actual is not None and not prepared.approximate:  # an estimate from samples calibrates nothing
-                pipeline.record_usage(model, estimate=prepared.sent_tokens, actual=actual, tenant=tenant)
+                estimate, fixed = prepared.sent_tokens, prepared.sent_fixed
+                pipeline.record_usage(model, estimate=estimate, actual=actual, fixed=fixed, tenant=tenant)
 
         answer = relay(response, call.exchange, chunks=tap(chunks, reader.feed, calibrate))
         if prepared.report is None:

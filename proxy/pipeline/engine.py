@@ -26,7 +26,7 @@ from proxy.offload import call_sized
 from proxy.pipeline.accounting import Accounting, Counted
 from proxy.pipeline.outgoing import Prepared, as_sent, rewritten, translated
 from proxy.pipeline.parts import CompactionParts, SummarizerFactory, summarizer_window
-from proxy.policy.calibration import Calibration
+from proxy.policy.calibration import Calibration, Ratios
 from proxy.policy.refusals import Refusal
 from proxy.policy.retry import RetryAim, retry_limit
 from proxy.policy.tenants import BUDGET_ACTION, SummaryBudget, bounded_key, tenant_of
@@ -108,10 +108,10 @@ class Pipeline:
             "summary_jobs": self._compactions.job_stats(),
         }
 
-    def record_usage(self, model: str, *, estimate: int, actual: int, tenant: str = "") -> None:
-        """The upstream counted `actual` prompt tokens where we counted `estimate`: calibrate `model` for the
-        client's `tenant` (`Options.tenant`)."""
-        self._calibration.record(model, estimate=estimate, actual=actual, tenant=tenant)
+    def record_usage(self, model: str, *, estimate: int, actual: int, fixed: int = 0, tenant: str = "") -> None:
+        """The upstream counted `actual` prompt tokens where we counted `estimate` (`fixed` of it tool definitions
+        and reply priming, `Prepared.sent_fixed`): calibrate `model` for the client's `tenant` (`Options.tenant`)."""
+        self._calibration.record(model, estimate=estimate, actual=actual, fixed=fixed, tenant=tenant)
 
     async def aclose(self) -> None:
         """Stop the background summaries and close the record store."""
@@ -164,6 +164,7 @@ class Pipeline:
             limits = await self._registry.resolve_async(model, fetch_models)
         settings = self.model_settings(model).compaction
         budget = self.budget(counted, limits.context_window)
+        ratios = Ratios() if counted.encoding.exact else self._calibration.ratios(model, tenant=tenant)
         if self.takes_over_server_compaction(counted) and counted.request.compact_at is not None:
             # The client's threshold is where it wants its context compacted: where inflight summarizes.
             budget = min(budget, int(counted.request.compact_at / settings.summarize_at))
@@ -174,9 +175,11 @@ class Pipeline:
             limits=limits,
             budget=budget,
             raw_tokens=counted.count.total,
-            ratio=1.0 if counted.encoding.exact else self._calibration.ratio(model, tenant=tenant),
+            ratio=ratios.text,
             estimated=counted.count.estimated,
             approximated=len(counted.count.approximated),
+            fixed_tokens=counted.count.fixed,
+            fixed_ratio=ratios.fixed,
         )
 
     def budget(self, counted: Counted, context_window: int) -> int:
@@ -206,8 +209,9 @@ class Pipeline:
         calibration learns it."""
         if accounting.raw_tokens <= 0 or tokens <= 0:
             return accounting
-        self._calibration.record(accounting.model, estimate=accounting.raw_tokens, actual=tokens, tenant=tenant)
-        return replace(accounting, ratio=tokens / accounting.raw_tokens)
+        estimate, fixed = accounting.raw_tokens, accounting.fixed_tokens
+        self._calibration.record(accounting.model, estimate=estimate, actual=tokens, fixed=fixed, tenant=tenant)
+        return accounting.counted_as(tokens)
 
     def spender_of(self, options: Options) -> str:
         """Whose summarizer budget a request spends: the key it presents when that key is one the proxy
@@ -232,7 +236,7 @@ class Pipeline:
         the request removed; counted again when the edits changed the conversation."""
 
         def count(text: str) -> int:
-            return accounting.calibrated(self.text_tokens(counted.model, text))
+            return accounting.calibrated_text(self.text_tokens(counted.model, text))
 
         wire = counted.wire
         try:
@@ -332,7 +336,7 @@ class Pipeline:
             request.observations,
             count.approximated,
         )
-        own_units = int((retry.limit if retry else accounting.budget) / accounting.ratio)  # compaction's units
+        own_units = accounting.own_units(retry.limit if retry else accounting.budget)  # compaction's units
         budget = Budget.exactly(own_units) if retry and retry.blind else Budget.of(own_units, settings)
         force = options.mode == "force"  # a retry needs no push: what it retries is over its limit
         background = self._compactions.background and self._summarizers is not None
@@ -376,9 +380,8 @@ class Pipeline:
             self._registry.learn(accounting.model, refusal.context_window)
             learned_budget = self.budget(counted, refusal.context_window)
         if refusal.prompt_tokens and prepared.sent_tokens:
-            self._calibration.record(
-                accounting.model, estimate=prepared.sent_tokens, actual=refusal.prompt_tokens, tenant=tenant
-            )
+            estimate, fixed, actual = prepared.sent_tokens, prepared.sent_fixed, refusal.prompt_tokens
+            self._calibration.record(accounting.model, estimate=estimate, actual=actual, fixed=fixed, tenant=tenant)
         previous = accounting.budget if not prepared.rewritten else prepared.limit
         return retry_limit(
             previous=previous,

@@ -25,6 +25,7 @@ class Prepared:
     # What inflight did in the upstream's place (Anthropic's `context_management.applied_edits`): for the answer.
     report: dict[str, Any] | None = None
     approximate: bool = False  # `sent_tokens` is partly estimated from samples (a huge request sent as it is)
+    sent_fixed: int = 0  # what of `sent_tokens` is tool definitions and reply priming, for calibration
 
     def follows(self, refused: Prepared) -> None:
         """This is the retry of `refused`: what its compaction dropped counts from before both attempts."""
@@ -40,7 +41,7 @@ def as_sent(counted: Counted, accounting: Accounting, *, limit: int) -> Prepared
         "x-inflight-tokens-after": tokens,
         "x-inflight-actions": "none",
     }
-    prepared = Prepared(counted.raw, False, counted.count.total, limit, headers)
+    prepared = Prepared(counted.raw, False, counted.count.total, limit, headers, sent_fixed=counted.count.fixed)
     prepared.approximate = bool(counted.count.approximated)
     return prepared
 
@@ -51,7 +52,8 @@ def translated(counted: Counted, untouched: Prepared) -> Prepared:
     body = counted.wire.write(counted.payload, counted.request, counted.request.messages)
     headers = untouched.headers | {"x-inflight-actions": "expanded"}
     fields = untouched.fields | {"actions": "expanded"}
-    prepared = Prepared(body, True, untouched.sent_tokens, untouched.limit, headers, fields, key=untouched.key)
+    sent, fixed = untouched.sent_tokens, untouched.sent_fixed
+    prepared = Prepared(body, True, sent, untouched.limit, headers, fields, key=untouched.key, sent_fixed=fixed)
     prepared.approximate = untouched.approximate
     return prepared
 
@@ -85,4 +87,5 @@ def rewritten(counted: Counted, accounting: Accounting, outcome: Outcome, *, lim
             "minus the tokens reserved for the reply). Shorten the system prompt, the tools or the last message."
         )
     body = counted.wire.write(counted.payload, counted.request, outcome.messages)
-    return Prepared(body, True, outcome.tokens_after, limit, headers, fields, outcome, too_long, key)
+    fixed = counted.count.fixed  # compaction keeps the tools
+    return Prepared(body, True, outcome.tokens_after, limit, headers, fields, outcome, too_long, key, sent_fixed=fixed)

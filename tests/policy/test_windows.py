@@ -7,11 +7,16 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from openai.types.chat import ChatCompletionMessageParam
+from openai.types.chat import (
+    ChatCompletionMessageParam,
+    ChatCompletionMessageToolCallParam,
+    ChatCompletionToolParam,
+)
 
 from proxy.config import load_settings
 from proxy.formats.chat_completions import output_limit
 from proxy.policy.windows import ContextRegistry, parse_model_list, reserve_for
+from proxy.tokens import TokenCounter
 from tests.conftest import ProxyFactory
 from tests.support.upstream import UpstreamApp
 
@@ -120,4 +125,56 @@ def test_calibration_converges_on_what_the_upstream_reports(
         exact = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=MESSAGES)
         assert exact.headers["x-inflight-prompt-tokens"] == "9"
         stats = httpx.get(proxy_url.removesuffix("/v1") + "/inflight/stats").json()
-    assert stats["calibration"]["local-llama"] == {"ratio": 2.0, "samples": 3}
+    learned = stats["calibration"]["local-llama"]
+    assert learned["samples"] == 3 and learned["message_share"] == round(6 / 9, 4)  # 3 of our 9: the reply priming
+    # Every sample held that share: the ratios meet them there, however they split it between text and priming.
+    share = learned["message_share"]
+    assert learned["ratio"] * share + learned["fixed_ratio"] * (1 - share) == pytest.approx(2.0, abs=1e-3)
+
+
+def test_calibration_learns_a_template_that_leaves_the_tools_out(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    """The upstream counts 1.3 tokens for each of ours of message text, 12 of its own framing, and none of the
+    tools (llama.cpp's SmolLM2 template): a first turn that is mostly tools no longer drags the later turns."""
+    app, url = upstream
+    app.prompt_tokens_template = (12, 1.3)
+    parameters: dict[str, object] = {"type": "object", "properties": {"path": {"type": "string"}}}
+    tools: list[ChatCompletionToolParam] = [  # the e2e agent's: about 60 tokens as OpenAI renders them
+        {"type": "function", "function": {"name": name, "description": f"{name} on a path", "parameters": parameters}}
+        for name in ("read_file", "run_tests")
+    ]
+    messages: list[ChatCompletionMessageParam] = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": "Fix the failing test."},
+    ]
+    estimates, actuals = [], []
+    with start_proxy(url) as proxy_url:
+        client = openai.OpenAI(base_url=proxy_url, api_key="sk-test", max_retries=0)
+        for turn in range(6):
+            raw = client.chat.completions.with_raw_response.create(model="local-llama", messages=messages, tools=tools)
+            usage = raw.parse().usage
+            assert usage is not None
+            estimates.append(int(raw.headers["x-inflight-prompt-tokens"]))
+            actuals.append(usage.prompt_tokens)
+            call: ChatCompletionMessageToolCallParam = {
+                "id": f"c{turn}",
+                "type": "function",
+                "function": {"name": "tool_0", "arguments": "{}"},
+            }
+            messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+            output = "\n".join(
+                f"src/module_{turn}.py:{line}: def handler_{line}(request): return None"
+                for line in range(40 * (turn + 1))
+            )
+            messages.append({"role": "tool", "tool_call_id": f"c{turn}", "content": output})
+        stats = httpx.get(proxy_url.removesuffix("/v1") + "/inflight/stats").json()["calibration"]["local-llama"]
+    first = actuals[0] / estimates[0]  # uncalibrated: the first estimate is our own count
+    assert first < 0.5  # mostly tools the template drops: the sample an average of ratios let drag the rest
+    ours = TokenCounter().count_request({"messages": messages[:4], "tools": tools}, "o200k_base").total
+    second_by_average = round(first * ours)  # what the one ratio learned would have made of the second turn
+    assert abs(estimates[1] - actuals[1]) < abs(second_by_average - actuals[1]) / 2
+    for estimate, actual in zip(estimates[2:], actuals[2:], strict=True):  # two shares seen: the line is known
+        assert estimate == pytest.approx(actual, rel=0.01)
+    assert stats["ratio"] == pytest.approx(1.3, abs=0.01) and stats["fixed_ratio"] < 0.5  # the tools, dropped
+    assert stats["samples"] == 6

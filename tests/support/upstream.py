@@ -206,9 +206,12 @@ class UpstreamApp:
         self.summary_count = 0
         self.requests: list[Recorded] = []
         self.script: deque[Scripted] = deque()
-        # What `usage.prompt_tokens` reports: a fixed number, or a factor of the request's JSON length.
+        # What `usage.prompt_tokens` reports: a fixed number, or a factor of the request's JSON length, or what a
+        # chat template that leaves the tools out counts: (overhead, per_token), `overhead` plus `per_token` times
+        # the messages' own o200k count (llama.cpp's template for SmolLM2, a tokenizer longer than o200k).
         self.prompt_tokens: int | None = None
         self.prompt_tokens_factor: float | None = None
+        self.prompt_tokens_template: tuple[int, float] | None = None
         # Summarizer calls (recognised by the proxy's summary prompt) are answered here, or fail.
         self.summaries: list[Recorded] = []
         self.summarizer_status = 200
@@ -288,7 +291,15 @@ class UpstreamApp:
             return self.prompt_tokens
         if self.prompt_tokens_factor is not None:
             return int(len(record.body) * self.prompt_tokens_factor)
+        if self.prompt_tokens_template is not None:
+            overhead, per_token = self.prompt_tokens_template
+            return overhead + round(per_token * self.message_tokens(record.json().get("messages", [])))
         return 11
+
+    def message_tokens(self, messages: list[Any]) -> int:
+        """The messages counted as the proxy counts them (o200k_base, its framing of 3 a message)."""
+        encoding = self.counter.encoding("o200k_base")
+        return sum(self.counter.count_message(message, encoding) for message in messages)
 
     async def route(self, record: Recorded, receive: Any, send: Any) -> None:
         scenario = record.headers.get("x-scenario", "")
