@@ -379,7 +379,7 @@ class Pipeline:
         if refusal.context_window:
             self._registry.learn(accounting.model, refusal.context_window)
             learned_budget = self.budget(counted, refusal.context_window)
-        if refusal.prompt_tokens and prepared.sent_tokens:
+        if refusal.prompt_tokens and prepared.sent_tokens and not prepared.approximate:  # a count, not samples
             estimate, fixed, actual = prepared.sent_tokens, prepared.sent_fixed, refusal.prompt_tokens
             self._calibration.record(accounting.model, estimate=estimate, actual=actual, fixed=fixed, tenant=tenant)
         previous = accounting.budget if not prepared.rewritten else prepared.limit
