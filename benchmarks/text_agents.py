@@ -30,15 +30,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from benchmarks.conversations import load_traces
 from benchmarks.harness import table
 from proxy.compaction.conversation import Message, head_length, last_user_index
 from proxy.config import load_settings
-from proxy.formats import CHAT_COMPLETIONS
-from proxy.pipeline.engine import Options, Pipeline, build_pipeline
-from proxy.pipeline.evaluation import turns
+from proxy.pipeline.engine import Pipeline, build_pipeline
+from proxy.pipeline.evaluation import compacted_turns
 
 MODEL = "gpt-4o"
 DEMONSTRATION = (  # SWE-agent's demonstration template (a user message between its system prompt and the issue)
@@ -119,17 +116,9 @@ class Counts:
 
 
 async def replay(pipeline: Pipeline, name: str, messages: list[Message], counts: Counts) -> None:
-    for end in turns(messages):
-        original = messages[:end]
-        request = {"model": MODEL, "messages": original}
-        counted = pipeline.count(orjson.dumps(request), request, CHAT_COMPLETIONS)
-        if counted is None:
-            continue
-        accounting = await pipeline.account(counted, None)
-        prepared = await pipeline.prepare(counted, accounting, Options(session=f"text-agents:{name}"))
-        outcome = prepared.outcome
-        if outcome is None or not prepared.rewritten:
-            continue
+    async for replayed in compacted_turns(pipeline, f"text-agents:{name}", {"model": MODEL, "messages": messages}):
+        original, outcome, accounting = replayed.request["messages"], replayed.outcome, replayed.accounting
+        end, counted = len(original), replayed.counted
         counts.compacted += 1
         counts.unfit += not outcome.fits
         record = outcome.record  # which of the original messages are sent whole (the rest summarized, or cut)

@@ -14,7 +14,7 @@ was compacted it reports tokens before and after, the actions, and what survived
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,10 +30,13 @@ from proxy.compaction.conversation import (
     text_of,
 )
 from proxy.compaction.facts import command_of, facts_of
+from proxy.compaction.stage import Outcome
 from proxy.compaction.stages.mask import TOOL_PRUNED
 from proxy.config import Compaction
 from proxy.formats import CHAT_COMPLETIONS, WireFormat
+from proxy.pipeline.accounting import Accounting, Counted
 from proxy.pipeline.engine import Options, Pipeline
+from proxy.pipeline.outgoing import Prepared
 from proxy.pipeline.parts import SummarizerFactory
 from proxy.upstream.headers import RawHeaders
 
@@ -152,21 +155,40 @@ def wrong_placeholders(original: Sequence[Message], sent: Sequence[Message]) -> 
     return wrong
 
 
-async def replay(pipeline: Pipeline, name: str, body: dict[str, Any]) -> list[Compacted]:
+@dataclass(frozen=True)
+class ReplayedTurn:
+    """One turn's request of a replayed conversation that the pipeline compacted."""
+
+    turn: int
+    request: dict[str, Any]  # the body with the messages up to this turn
+    counted: Counted
+    accounting: Accounting
+    prepared: Prepared
+    outcome: Outcome
+
+
+async def compacted_turns(pipeline: Pipeline, session: str, body: dict[str, Any]) -> AsyncIterator[ReplayedTurn]:
+    """Each turn's request of `body` (its messages up to each turn's end) through `pipeline` as one session,
+    as the agent would have sent them; those that were compacted."""
     messages: list[Message] = body["messages"]
-    head = messages[: head_length(messages)]
-    task = next((m for m in reversed(head) if m.get("role") == "user"), None)
-    out: list[Compacted] = []
     for turn, end in enumerate(turns(messages)):
         request = {**body, "messages": messages[:end]}
         counted = pipeline.count(orjson.dumps(request), request, CHAT_COMPLETIONS)
         if counted is None:
             continue
         accounting = await pipeline.account(counted, None)
-        prepared = await pipeline.prepare(counted, accounting, Options(session=f"eval:{name}"))
-        outcome = prepared.outcome
-        if outcome is None or not prepared.rewritten:
-            continue
+        prepared = await pipeline.prepare(counted, accounting, Options(session=session))
+        if prepared.outcome is not None and prepared.rewritten:
+            yield ReplayedTurn(turn, request, counted, accounting, prepared, prepared.outcome)
+
+
+async def replay(pipeline: Pipeline, name: str, body: dict[str, Any]) -> list[Compacted]:
+    messages: list[Message] = body["messages"]
+    head = messages[: head_length(messages)]
+    task = next((m for m in reversed(head) if m.get("role") == "user"), None)
+    out: list[Compacted] = []
+    async for replayed in compacted_turns(pipeline, f"eval:{name}", body):
+        turn, request, counted, outcome = replayed.turn, replayed.request, replayed.counted, replayed.outcome
         sent = outcome.messages
         text = plain_text(sent)
         dropped = [m for m in request["messages"] if m not in sent]
