@@ -40,7 +40,7 @@ import orjson
 
 from benchmarks.harness import percentile, table
 from tests.support.processes import fake_upstream, inflight_process
-from tests.support.raw import raw_upstream, read_post
+from tests.support.raw import HEADER_OPENING, EndlessField, raw_upstream, read_post
 
 MiB = 1024 * 1024
 POLL_INTERVAL_S = 0.01
@@ -284,16 +284,10 @@ def probe_k(upstream_url: str) -> Row:
 def probe_c() -> Row:
     """C: an upstream whose answer's header is 200 MB."""
     row = Row("C: upstream sends a 200 MB response header")
-    sent = 0
+    flood = EndlessField(HEADER_OPENING, 200 * MiB)
 
     async def act(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        nonlocal sent
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nx-big: ")
-        piece = b"a" * MiB
-        while sent < 200 * MiB:  # until the proxy drops the connection
-            writer.write(piece)
-            await writer.drain()
-            sent += len(piece)
+        await flood.send(writer)
 
     with (
         raw_upstream(misbehaving(act)) as url,
@@ -308,7 +302,7 @@ def probe_c() -> Row:
             start = time.monotonic()
             response = httpx.post(f"{proxy_url}/chat/completions", json=CHAT, timeout=120)
             took = time.monotonic() - start
-            return f"{response.status_code} in {took:.2f} s; upstream wrote {sent / MiB:.0f} MB before the drop"
+            return f"{response.status_code} in {took:.2f} s; upstream wrote {flood.sent / MiB:.0f} MB before the drop"
 
         return measure(row, pid, proxy_url, run)
 

@@ -36,14 +36,9 @@ from proxy.compaction.conversation import Message, head_length, last_user_index
 from proxy.config import load_settings
 from proxy.pipeline.engine import Pipeline, build_pipeline
 from proxy.pipeline.evaluation import compacted_turns
+from tests.support.swe_agent import demonstration
 
 MODEL = "gpt-4o"
-DEMONSTRATION = (  # SWE-agent's demonstration template (a user message between its system prompt and the issue)
-    "Here is a demonstration of how to correctly accomplish this task.\n"
-    "It is included to show you how to correctly use the interface.\n"
-    "You do not need to follow exactly what is done in the demonstration.\n"
-    "--- DEMONSTRATION ---\n{demonstration}\n--- END OF DEMONSTRATION ---\n"
-)
 
 
 def as_text_actions(messages: list[Message]) -> list[Message]:
@@ -72,11 +67,12 @@ def command_of(function: dict[str, Any]) -> str:
     return " ".join([str(function.get("name", "run")), *(str(value) for value in values)])
 
 
-def with_demonstration(messages: list[Message], demonstration: list[Message]) -> list[Message]:
-    """The conversation with SWE-agent's demonstration message after its system prompt, before the issue."""
-    text = "\n".join(str(m.get("content") or "") for m in demonstration if m.get("role") != "system")
+def with_demonstration(messages: list[Message], solved: list[Message]) -> list[Message]:
+    """The conversation with SWE-agent's demonstration message (`solved` shown) after its system prompt,
+    before the issue."""
+    text = "\n".join(str(m.get("content") or "") for m in solved if m.get("role") != "system")
     system = [m for m in messages[:1] if m.get("role") == "system"]
-    return [*system, {"role": "user", "content": DEMONSTRATION.format(demonstration=text)}, *messages[len(system) :]]
+    return [*system, demonstration(text), *messages[len(system) :]]
 
 
 def is_text_actions(messages: list[Message]) -> bool:
@@ -94,7 +90,7 @@ def read_conversation(path: Path) -> list[Message]:
 
 def conversations(extra: list[Path]) -> Iterator[tuple[str, list[Message]]]:
     traces = {name: list(body["messages"]) for name, body in load_traces().items()}
-    demonstration = traces["swe_marshmallow_text_actions"]
+    solved = traces["swe_marshmallow_text_actions"]
     found = [*traces.items(), *((path.stem, read_conversation(path)) for path in extra)]
     for name, messages in found:
         yield name, messages
@@ -103,7 +99,7 @@ def conversations(extra: list[Path]) -> Iterator[tuple[str, list[Message]]]:
             yield f"{name} (as text)", text
         if sum(m.get("role") == "user" for m in text[: head_length(text)]) > 1:  # a demonstration is there already
             continue
-        yield f"{name} (as text, demonstration in the head)", with_demonstration(text, demonstration)
+        yield f"{name} (as text, demonstration in the head)", with_demonstration(text, solved)
 
 
 @dataclass

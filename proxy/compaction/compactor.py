@@ -56,8 +56,16 @@ class Compactor:
             actions += sorted({r.kind for r in draft.replaced.values()})
         outcome = Outcome([], before, before, actions, record or draft.freeze(conversation), fits=True)
         latest = latest_request_index(conversation.messages, self.observation, conversation.observations)
-        work = Work(conversation, draft, budget, outcome, self.count_message, self.estimate_message, force=force)
-        work.latest_request = latest
+        work = Work(
+            conversation,
+            draft,
+            budget,
+            outcome,
+            self.count_message,
+            estimate_message=self.estimate_message,
+            force=force,
+            latest_request=latest,
+        )
         work.prune = force or work.tokens > recompact_at(budget, record)
         for stage in self.stages:
             await stage.run(work)
@@ -80,7 +88,7 @@ def count_exactly(work: Work) -> bool:
     was thought to be. Every figure a record keeps and the request reports is then a count. True when any was."""
     draft, conversation = work.draft, work.conversation
     changed = False
-    for index in sorted(work.estimated):
+    for index in work.estimated:
         current = draft.replaced.get(index)
         if current is not None and current.kind == "truncate":
             tokens = work.count_message(current.message)

@@ -37,7 +37,6 @@ class Exchange:
     on_finish: Callable[[Exchange], None] | None = field(default=None, repr=False)
     started: float = field(default_factory=time.perf_counter)
     status: int = 0
-    upstream_ms: float | None = None
     fields: dict[str, str] = field(default_factory=dict)
     headers: dict[str, str] = field(default_factory=dict)  # x-inflight-* headers for the client
     finished: bool = False
@@ -64,7 +63,11 @@ class Exchange:
         now = self.answered_at = time.perf_counter()
         if self._sent_at is not None:
             self.upstream_s = self._waited_before + now - self._sent_at
-        self.upstream_ms = self.upstream_s * 1000
+
+    @property
+    def upstream_ms(self) -> float | None:
+        """`upstream_s` in milliseconds, once the upstream answered (None: it never did)."""
+        return self.upstream_s * 1000 if self.answered_at is not None else None
 
     @property
     def queue_s(self) -> float | None:
@@ -89,7 +92,8 @@ class Exchange:
         added = self.added_s
         proxy = f"{added * 1000:.1f}" if added is not None else "-"
         fields = "".join(f" {key}={value}" for key, value in self.fields.items())
-        queue = f" queue_ms={self.lane.seconds * 1000:.1f}" if self.lane.used else ""
+        queued = self.queue_s
+        queue = f" queue_ms={queued * 1000:.1f}" if queued is not None else ""
         log.info(
             "%s %s %d%s proxy_ms=%s%s upstream_ms=%s total_ms=%.1f",
             self.method,

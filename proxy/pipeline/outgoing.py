@@ -41,9 +41,8 @@ def as_sent(counted: Counted, accounting: Accounting, *, limit: int) -> Prepared
         "x-inflight-tokens-after": tokens,
         "x-inflight-actions": "none",
     }
-    prepared = Prepared(counted.raw, False, counted.count.total, limit, headers, sent_fixed=counted.count.fixed)
-    prepared.approximate = bool(counted.count.approximated)
-    return prepared
+    total, fixed, approximate = counted.count.total, counted.count.fixed, bool(counted.count.approximated)
+    return Prepared(counted.raw, False, total, limit, headers, approximate=approximate, sent_fixed=fixed)
 
 
 def translated(counted: Counted, untouched: Prepared) -> Prepared:
@@ -52,10 +51,17 @@ def translated(counted: Counted, untouched: Prepared) -> Prepared:
     body = counted.wire.write(counted.payload, counted.request, counted.request.messages)
     headers = untouched.headers | {"x-inflight-actions": "expanded"}
     fields = untouched.fields | {"actions": "expanded"}
-    sent, fixed = untouched.sent_tokens, untouched.sent_fixed
-    prepared = Prepared(body, True, sent, untouched.limit, headers, fields, key=untouched.key, sent_fixed=fixed)
-    prepared.approximate = untouched.approximate
-    return prepared
+    return Prepared(
+        body,
+        True,
+        untouched.sent_tokens,
+        untouched.limit,
+        headers,
+        fields,
+        key=untouched.key,
+        approximate=untouched.approximate,
+        sent_fixed=untouched.sent_fixed,
+    )
 
 
 def rewritten(counted: Counted, accounting: Accounting, outcome: Outcome, *, limit: int, key: str) -> Prepared:

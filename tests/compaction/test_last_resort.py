@@ -17,14 +17,9 @@ from proxy.compaction.stage import Outcome
 from proxy.compaction.summary_job import SUMMARY_PREFIX
 from proxy.config import Compaction
 from tests.compaction.test_compactor import compactor, conversation_of, run
+from tests.support.swe_agent import demonstration
 
 TRACE = Path(__file__).resolve().parents[1] / "fixtures" / "traces" / "swe_marshmallow_text_actions.json"
-DEMONSTRATION = (  # SWE-agent's demonstration template
-    "Here is a demonstration of how to correctly accomplish this task.\n"
-    "It is included to show you how to correctly use the interface.\n"
-    "You do not need to follow exactly what is done in the demonstration.\n"
-    "--- DEMONSTRATION ---\n{demonstration}\n--- END OF DEMONSTRATION ---\n"
-)
 
 
 def swe_agent(turns: int) -> list[dict[str, Any]]:
@@ -32,8 +27,7 @@ def swe_agent(turns: int) -> list[dict[str, Any]]:
     the trace: a command in the assistant's text, its output back as a user message (an observation)."""
     trace: list[dict[str, Any]] = json.loads(TRACE.read_text())["messages"]
     shown = "\n".join(m["content"] for m in trace[1:])
-    demonstration = {"role": "user", "content": DEMONSTRATION.format(demonstration=shown)}
-    return [trace[0], demonstration, trace[1], *trace[2 : 2 + 2 * turns]]
+    return [trace[0], demonstration(shown), trace[1], *trace[2 : 2 + 2 * turns]]
 
 
 def assert_whole_turns(original: list[dict[str, Any]], sent: list[dict[str, Any]]) -> None:

@@ -10,6 +10,7 @@ import asyncio
 import threading
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[None]]
 
@@ -86,3 +87,27 @@ def raw_upstream(handler: Handler) -> Iterator[str]:
         loop.call_soon_threadsafe(loop.stop)
         thread.join(5)
         loop.close()
+
+
+HEADER_OPENING = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nx-big: "
+TRAILER_OPENING = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\nx-t: "
+)
+
+
+@dataclass
+class EndlessField:
+    """An answer that opens a header (or trailer) field and never ends it: `opening`, then a megabyte at a
+    time up to `limit`, unless the reader hangs up first. `sent` is how much of the field went out."""
+
+    opening: bytes
+    limit: int
+    sent: int = 0
+
+    async def send(self, writer: asyncio.StreamWriter) -> None:
+        writer.write(self.opening)
+        piece = b"a" * (1 << 20)
+        while self.sent < self.limit:  # until the proxy drops the connection
+            writer.write(piece)
+            await writer.drain()
+            self.sent += len(piece)

@@ -14,7 +14,7 @@ from proxy.config import load_settings
 from proxy.errors import UpstreamUnreachable
 from proxy.upstream.client import UpstreamClient
 from tests.conftest import ProxyFactory
-from tests.support.raw import raw_upstream, read_post, read_request
+from tests.support.raw import HEADER_OPENING, TRAILER_OPENING, EndlessField, raw_upstream, read_post, read_request
 
 MiB = 1024 * 1024
 CHAT = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}
@@ -44,23 +44,17 @@ def test_a_1_mb_response_header_fails_the_request_with_502_and_nothing_is_relaye
 
 
 def test_a_200_mb_response_header_is_cut_off_after_about_the_bound(start_proxy: ProxyFactory) -> None:
-    sent = 0
+    flood = EndlessField(HEADER_OPENING, 200 * MiB)
 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, number: int) -> None:
-        nonlocal sent
         await read_post(reader, writer)
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nx-big: ")
-        piece = b"a" * MiB
-        while sent < 200 * MiB:  # until the proxy drops the connection
-            writer.write(piece)
-            await writer.drain()
-            sent += len(piece)
+        await flood.send(writer)
 
     with raw_upstream(handler) as url, start_proxy(url, upstream={"read_timeout_s": 60}) as proxy_url:
         response = httpx.post(f"{proxy_url}/chat/completions", json=CHAT, timeout=90)
     assert response.status_code == 502
     assert orjson.loads(response.content)["error"]["code"] == "upstream_bad_response"
-    assert sent < 32 * MiB  # what the proxy read (64 KB) and what the sockets' buffers took
+    assert flood.sent < 32 * MiB  # what the proxy read (64 KB) and what the sockets' buffers took
 
 
 @pytest.mark.parametrize("header_bytes", [1000, 1900, 2100, 50_000])
@@ -90,18 +84,13 @@ async def test_the_client_takes_a_head_up_to_its_bound_and_refuses_one_past_it(h
 
 
 def test_an_upstream_trailer_that_never_ends_is_cut_off_after_about_the_bound(start_proxy: ProxyFactory) -> None:
-    sent = [0]
+    flood = EndlessField(TRAILER_OPENING, 200 * MiB)
 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, number: int) -> None:
         await read_post(reader, writer)
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n")
-        writer.write(b"2\r\n{}\r\n0\r\nx-t: ")
         with contextlib.suppress(OSError):
-            while sent[0] < 200 * MiB:
-                writer.write(b"a" * MiB)
-                await writer.drain()
-                sent[0] += MiB
+            await flood.send(writer)
 
     with raw_upstream(handler) as url, start_proxy(f"{url}/v1") as proxy_url, contextlib.suppress(httpx.HTTPError):
         httpx.post(f"{proxy_url}/chat/completions", json=CHAT, timeout=30)
-    assert sent[0] < 64 * MiB  # dropped after about the bound, not read to the end
+    assert flood.sent < 64 * MiB  # dropped after about the bound, not read to the end
