@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import random
 from pathlib import Path
 from typing import Any
 
@@ -63,3 +64,49 @@ def _vary(message: dict[str, Any], index: int) -> None:
         message["content"] = f"{content}\n{tag}"
     elif content is None and message["role"] == "assistant":
         message["content"] = tag
+
+
+PROFILES = ("steady", "noisy", "bursty", "ramp")
+
+
+def turn_sizes(profile: str, growth_tokens: int, turns: int, *, seed: int = 7) -> list[int]:
+    """Tokens each turn adds, averaging `growth_tokens`: the same every turn (`steady`), between half and
+    one and a half of it (`noisy`), small turns with a big one every fourth (`bursty`), or growing from
+    a third of it to five thirds (`ramp`)."""
+    rng = random.Random(seed)
+    if profile == "steady":
+        return [growth_tokens] * turns
+    if profile == "noisy":
+        return [int(growth_tokens * rng.uniform(0.5, 1.5)) for _ in range(turns)]
+    if profile == "bursty":
+        return [int(growth_tokens * (2.5 if k % 4 == 3 else 0.5)) for k in range(turns)]
+    if profile == "ramp":
+        return [int(growth_tokens * (1 / 3 + 4 / 3 * k / max(turns - 1, 1))) for k in range(turns)]
+    raise ValueError(f"unknown growth profile {profile!r}; expected one of {', '.join(PROFILES)}")
+
+
+def growing(sizes: list[int], *, seed_trace: str = "swe_marshmallow_function_calling") -> dict[str, Any]:
+    """A tool-calling conversation whose k-th turn (an assistant call and its result) is `sizes[k]` o200k
+    tokens: the traces' own turns, each result lengthened with lines of the traces' other outputs (tagged
+    with the step, so no two are equal) or cut, to the size."""
+    traces = load_traces()
+    base = traces[seed_trace]
+    pool = [turn for body in traces.values() if body.get("tools") for turn in turns_of(body["messages"][2:])]
+    pool = [turn for turn in pool if len(turn) == 2 and turn[1].get("role") == "tool"]
+    lines = [line for turn in pool for line in str(turn[1]["content"]).splitlines() if line.strip()]
+    counter = TokenCounter()
+    encoding = counter.encoding("o200k_base")
+    messages = copy.deepcopy(base["messages"][:2])
+    for index, size in enumerate(sizes):
+        call, result = copy.deepcopy(pool[index % len(pool)])
+        _vary(call, index)
+        _vary(result, index)
+        room = max(size - counter.count_message(call, encoding), 16)
+        text = str(result["content"])
+        line = index * 37
+        while len(encoding.encode(text)) < room:
+            text += "\n" + "\n".join(f"{lines[(line + k) % len(lines)]}  # step {index}.{k}" for k in range(40))
+            line += 40
+        result["content"] = encoding.decode(encoding.encode(text)[:room])
+        messages += [call, result]
+    return {"model": base["model"], "messages": messages, "tools": base.get("tools")}

@@ -15,6 +15,7 @@ import uvicorn
 
 from proxy import __version__
 from proxy.app import create_app
+from proxy.compaction.prefix import CacheFigures
 from proxy.config import ConfigError, Settings, load_settings
 from proxy.errors import BadRequest
 from proxy.formats import CHAT_COMPLETIONS
@@ -170,21 +171,22 @@ def evaluate(args: argparse.Namespace) -> int:
     traces = {path: read_request(path) for path in args.traces}
     models = {str(body.get("model")) for body in traces.values()}
     settings = _load(args, {**overrides, "models": {m: {"context_window": args.window} for m in models}})
-    results, calls, oversize = asyncio.run(_evaluate(settings, traces, use_llm=bool(args.summarizer)))
+    results, caches, calls, oversize = asyncio.run(_evaluate(settings, traces, use_llm=bool(args.summarizer)))
     if args.json:
+        figures = totals(results, caches)
         print(
             orjson.dumps(
-                {"window": args.window, **totals(results), "summarizer_calls": calls, "summarizer_oversize": oversize}
+                {"window": args.window, **figures, "summarizer_calls": calls, "summarizer_oversize": oversize}
             ).decode()
         )
     else:
-        print(report(results, window=args.window, summarizer_calls=calls, oversize=oversize))
+        print(report(results, caches, window=args.window, summarizer_calls=calls, oversize=oversize))
     return 0
 
 
 async def _evaluate(
     settings: Settings, traces: dict[str, dict[str, Any]], *, use_llm: bool
-) -> tuple[list[Compacted], int, int]:
+) -> tuple[list[Compacted], dict[str, CacheFigures], int, int]:
     upstream = UpstreamClient(settings.upstream)
     holder: list[Pipeline] = []
     summarizers = Summarizers(settings, upstream)
@@ -193,9 +195,12 @@ async def _evaluate(
     holder.append(pipeline)
     try:
         results: list[Compacted] = []
+        caches: dict[str, CacheFigures] = {}
         for path, body in traces.items():
-            results += await replay(pipeline, Path(path).stem, body)
-        return results, (sized.calls if sized else 0), (sized.oversize if sized else 0)
+            replayed = await replay(pipeline, Path(path).stem, body)
+            results += replayed.compacted
+            caches[Path(path).stem] = replayed.cache
+        return results, caches, (sized.calls if sized else 0), (sized.oversize if sized else 0)
     finally:
         await pipeline.aclose()
         await summarizers.aclose()

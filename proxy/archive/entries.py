@@ -17,6 +17,7 @@ import xxhash
 from proxy.archive.store import clipped
 from proxy.compaction.conversation import Message, pinned
 from proxy.compaction.record import Record
+from proxy.compaction.stages.digest import without_notes
 from proxy.compaction.summary_job import written_part
 
 LEDGER_CHARS = 100_000  # the ledger as archived: whole, short of a pathological one
@@ -61,6 +62,8 @@ def turn_entry(
     fresh: bool,
     recorded: bool,
     status: int,
+    cached: int | None = None,
+    rewrite: bool = False,
 ) -> dict[str, Any]:
     """One chat request: the client's tokens, what was sent, against which limits, and what was done."""
     return {
@@ -81,6 +84,10 @@ def turn_entry(
         # (`compactor.recompact_at`), so that the prefix the upstream cached stays as it was.
         "next_at": thresholds.summarize_at if recorded else thresholds.prune_at,
         "status": status,
+        # What the prompt cache can serve of it: the tokens it shares with the turn before (`compaction.prefix`),
+        # and whether inflight changed what it had sent before.
+        "cached": cached,
+        "rewrite": rewrite,
     }
 
 
@@ -109,12 +116,22 @@ def compaction_entry(
         "actions": actions,
         # The summarizer's text (or the note standing in for it), without the ledger sent after it.
         "summary": written_part(summary) if summary is not None else None,
-        "summary_kind": None if summary is None else "ledger" if record.fallback else "summary",
+        "summary_kind": summary_kind(record),
         "summary_as_sent": summary.get("content") if summary is not None else None,
         "ledger": record.ledger.render(LEDGER_CHARS) if record.ledger is not None else None,
         "summarized": [record.head_len, record.prefix_len] if record.summary is not None else None,
         "dropped": dropped(messages, previous, record),
     }
+
+
+def summary_kind(record: Record) -> str | None:
+    """What stands for the summarized messages: an LLM `summary`, the `ledger` alone (no summary could be made),
+    or an earlier LLM summary with the ledger of what came after it (`summary-and-ledger`)."""
+    if record.summary is None:
+        return None
+    if not record.fallback:
+        return "summary"
+    return "summary-and-ledger" if without_notes(written_part(record.summary)) else "ledger"
 
 
 def dropped(messages: Sequence[Message], previous: Record | None, record: Record) -> list[dict[str, Any]]:

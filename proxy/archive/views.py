@@ -1,10 +1,11 @@
-"""What the JSON endpoints answer about a conversation: its turns, its growth, the turns left.
+"""What the JSON endpoints answer about a conversation: its turns, its growth, the turns left, the cache.
 
 Growth is the client's own tokens from one turn to the next, averaged over the newest turns (a
 turn that shrank, an agent starting over under the same key, is left out). The next compaction
 comes when what is sent passes `prune_at`, or `summarize_at` once a compaction's record is in use
 (each turn says which: `next_at`); what is sent grows as the client's history does, so the turns
-left are the room below it over the growth.
+left are the room below it over the growth. The prompt cache's figures (rewrites per 100 turns,
+the cached share) are taken over the kept turns that measured them.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import itertools
 import math
 from collections.abc import Sequence
 from typing import Any
+
+from proxy.compaction.prefix import CacheFigures, CacheTurn
 
 GROWTH_TURNS = 20  # the newest turns the average growth is taken over
 
@@ -39,6 +42,16 @@ def conversation_summary(meta: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in meta.items() if key not in ("turns", "compactions")} | counts
 
 
+def cache_figures(turns: Sequence[dict[str, Any]]) -> CacheFigures:
+    """The prompt cache's figures over the kept turns that were measured (`compaction.prefix`)."""
+    figures = CacheFigures()
+    for turn in turns:
+        cached = turn.get("cached")
+        if cached is not None:
+            figures.add(CacheTurn(int(turn.get("sent") or 0), int(cached), bool(turn.get("rewrite"))))
+    return figures
+
+
 def conversation_view(meta: dict[str, Any], turns: list[dict[str, Any]]) -> dict[str, Any]:
     """A conversation with its kept turns (oldest first), its compactions (the viewer's markers) and the outlook."""
     growth = average_growth(turns)
@@ -47,8 +60,12 @@ def conversation_view(meta: dict[str, Any], turns: list[dict[str, Any]]) -> dict
         for turn in turns
         if turn.get("compacted_here") and turn.get("compaction_id")
     ]
+    cache = cache_figures(turns)
+    per_100, share = cache.rewrites_per_100_turns, cache.cached_share
     return conversation_summary(meta) | {
         "average_growth": round(growth, 1) if growth is not None else None,
+        "rewrites_per_100_turns": round(per_100, 1) if per_100 is not None else None,
+        "cached_share": round(share, 3) if share is not None else None,
         "turns_left": turns_left(turns, growth),
         "compactions": compactions,
         "turns": turns,

@@ -17,12 +17,18 @@ from proxy.compaction.conversation import (
     latest_request_index,
     observation_regex,
 )
+from proxy.compaction.depth import Depth
 from proxy.compaction.draft import Budget, Draft
+from proxy.compaction.middle import depth_of
+from proxy.compaction.prefix import view_ids
 from proxy.compaction.record import Record, Replacement
 from proxy.compaction.stage import Outcome, Stage, Work
 from proxy.compaction.stages import build_stages
 from proxy.compaction.summary_job import Summarize
 from proxy.config import Compaction
+from proxy.config import Summarize as SummarizeSettings
+
+CHURN = "churn"  # the action of a compaction that leaves fewer than min_turns_between turns to the next
 
 
 class Compactor:
@@ -35,8 +41,11 @@ class Compactor:
         count_message: Callable[[Message], int],
         estimate_message: Callable[[Message], int] | None = None,
         observation: re.Pattern[str] | None = None,
+        spacing: tuple[SummarizeSettings, int] | None = None,
     ) -> None:
         self.stages = list(stages)
+        # The summarizer's settings and `min_turns_between`: how deep a compaction goes (None: to target).
+        self.spacing = spacing
         self.count_message = count_message
         self.estimate_message = estimate_message  # for big text a stage is about to drop (None: count it)
         self.observation = observation  # user messages that are observations, not requests
@@ -67,6 +76,9 @@ class Compactor:
             latest_request=latest,
         )
         work.prune = force or work.tokens > recompact_at(budget, record)
+        if self.spacing is not None and budget.spaced and (work.prune or draft.fallback):  # a compaction may come
+            settings, min_turns = self.spacing
+            work.depth = depth_of(work, settings, min_turns=min_turns)
         for stage in self.stages:
             await stage.run(work)
         if count_exactly(work) and work.tokens > budget.limit:  # the estimates fell short: once more, counted
@@ -75,10 +87,16 @@ class Compactor:
             count_exactly(work)
         conversation = work.conversation
         total = work.tokens
-        outcome.messages = [message for message, _, _ in draft.view(conversation)]
+        view = draft.view(conversation)
+        outcome.messages = [message for message, _, _ in view]
+        outcome.sent_ids = view_ids(view, conversation.digests, draft.replaced)
+        outcome.sent_counts = [tokens for _, tokens, _ in view]
         outcome.tokens_after = total
         outcome.record = draft.freeze(conversation)
         outcome.fits = total <= budget.limit
+        changed = record is None or outcome.record != record  # a compaction now, not a record replayed
+        if changed and work.depth is not None and work.depth.churns(total):
+            say_churn(outcome, work.depth, total)
         outcome.actions = list(dict.fromkeys(outcome.actions)) or ["none"]
         return outcome
 
@@ -106,11 +124,21 @@ def count_exactly(work: Work) -> bool:
     return changed
 
 
+def say_churn(outcome: Outcome, depth: Depth, tokens: int) -> None:
+    """The conversation's turns are too big for its window: the next compaction is fewer turns away than asked.
+    Said in `x-inflight-actions` and on the request's log line (the growth, the turns left, the floor)."""
+    outcome.actions.append(CHURN)
+    outcome.notes["growth"] = str(depth.growth)
+    outcome.notes["turns_left"] = f"{depth.turns_left(tokens):.1f}"
+    outcome.notes["floor"] = str(depth.floor)
+
+
 def recompact_at(budget: Budget, record: Record | None) -> int:
-    """Where truncate and mask run again. Without a record, at prune_at. With one, only once the
-    rewritten request crosses summarize_at: masking one more result a turn between the two would
-    change a message inside last turn's request every turn and defeat the upstream's prompt
-    cache, for a few hundred tokens the request can afford (it is still under summarize_at)."""
+    """Where truncate and mask run again (down to the aim, `proxy.compaction.depth`). Without a record, at
+    prune_at. With one, only once the rewritten request crosses summarize_at: masking one more result
+    a turn between the two would change a message inside last turn's request every turn and defeat
+    the upstream's prompt cache, for a few hundred tokens the request can afford (it is still under
+    summarize_at)."""
     return budget.prune_at if record is None or record.bare else budget.summarize_at
 
 
@@ -133,4 +161,10 @@ def build_compactor(
         background=background,
     )
     observation = observation_regex(settings.mask.observation_pattern)
-    return Compactor(stages, count_message=count_message, estimate_message=estimate_message, observation=observation)
+    return Compactor(
+        stages,
+        count_message=count_message,
+        estimate_message=estimate_message,
+        observation=observation,
+        spacing=(settings.summarize, settings.min_turns_between),
+    )

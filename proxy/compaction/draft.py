@@ -22,6 +22,7 @@ class Budget:
     prune_at: int
     summarize_at: int
     target: int
+    spaced: bool = True  # a compaction may go deeper than target, to space the next one (`proxy.compaction.depth`)
 
     @classmethod
     def of(cls, limit: int, settings: Compaction) -> Budget:
@@ -35,7 +36,7 @@ class Budget:
     @classmethod
     def exactly(cls, limit: int) -> Budget:
         """A budget whose every threshold is the limit: compact to just under it, no further."""
-        return cls(limit=limit, prune_at=limit, summarize_at=limit, target=limit)
+        return cls(limit=limit, prune_at=limit, summarize_at=limit, target=limit, spaced=False)
 
 
 # (message as sent, its tokens, its index in the client's list or None for the summary)

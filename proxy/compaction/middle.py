@@ -7,6 +7,7 @@ summary message. Both the LLM summary and its local fallback replace the same sp
 from __future__ import annotations
 
 from proxy.compaction.conversation import Message, pinned, turn_starts
+from proxy.compaction.depth import Depth, growth_per_turn
 from proxy.compaction.draft import Budget
 from proxy.compaction.facts import facts_of
 from proxy.compaction.ledger import Ledger
@@ -19,18 +20,44 @@ def max_summary_tokens(settings: SummarizeSettings, budget: Budget) -> int:
     return max(min(settings.max_summary_tokens, budget.limit // 4), 32)
 
 
+def valid_cuts(work: Work) -> list[int]:
+    """Where a verbatim tail may start after the record's summary: whole turns, never after the latest request."""
+    messages, draft = work.conversation.messages, work.draft
+    starts = turn_starts(messages)
+    valid = [i for i in range(draft.prefix_len + 1, len(messages)) if starts[i]]
+    last_user = work.latest_request
+    if last_user is not None and last_user >= draft.head_len:
+        valid = [i for i in valid if i <= last_user]  # the last user message is never summarized
+    return valid
+
+
+def depth_of(work: Work, settings: SummarizeSettings, *, min_turns: int) -> Depth:
+    """Where this compaction aims (`proxy.compaction.depth`): its floor is the fixed part, the head, a summary's
+    room and the shortest tail a summary may keep, as sent."""
+    conversation, draft = work.conversation, work.draft
+    view = draft.view(conversation)
+    cuts = valid_cuts(work)
+    tail_from = cuts[-1] if cuts else draft.prefix_len
+    kept = sum(t for _, t, o in view if o is not None and (o < draft.prefix_len or o >= tail_from))
+    floor = conversation.fixed_tokens + kept + max_summary_tokens(settings, work.budget)
+    sizes = [
+        r.tokens if (r := draft.replaced.get(i)) is not None and r.kind == "truncate" else count
+        for i, count in enumerate(conversation.counts)
+    ]
+    growth = growth_per_turn(conversation.messages, sizes, head_len=draft.head_len)
+    budget = work.budget
+    return Depth.plan(
+        growth=growth, floor=floor, target=budget.target, summarize_at=budget.summarize_at, min_turns=min_turns
+    )
+
+
 def choose_cut(work: Work, settings: SummarizeSettings, *, growth: int = 0) -> int | None:
     """Where the verbatim tail starts: as many recent tokens as allowed, at least the last turn.
 
     `growth`: tokens the conversation will gain before the summary is put in place (a summary made
     ahead): the tail kept now is that much shorter, so that with them it is the usual length."""
     conversation, draft, budget = work.conversation, work.draft, work.budget
-    messages = conversation.messages
-    starts = turn_starts(messages)
-    valid = [i for i in range(draft.prefix_len + 1, len(messages)) if starts[i]]
-    last_user = work.latest_request
-    if last_user is not None and last_user >= draft.head_len:
-        valid = [i for i in valid if i <= last_user]  # the last user message is never summarized
+    valid = valid_cuts(work)
     if not valid:
         return None
     view = draft.view(conversation)
@@ -42,7 +69,7 @@ def choose_cut(work: Work, settings: SummarizeSettings, *, growth: int = 0) -> i
             tokens_from[origin] = running
     fixed = conversation.fixed_tokens + sum(t for _, t, o in view if o is None or o < draft.prefix_len)
     fixed -= draft.summary_tokens
-    room = budget.target - fixed - max_summary_tokens(settings, budget)
+    room = work.aim - fixed - max_summary_tokens(settings, budget)
     tail_budget = min(settings.keep_recent_tokens, budget.limit // 2, max(room, 0)) - growth
     cut = valid[-1]
     for candidate in reversed(valid[:-1]):

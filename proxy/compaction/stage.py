@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from proxy.compaction.conversation import Conversation, Message, last_user_index
+from proxy.compaction.depth import Depth
 from proxy.compaction.draft import Budget, Draft
 from proxy.compaction.record import Record
 
@@ -33,6 +34,9 @@ class Outcome:
     compaction_id: str = ""  # the compaction whose record this is (a replay keeps the id of the one it replays)
     fresh: bool = False  # a new compaction (a new record saved), not a replay of the stored one
     previous: Record | None = None  # the record it started from, to tell what this compaction dropped
+    # The messages sent, as the prompt cache tells them apart (`prefix.view_ids`), and their tokens.
+    sent_ids: bytes = b""
+    sent_counts: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -51,6 +55,7 @@ class Work:
     prune: bool = False  # truncate and mask are due (decided once, before either runs)
     middle_replaced: bool = False  # a summary (or the digest fallback) replaced the middle this time
     estimated: set[int] = field(default_factory=set)  # replacements whose tokens are estimates, to count if sent
+    depth: Depth | None = None  # where the compaction aims, from the conversation's growth (None: at target)
 
     def count_replacement(self, index: int, message: Message, *, size: int) -> int:
         """The tokens of `message`, replacing message `index`: estimated when it is `size` characters or more
@@ -73,8 +78,20 @@ class Work:
             return None
         return index
 
+    @property
+    def aim(self) -> int:
+        """Where truncating, masking and summarizing stop: `target`, or deeper for a conversation that grows fast."""
+        return self.depth.aim if self.depth is not None else self.budget.target
+
     def summary_due(self) -> bool:
-        return not self.middle_replaced and (self.force or self.tokens > self.budget.summarize_at)
+        """A summary (or the ledger in its place) replaces the middle: forced, over `summarize_at`, or left above
+        the aim by masking when a summary pays for its call (`Depth.summary_pays`)."""
+        if self.middle_replaced:
+            return False
+        tokens = self.tokens
+        if self.force or tokens > self.budget.summarize_at:
+            return True
+        return self.prune and tokens > self.aim and self.depth is not None and self.depth.summary_pays(tokens)
 
 
 ESTIMATE_REPLACEMENTS_FROM = 16_384  # characters: a truncated output this long is estimated until it is sent

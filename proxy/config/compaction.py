@@ -104,6 +104,9 @@ class Compaction(Section):
     prune_at: float = Field(0.70, gt=0, le=1)
     summarize_at: float = Field(0.85, gt=0, le=1)
     target: float = Field(0.50, gt=0, le=1)
+    # A compaction goes deep enough that the conversation, growing as its recent turns did, crosses
+    # summarize_at again no sooner than this many turns later (each compaction costs the prompt cache).
+    min_turns_between: int = Field(4, ge=0)
     truncate: Truncate = Truncate()
     mask: Mask = Mask()
     summarize: Summarize = Summarize()

@@ -189,6 +189,7 @@ class ConversationHandler:
         prepared = await pipeline.prepare(call.counted, call.accounting, call.options, retry=retry)
         call.exchange.headers = dict(prepared.headers)
         call.exchange.note_all(prepared.fields)
+        call.exchange.later["cache"] = prepared.cache_fields  # after the answer: off the request's path
         if prepared.too_long is not None:
             # Fail open: our count may be wrong, and only the upstream knows. Its answer is the client's.
             log.warning("[compaction] %s", prepared.too_long)

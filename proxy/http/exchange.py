@@ -43,6 +43,8 @@ class Exchange:
     answered_at: float | None = None  # when the upstream's answer was last in (headers, or a held first event)
     upstream_s: float = 0.0  # waited on the upstream until then: every request sent to it (a retry's too)
     lane: LaneWait = field(default_factory=LaneWait)  # waited for a heavy lane (`proxy.offload`)
+    # Fields worked out once the answer is out (the prompt cache's figures): by name, the latest one of each.
+    later: dict[str, Callable[[], dict[str, object]]] = field(default_factory=dict, repr=False)
     _sent_at: float | None = field(default=None, repr=False)
     _waited_before: float = field(default=0.0, repr=False)  # by the upstream requests before the latest one
 
@@ -87,6 +89,11 @@ class Exchange:
         if self.finished:
             return
         self.finished = True
+        for name, work_out in self.later.items():
+            try:
+                self.note_all(work_out())
+            except Exception:  # a bug of ours in a figure must not cost the log line
+                log.exception("figures %s could not be worked out", name)
         total_ms = (time.perf_counter() - self.started) * 1000
         upstream = f"{self.upstream_ms:.1f}" if self.upstream_ms is not None else "-"
         added = self.added_s

@@ -25,6 +25,7 @@ from proxy.metrics.observer import SummarizerOutcome
 ADDED_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 UPSTREAM_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600)
 SUMMARIZER_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300)
+SHARE_BUCKETS = (0.1, 0.25, 0.5, 0.65, 0.8, 0.9, 0.95, 0.99, 1.0)
 TOKEN_BUCKETS = (1000, 2000, 4000, 8000, 16000, 32000, 64000, 128000, 256000, 512000, 1_000_000, 2_000_000)
 M = TypeVar("M", Counter, Gauge, Histogram)
 NOT_COMPACTIONS = frozenset({"none", "retry", "error"})  # actions that do not say the request was compacted
@@ -157,6 +158,19 @@ class Metrics:
         self.lookups = Counter(
             "inflight_record_lookups", "Compaction record lookups, by result.", ["result"], registry=registry
         )
+        self.rewrites = Counter(
+            "inflight_prefix_rewrites",
+            "Requests whose compaction changed what had been sent before in their conversation (the prompt cache "
+            "serves only what precedes the change).",
+            registry=registry,
+        )
+        self.cached_share = Histogram(
+            "inflight_cached_share",
+            "Share of each compactable request's prompt tokens in the common prefix with its conversation's "
+            "previous request: what a prefix cache can serve (an estimate).",
+            buckets=SHARE_BUCKETS,
+            registry=registry,
+        )
         self.store_errors = Counter(
             "inflight_store_errors",
             "Failed calls to the shared record store (sqlite, redis) or the archive.",
@@ -182,6 +196,11 @@ class Metrics:
             self._child(self.lane_wait, route).observe(queued)
         if "client_send_timeout_s" in exchange.fields:
             self.send_timeouts.inc()
+        cached = exchange.fields.get("cached")
+        if cached is not None:
+            self.cached_share.observe(float(cached))
+        if "rewrite" in exchange.fields:
+            self.rewrites.inc()
         actions = exchange.headers.get("x-inflight-actions")
         if actions is not None and actions != "none":
             self._compacted(actions.split(","), exchange.headers)

@@ -94,6 +94,8 @@ class Archiver:
             fresh=outcome is not None and outcome.fresh,
             recorded=outcome is not None and not outcome.record.bare,
             status=status,
+            cached=accounting.calibrated(prepared.cache.cached) if prepared.cache is not None else None,
+            rewrite=prepared.cache is not None and prepared.cache.rewrite,
         )
         compaction = None
         if outcome is not None and outcome.fresh:

@@ -19,6 +19,7 @@ from cachetools import LRUCache
 
 from proxy.compaction import Budget, Conversation, ConversationCompactions, Outcome, conversation_key, head_length
 from proxy.compaction.background.scheduler import BackgroundSummaries
+from proxy.compaction.prefix import CacheTurn, PrefixTracker, SentRequest
 from proxy.config import Compaction, ModelSettings, Settings
 from proxy.formats import WireFormat
 from proxy.metrics.observer import NO_OBSERVER, Observer
@@ -58,6 +59,9 @@ class Options:
         return tenant_of(self.credentials)
 
 
+PREFIX_SHARE = 4  # the requests sent last (`compaction.prefix`) may hold a quarter of the records' bytes
+
+
 class Pipeline:
     """One process's counting, windows, calibration and compaction records, and the steps that use them.
 
@@ -86,6 +90,8 @@ class Pipeline:
         self._servers_lacking: LRUCache[str, bool] = LRUCache(maxsize=4096)  # models without server compaction
         # Models whose upstream refused a prompt for leaving the reply less than its `max_tokens`.
         self._output_counted: LRUCache[str, bool] = LRUCache(maxsize=4096)
+        # Each conversation's request sent last, to tell what the next one's prompt cache serves.
+        self._prefixes = PrefixTracker(settings.compaction.cache.max_bytes // PREFIX_SHARE)
 
     def model_settings(self, model: str) -> ModelSettings:
         """The config for `model` (a glob walk, so cached: it is asked several times a request)."""
@@ -315,11 +321,23 @@ class Pipeline:
             untouched.headers["x-inflight-actions"] = "error"
             return untouched
         if outcome is None or (outcome.actions == ["none"] and outcome.fits):  # nothing changed: the client's bytes
-            return untouched
+            return self.cache_figures(untouched, counted, None)
         # Its body is written from what was kept: megabytes, when the compaction could not make it fit.
-        return await call_sized(
+        prepared = await call_sized(
             lambda: rewritten(counted, accounting, outcome, limit=limit, key=key), outcome.tokens_after
         )
+        return self.cache_figures(prepared, counted, outcome)
+
+    def cache_figures(self, prepared: Prepared, counted: Counted, outcome: Outcome | None) -> Prepared:
+        """`prepared`, able to say what the upstream's prompt cache can serve of it against the conversation's
+        previous request (`proxy.compaction.prefix`): worked out when first asked, after the answer."""
+        key, prefixes = prepared.key, self._prefixes
+
+        def measure() -> CacheTurn:
+            return prefixes.observe(key, sent_request(counted, outcome))
+
+        prepared.measure_cache = measure
+        return prepared
 
     async def compact(
         self, counted: Counted, accounting: Accounting, options: Options, *, key: str, retry: RetryAim | None
@@ -423,6 +441,14 @@ def build_pipeline(
         summarizers=summarizers,
         budget=SummaryBudget(settings.limits.summarizer) if (background if budgeted is None else budgeted) else None,
     )
+
+
+def sent_request(counted: Counted, outcome: Outcome | None) -> SentRequest:
+    """What the request sends, as the prompt cache sees it: the client's messages, or the compacted ones."""
+    count = counted.count
+    ids = outcome.sent_ids if outcome is not None else b"".join(count.digests)
+    counts = outcome.sent_counts if outcome is not None else count.messages
+    return SentRequest.of(ids, counts, fixed=count.fixed, client=count.digests)
 
 
 def key_of(counted: Counted, options: Options, *, max_chars: int = 256) -> str:

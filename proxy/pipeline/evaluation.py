@@ -10,11 +10,14 @@ was compacted it reports tokens before and after, the actions, and what survived
   error lines, commands, names), each looked for in the compacted request's text;
 - placeholders that name a call other than the one their result answers;
 - summarizer requests larger than the summarizer's window.
+
+And for every turn, compacted or not, what the upstream's prompt cache could serve of it: prefix
+rewrites per 100 turns and the cached share (`proxy.compaction.prefix`).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +33,7 @@ from proxy.compaction.conversation import (
     text_of,
 )
 from proxy.compaction.facts import command_of, facts_of
+from proxy.compaction.prefix import CacheFigures
 from proxy.compaction.stage import Outcome
 from proxy.compaction.stages.mask import TOOL_PRUNED
 from proxy.config import Compaction
@@ -167,9 +171,12 @@ class ReplayedTurn:
     outcome: Outcome
 
 
-async def compacted_turns(pipeline: Pipeline, session: str, body: dict[str, Any]) -> AsyncIterator[ReplayedTurn]:
+async def compacted_turns(
+    pipeline: Pipeline, session: str, body: dict[str, Any], *, cache: CacheFigures | None = None
+) -> AsyncIterator[ReplayedTurn]:
     """Each turn's request of `body` (its messages up to each turn's end) through `pipeline` as one session,
-    as the agent would have sent them; those that were compacted."""
+    as the agent would have sent them; those that were compacted. Every turn's prompt cache figures go
+    to `cache` (`proxy.compaction.prefix`)."""
     messages: list[Message] = body["messages"]
     for turn, end in enumerate(turns(messages)):
         request = {**body, "messages": messages[:end]}
@@ -178,20 +185,43 @@ async def compacted_turns(pipeline: Pipeline, session: str, body: dict[str, Any]
             continue
         accounting = await pipeline.account(counted, None)
         prepared = await pipeline.prepare(counted, accounting, Options(session=session))
+        if cache is not None and prepared.cache is not None:
+            cache.add(prepared.cache)
         if prepared.outcome is not None and prepared.rewritten:
             yield ReplayedTurn(turn, request, counted, accounting, prepared, prepared.outcome)
 
 
-async def replay(pipeline: Pipeline, name: str, body: dict[str, Any]) -> list[Compacted]:
+def with_their_calls(messages: Sequence[Message], dropped: Sequence[int]) -> list[Message]:
+    """The dropped messages in order, each result or observation preceded by the assistant message that called
+    it (still sent when only the result was masked): a result's command is its call's, not an unnamed one."""
+    wanted = set(dropped)
+    for index in dropped:
+        if messages[index].get("role") != "assistant":
+            caller = next((i for i in range(index - 1, -1, -1) if messages[i].get("role") == "assistant"), None)
+            if caller is not None:
+                wanted.add(caller)
+    return [messages[i] for i in sorted(wanted)]
+
+
+@dataclass
+class Replayed:
+    """One trace replayed: its compacted requests, and the prompt cache's figures over all its turns."""
+
+    compacted: list[Compacted]
+    cache: CacheFigures
+
+
+async def replay(pipeline: Pipeline, name: str, body: dict[str, Any]) -> Replayed:
     messages: list[Message] = body["messages"]
     head = messages[: head_length(messages)]
     task = next((m for m in reversed(head) if m.get("role") == "user"), None)
     out: list[Compacted] = []
-    async for replayed in compacted_turns(pipeline, f"eval:{name}", body):
+    cache = CacheFigures()
+    async for replayed in compacted_turns(pipeline, f"eval:{name}", body, cache=cache):
         turn, request, counted, outcome = replayed.turn, replayed.request, replayed.counted, replayed.outcome
         sent = outcome.messages
         text = plain_text(sent)
-        dropped = [m for m in request["messages"] if m not in sent]
+        dropped = with_their_calls(request["messages"], [i for i, m in enumerate(request["messages"]) if m not in sent])
         pattern = observation_regex(pipeline.model_settings(counted.model).compaction.mask.observation_pattern)
         index = latest_request_index(request["messages"], pattern)
         latest = None if index is None else request["messages"][index]  # a request, not an observation
@@ -208,11 +238,27 @@ async def replay(pipeline: Pipeline, name: str, body: dict[str, Any]) -> list[Co
                 retention=retention(dropped, text),
             )
         )
-    return out
+    return Replayed(out, cache)
 
 
-def totals(results: Sequence[Compacted]) -> dict[str, Any]:
-    """The figures the goals are stated in, over every compacted request."""
+def cache_totals(caches: Mapping[str, CacheFigures]) -> dict[str, Any]:
+    """The prompt cache's figures per trace and over all of them: what the compactions cost it."""
+    every = CacheFigures.total(caches.values())
+
+    def shown(figures: CacheFigures) -> dict[str, Any]:
+        per_100, share = figures.rewrites_per_100_turns, figures.cached_share
+        return {
+            "turns": figures.turns,
+            "rewrites": figures.rewrites,
+            "rewrites_per_100_turns": round(per_100, 1) if per_100 is not None else None,
+            "cached_share": round(share, 3) if share is not None else None,
+        }
+
+    return {"cache": shown(every), "cache_per_trace": {name: shown(figures) for name, figures in caches.items()}}
+
+
+def totals(results: Sequence[Compacted], caches: Mapping[str, CacheFigures] | None = None) -> dict[str, Any]:
+    """The figures the goals are stated in, over every compacted request (and every turn, for the cache)."""
     retained = Retention()
     for result in results:
         retained.add(result.retention)
@@ -225,6 +271,7 @@ def totals(results: Sequence[Compacted]) -> dict[str, Any]:
         **{f"{kind}_found": retained.found[kind] for kind in KINDS},
         "wrong_placeholders": sum(r.wrong_placeholders for r in results),
         "missing": {kind: retained.missing[kind][:10] for kind in KINDS},
+        **cache_totals(caches or {}),
     }
 
 
@@ -232,8 +279,15 @@ def percent(share: float | None) -> str:
     return "-" if share is None else f"{100 * share:.0f}%"
 
 
-def report(results: Sequence[Compacted], *, window: int, summarizer_calls: int, oversize: int) -> str:
-    """A table per compacted request, then the totals."""
+def report(
+    results: Sequence[Compacted],
+    caches: Mapping[str, CacheFigures],
+    *,
+    window: int,
+    summarizer_calls: int,
+    oversize: int,
+) -> str:
+    """A table per compacted request, then the prompt cache's figures per trace, then the totals."""
     lines = [
         f"window {window:,} tokens",
         "| trace | turn | tokens | actions | task | request | paths | errors | commands | names | wrong masks |",
@@ -246,7 +300,17 @@ def report(results: Sequence[Compacted], *, window: int, summarizer_calls: int, 
             f"{'yes' if r.task_kept else 'NO'} | {'yes' if r.request_kept else 'NO'} | {' | '.join(shares)} | "
             f"{r.wrong_placeholders} |"
         )
-    t = totals(results)
+    t = totals(results, caches)
+    lines += [
+        "",
+        "| trace | turns | prefix rewrites | per 100 turns | cached share (estimated) |",
+        "|---|---|---|---|---|",
+    ]
+    for name, figures in [*t["cache_per_trace"].items(), ("all", t["cache"])]:
+        per_100 = "-" if figures["rewrites_per_100_turns"] is None else f"{figures['rewrites_per_100_turns']:.1f}"
+        lines.append(
+            f"| {name} | {figures['turns']} | {figures['rewrites']} | {per_100} | {percent(figures['cached_share'])} |"
+        )
     lines.append("")
     lines.append(
         f"{t['compacted_requests']} compacted requests: task kept {percent(t['task_kept'])}, latest request kept "

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.compaction import Outcome
+from proxy.compaction.prefix import CacheTurn
 from proxy.pipeline.accounting import Accounting, Counted
 
 
@@ -26,6 +28,23 @@ class Prepared:
     report: dict[str, Any] | None = None
     approximate: bool = False  # `sent_tokens` is partly estimated from samples (a huge request sent as it is)
     sent_fixed: int = 0  # what of `sent_tokens` is tool definitions and reply priming, for calibration
+    # What the prompt cache can serve of it (`proxy.compaction.prefix`), against the conversation's request sent
+    # before it: worked out when first asked (after the answer, for the log line), once.
+    measure_cache: Callable[[], CacheTurn] | None = field(default=None, repr=False)
+    _cache: CacheTurn | None = field(default=None, repr=False)
+
+    @property
+    def cache(self) -> CacheTurn | None:
+        if self._cache is None and self.measure_cache is not None:
+            self._cache, self.measure_cache = self.measure_cache(), None
+        return self._cache
+
+    def cache_fields(self) -> dict[str, object]:
+        """The prompt cache's figures for the log line (and the metrics read from it): the cached share, a rewrite."""
+        turn = self.cache
+        if turn is None:
+            return {}
+        return {"cached": f"{turn.share:.2f}", **({"rewrite": 1} if turn.rewrite else {})}
 
     def follows(self, refused: Prepared) -> None:
         """This is the retry of `refused`: what its compaction dropped counts from before both attempts."""

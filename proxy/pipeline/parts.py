@@ -116,6 +116,7 @@ class CompactionParts:
             observation=observation_regex(self.settings.mask.observation_pattern),
             in_place_model=self.accounting.model if own_model else None,
             tools=tools,
+            min_turns=self.settings.min_turns_between,
         )
 
 

@@ -125,6 +125,9 @@ async function showConversation(id, stale) {
   document.title = `inflight · ${view.label}`;
   const left = view.turns_left == null ? "unknown" : `about ${number(view.turns_left)}`;
   const growth = view.average_growth == null ? "–" : `${number(view.average_growth)} tokens a turn`;
+  const rewrites = view.rewrites_per_100_turns == null ? "–" : number(view.rewrites_per_100_turns);
+  const cached = view.cached_share == null ? "–" : `${Math.round(view.cached_share * 100)}%`;
+  const churned = view.compactions.filter((c) => churns(c)).length;
   const fact = (name, value) => h("span", {}, h("span", { class: "muted" }, name), " ", h("b", {}, value));
   main.replaceChildren(
     h("p", { class: "crumbs" }, h("a", { href: "#/" }, "← Conversations")),
@@ -137,6 +140,9 @@ async function showConversation(id, stale) {
       fact("compactions", number(view.compaction_count)),
       fact("average growth", growth),
       fact("turns to the next compaction", left),
+      fact("prefix rewrites per 100 turns", rewrites),
+      fact("cached share (estimated)", cached),
+      churned > 0 && fact("churn", `${number(churned)} compactions came too soon after the one before`),
       fact("last seen", when(view.last)),
     ),
     h("figure", { class: "chart" }, chart(view), legend(view)),
@@ -217,7 +223,7 @@ function chart(view) {
     if (!t) continue;
     const title = `Compaction at turn ${c.n} (${c.actions}): ${number(t.tokens)} → ${number(t.sent)} tokens`;
     svg.append(s("line", { class: "drop", x1: x(c.n), x2: x(c.n), y1: y(t.tokens), y2: y(t.sent) }));
-    const at = { class: "marker", cx: x(c.n), cy: y(t.sent), r: 6, "data-compaction": c.id };
+    const at = { class: `marker${churns(c) ? " churn" : ""}`, cx: x(c.n), cy: y(t.sent), r: 6, "data-compaction": c.id };
     const marker = s("circle", at, s("title", {}, title));
     marker.addEventListener("click", () => (location.hash = conversationLink(shown.id, c.id)));
     svg.append(marker);
@@ -238,8 +244,14 @@ function legend(view) {
       item("curve-sent", "sent upstream"),
       LIMITS.filter(([field]) => has(field)).map(([field, name]) => item(`limit limit-${field}`, name)),
       item("marker", "compaction (click for what it dropped)"),
+      view.compactions.some((c) => churns(c)) && item("marker churn", "churn: the next compaction came too soon"),
     ),
   );
+}
+
+// A compaction that left fewer than compaction.min_turns_between turns before the next (`x-inflight-actions`).
+function churns(compaction) {
+  return compaction.actions.split(",").includes("churn");
 }
 
 function compactionButtons(view) {
@@ -251,7 +263,12 @@ function compactionButtons(view) {
     view.compactions.map((c) =>
       h(
         "button",
-        { type: "button", "data-compaction": c.id, onclick: () => (location.hash = conversationLink(shown.id, c.id)) },
+        {
+          type: "button",
+          class: churns(c) ? "churn" : null,
+          "data-compaction": c.id,
+          onclick: () => (location.hash = conversationLink(shown.id, c.id)),
+        },
         `turn ${c.n} · ${c.actions}`,
       ),
     ),
@@ -296,7 +313,11 @@ function compactionDetail(entry) {
   for (const d of entry.dropped) tally.set(d.how, (tally.get(d.how) ?? 0) + 1);
   const counts = [...tally].map(([how, n]) => `${n} ${how}`);
   const fact = (name, value) => h("div", {}, h("dt", {}, name), h("dd", {}, value));
-  const summaryTitle = entry.summary_kind === "ledger" ? "Summary (the ledger: the summarizer gave none)" : "Summary";
+  const summaryTitles = {
+    ledger: "Summary (the ledger: the summarizer gave none)",
+    "summary-and-ledger": "Summary (an earlier summary, and the ledger of what came after it)",
+  };
+  const summaryTitle = summaryTitles[entry.summary_kind] ?? "Summary";
   return [
     h("h2", {}, turn ? `Compaction at turn ${turn}` : "Compaction", h("span", { class: "muted id" }, entry.id)),
     h(

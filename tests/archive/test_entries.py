@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.archive.entries import conversation_id, conversation_label, dropped
+from proxy.archive.entries import conversation_id, conversation_label, dropped, summary_kind
+from proxy.compaction.ledger import LEDGER_HEADING
 from proxy.compaction.record import Record, Replacement
+from proxy.compaction.stages.digest import NO_SUMMARY_NOTE, digest_text
+from proxy.compaction.summary_job import summary_message
 
 SUMMARY = {"role": "user", "content": "[Previous conversation summary]\n## Task\nfix it"}
 
@@ -75,3 +78,18 @@ def test_conversation_ids_are_short_and_labels_readable() -> None:
     )
     assert conversation_label("session:a#b#") == "a#b"  # a name holding a `#` has a scope, if empty
     assert len(conversation_label("session:" + "s" * 1_000_000)) == 256
+
+
+def test_what_stands_for_the_summarized_messages_is_named_by_what_it_holds() -> None:
+    """An LLM summary, the ledger alone, or an earlier summary with the ledger of what came after: the viewer's
+    title says which (it once called a real summary "the summarizer gave none")."""
+
+    def record(text: str | None, *, fallback: bool) -> Record:
+        summary = None if text is None else summary_message(f"{text}\n\n{LEDGER_HEADING}\n- ran `ls`")
+        return Record(head_len=2, prefix_len=6, prefix_hash=b"", summary=summary, fallback=fallback)
+
+    assert summary_kind(record(None, fallback=False)) is None
+    assert summary_kind(record("## Task\nFix it.", fallback=False)) == "summary"
+    assert summary_kind(record(NO_SUMMARY_NOTE, fallback=True)) == "ledger"
+    assert summary_kind(record(digest_text("## Task\nFix it."), fallback=True)) == "summary-and-ledger"
+    assert summary_kind(record(digest_text(digest_text("")), fallback=True)) == "ledger"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from typing import Any
 
@@ -239,3 +240,33 @@ def test_without_admin_keys_the_archive_answers_only_requests_addressed_to_local
     with start_proxy(upstream[1], **SETTINGS, **keys) as proxy_url:  # with a key, any name will do
         headers = {"host": "inflight.internal", "authorization": "Bearer admin-key"}
         assert httpx.get(proxy_url.removesuffix("/v1") + "/inflight/conversations", headers=headers).status_code == 200
+
+
+def test_prefix_rewrites_and_the_cached_share_are_measured_per_conversation(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    """Each turn says whether its compaction changed what had been sent before (as the upstream saw it), and what
+    the prompt cache could serve of it; the conversation's view and the metrics add them up."""
+    app, url = upstream
+    with start_proxy(url, **SETTINGS) as proxy_url:
+        responses = replay(proxy_url, range(2, 62))
+        assert all(r.status_code == 200 for r in responses)
+        sent = [r.json()["messages"] for r in app.chat_requests()]
+        rewritten = [False] + [b[: len(a)] != a for a, b in itertools.pairwise(sent)]
+        assert sum(rewritten) >= 1
+        (conversation,) = archived(proxy_url, "/inflight/conversations", until=lambda j: j["conversations"])[
+            "conversations"
+        ]
+        view = archived(
+            proxy_url, f"/inflight/conversations/{conversation['id']}", until=lambda j: j["turn_count"] == 60
+        )
+        assert [t["rewrite"] for t in view["turns"]] == rewritten
+        assert view["rewrites_per_100_turns"] == round(100 * sum(rewritten) / 60, 1)
+        assert all(t["cached"] <= t["sent"] for t in view["turns"]) and view["turns"][0]["cached"] == 0
+        assert all(
+            t["cached"] > t["sent"] * 0.5 for t, r in zip(view["turns"][1:], rewritten[1:], strict=True) if not r
+        )
+        assert 0.5 < view["cached_share"] < 1
+        metrics = admin(proxy_url, "/metrics").text
+    assert f"inflight_prefix_rewrites_total {float(sum(rewritten))}" in metrics
+    assert "inflight_cached_share_count 60.0" in metrics

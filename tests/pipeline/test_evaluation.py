@@ -31,3 +31,27 @@ def test_eval_prints_a_table_per_compaction() -> None:
     result = run_eval("--window", "6000")
     assert result.returncode == 0, result.stderr
     assert "| trace | turn | tokens | actions |" in result.stdout and "compacted requests: task kept" in result.stdout
+
+
+def test_masked_results_are_scored_with_the_calls_they_answer() -> None:
+    """A turn that only masks tool results drops no command (its calls are still sent): none is scored as an
+    unnamed "tool call", and every command the masked results ran is found, by name, in what was sent."""
+    for window in ("12000", "16000"):
+        result = run_eval("--window", window, "--json")
+        assert result.returncode == 0, result.stderr
+        totals = orjson.loads(result.stdout)
+        assert totals["commands_found"] > 0 and totals["commands_kept"] == 1.0, totals["missing"]
+        assert "tool call" not in totals["missing"]["commands"]
+
+
+def test_eval_reports_what_the_prompt_cache_could_serve() -> None:
+    result = run_eval("--window", "8000", "--json")
+    assert result.returncode == 0, result.stderr
+    totals = orjson.loads(result.stdout)
+    per_trace = totals["cache_per_trace"]
+    assert set(per_trace) == {Path(path).stem for path in TRACES}
+    assert totals["cache"]["turns"] == sum(t["turns"] for t in per_trace.values())
+    assert 0 < totals["cache"]["rewrites"] < totals["cache"]["turns"]
+    assert 0.5 < totals["cache"]["cached_share"] < 1
+    table = run_eval("--window", "8000").stdout
+    assert "| trace | turns | prefix rewrites | per 100 turns | cached share (estimated) |" in table

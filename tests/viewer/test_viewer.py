@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import httpx
 import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, expect, sync_playwright
 
+from tests.compaction.test_compactor import agent_conversation
 from tests.conftest import ProxyFactory
 from tests.http.test_archive import SETTINGS, archived, replay
 from tests.support.upstream import UpstreamApp
@@ -146,3 +148,37 @@ def test_the_viewer_asks_for_the_admin_key_and_keeps_it_for_the_tab(
         assert not viewer.elsewhere(origin(proxy_url)), viewer.requests
         # The browser logs each 401 it was answered; nothing else may go wrong.
         assert all("401" in error for error in viewer.errors), viewer.errors
+
+
+def test_the_header_gives_the_cache_figures_and_churning_compactions_are_marked(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory, browser: Browser
+) -> None:
+    """Turns of about a fifth of the budget each: too big for the window to space compactions four turns apart,
+    so they churn; the viewer marks exactly those, and its header gives the rewrites and the cached share."""
+    with start_proxy(upstream[1], **SETTINGS) as proxy_url:
+        with httpx.Client(base_url=proxy_url, timeout=30) as client:
+            for n in range(2, 30):
+                messages = agent_conversation(n, output_lines=60)
+                client.post("/chat/completions", json={"model": "gpt-4o", "messages": messages}).raise_for_status()
+        (conversation,) = archived(proxy_url, "/inflight/conversations", until=lambda j: j["conversations"])[
+            "conversations"
+        ]
+        view = archived(
+            proxy_url, f"/inflight/conversations/{conversation['id']}", until=lambda j: j["turn_count"] == 28
+        )
+        churned = [c for c in view["compactions"] if "churn" in c["actions"].split(",")]
+        assert churned
+        assert view["rewrites_per_100_turns"] > 0 and 0 < view["cached_share"] < 1
+
+        viewer = open_viewer(browser, proxy_url)
+        page = viewer.page
+        page.get_by_role("link", name="gpt-4o").click()
+        facts = page.locator("p.facts")
+        expect(facts).to_contain_text("prefix rewrites per 100 turns")
+        expect(facts).to_contain_text(f"cached share (estimated) {round(view['cached_share'] * 100)}%")
+        expect(facts).to_contain_text(f"churn {len(churned)} compactions came too soon")
+        expect(page.locator("svg circle.marker.churn")).to_have_count(len(churned))
+        expect(page.locator("button.churn")).to_have_count(len(churned))
+        for compaction in churned:
+            expect(page.locator(f'circle.marker[data-compaction="{compaction["id"]}"]')).to_have_class("marker churn")
+        assert not viewer.errors

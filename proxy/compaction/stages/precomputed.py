@@ -39,11 +39,11 @@ class PrecomputedStage:
         ledger = ahead.ledger if same_span and ahead.ledger is not None else grown_ledger(work, cut)
         replace_middle(work, cut, ahead.text, settings=self.settings, fallback=False, ledger=ledger, action=PRECOMPUTED)
         draft.ahead = None
-        later = choose_cut(work, self.settings) if work.tokens > work.budget.target else None
+        later = choose_cut(work, self.settings) if work.tokens > work.aim else None
         if later is not None and later > draft.prefix_len:
-            # The turns since the job's cut leave the request above target: a turn or two below the next
+            # The turns since the job's cut leave the request above its aim: a turn or two below the next
             # compaction, which would rewrite the prefix again soon. They join the summary's span, kept
-            # by the ledger (their commands and facts), and the request lands near target.
+            # by the ledger (their commands and facts), and the request lands near its aim.
             ledger = grown_ledger(work, later)
             replace_middle(
                 work, later, ahead.text, settings=self.settings, fallback=False, ledger=ledger, action=PRECOMPUTED

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from proxy.compaction.conversation import Message
 from proxy.compaction.middle import due_cut, grown_ledger, max_summary_tokens, replace_middle, span
 from proxy.compaction.stage import Work
-from proxy.compaction.stages.digest import NO_SUMMARY_NOTE
+from proxy.compaction.stages.digest import without_notes
 from proxy.compaction.summary_job import (
     LEDGER_CHARS,
     InPlace,
@@ -94,7 +94,7 @@ class SummarizeStage:
         `in_place`: ask with the conversation as last sent (see `InPlace`) when that fits the summarizer's
         window; the chunks of the usual form are made too, for when that fails."""
         draft = work.draft
-        previous = written_part(draft.summary).replace(NO_SUMMARY_NOTE, "").strip() if draft.summary else None
+        previous = without_notes(written_part(draft.summary)) if draft.summary else None
         messages = span(work, cut)
         max_tokens = self.max_tokens(work)
         in_place_job = self.in_place_job(messages, in_place, max_tokens) if in_place is not None else None

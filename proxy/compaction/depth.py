@@ -1,0 +1,74 @@
+"""How deep a compaction goes: far enough that the next one is `min_turns_between` turns away.
+
+A compaction rewrites the prefix the upstream has cached, so the turn after it pays full price
+for its prompt (often ten times a cached one). Compacting just under a threshold makes the next
+turn cross it again, and a conversation whose turns are big then pays that price every turn. So
+a compaction aims at where the conversation, growing as its recent turns did, takes
+`min_turns_between` turns to reach `summarize_at` again; no deeper than it needs (the configured
+`target` is the shallowest it aims), and never below its floor: the head, a summary's room and
+the latest turn, which are all a compaction can keep.
+
+Masking costs no call; a summary does. When even the floor cannot give those turns (the turns are
+too big for the window), a summary is made only when it at least doubles the turns before the
+next compaction, against masking alone (a summarizer call costs about what a rewrite does), or
+when masking alone would leave no room for the next turn.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from proxy.compaction.conversation import Message
+
+RECENT_TURNS = 8  # the growth a compaction plans for: the mean of this many latest turns
+
+
+@dataclass(frozen=True)
+class Depth:
+    """Where one compaction aims, from how the conversation grows (token figures in our own units)."""
+
+    growth: int  # tokens a turn adds, as the recent turns did
+    floor: int  # the least a compaction can send: fixed part, head, a summary's room, the latest turn
+    aim: int  # where this compaction stops: at most `target`, at least `floor`
+    summarize_at: int  # where the next compaction comes (a record in use waits for it)
+    min_turns: int  # `compaction.min_turns_between`
+
+    @classmethod
+    def plan(cls, *, growth: int, floor: int, target: int, summarize_at: int, min_turns: int) -> Depth:
+        spaced = summarize_at - min_turns * growth  # from here, `min_turns` turns reach summarize_at
+        return cls(growth, floor, max(min(target, spaced), floor), summarize_at, min_turns)
+
+    def turns_left(self, tokens: int) -> float:
+        """Turns from a request of `tokens` until the conversation crosses `summarize_at` again."""
+        if self.growth <= 0:
+            return math.inf
+        return max(self.summarize_at - tokens, 0) / self.growth
+
+    def churns(self, tokens: int) -> bool:
+        """Whether a compaction that sends `tokens` leaves fewer than `min_turns` turns before the next one."""
+        return self.turns_left(tokens) < self.min_turns
+
+    def summary_pays(self, tokens: int) -> bool:
+        """Masking left `tokens`, above the aim: whether a summary (down to the floor) is worth its call.
+        It is when it gives the turns asked for, or at least twice as many as masking alone, or when masking
+        alone would have the very next turn compact again and the floor would not."""
+        spaced = self.summarize_at - self.min_turns * self.growth
+        masked, floor = self.turns_left(tokens), self.turns_left(self.floor)
+        return self.floor <= spaced or floor >= 2 * masked or masked < 1 <= floor
+
+
+def growth_per_turn(messages: Sequence[Message], sizes: Sequence[int], *, head_len: int) -> int:
+    """The mean tokens of the conversation's latest turns (an assistant message and what answers it),
+    each message as it arrived (`sizes`: its count, or its truncated form's)."""
+    starts = [
+        index
+        for index in range(max(head_len, 1), len(messages))
+        if messages[index].get("role") == "assistant" and messages[index - 1].get("role") != "assistant"
+    ]
+    if not starts:
+        return 0
+    ends = [*starts[1:], len(messages)]
+    recent = list(zip(starts, ends, strict=True))[-RECENT_TURNS:]
+    return sum(sum(sizes[start:end]) for start, end in recent) // len(recent)

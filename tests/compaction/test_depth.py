@@ -1,0 +1,157 @@
+"""How deep a compaction goes: the next one `min_turns_between` turns away, in one step, down to its floor at most.
+
+Conversations growing by a fixed share of the budget a turn are replayed turn by turn through the
+compactor, the record carried from one turn to the next as the server carries it; a rewrite is a
+turn whose messages do not begin with the previous turn's as sent.
+"""
+
+from __future__ import annotations
+
+import itertools
+from functools import cache
+from typing import Any
+
+import pytest
+
+from proxy.compaction import Budget, Record
+from proxy.compaction.depth import Depth, growth_per_turn
+from proxy.compaction.stages.digest import LATER_NOTE, NO_SUMMARY_NOTE
+from proxy.compaction.summary_job import written_part
+from proxy.config import Compaction
+from tests.compaction.test_compactor import ENCODING, compactor, conversation_of
+
+LIMIT = 24_000
+
+
+@cache
+def output_of(turn: int, tokens: int) -> str:
+    """A tool output of about `tokens` o200k tokens, no two lines alike."""
+    lines, text = [], ""
+    j = 0
+    while len(ENCODING.encode_ordinary(text)) < tokens:
+        lines += [
+            f"src/pkg_{turn}/module_{i}.py:{i + 1}: value_{turn}_{i} = compute(item_{i}, {turn * i})"
+            for i in range(j, j + 40)
+        ]
+        j += 40
+        text = "\n".join(lines)
+    return ENCODING.decode(ENCODING.encode_ordinary("\n".join(lines))[:tokens])
+
+
+def growing(turns: int, sizes: list[int]) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a coding agent. Use the shell tool."},
+        {"role": "user", "content": "Fix the failing test in src/pkg_0/module_0.py."},
+    ]
+    for k in range(turns):
+        call = {
+            "id": f"call_{k}",
+            "type": "function",
+            "function": {"name": "shell", "arguments": f'{{"cmd": "cat f{k}.py"}}'},
+        }
+        messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        messages.append({"role": "tool", "tool_call_id": f"call_{k}", "content": output_of(k, sizes[k % len(sizes)])})
+    return messages
+
+
+async def replay(messages: list[dict[str, Any]], settings: Compaction) -> tuple[list[bool], list[str]]:
+    """Each turn's request through the compactor, its record kept: per turn, whether it rewrote, and its actions."""
+    engine = compactor(settings)
+    budget = Budget.of(LIMIT, settings)
+    record: Record | None = None
+    previous: list[dict[str, Any]] | None = None
+    rewrites, actions = [], []
+    for end in range(4, len(messages) + 1, 2):
+        request = messages[:end]
+        outcome = await engine.run(conversation_of(request), budget=budget, record=record)
+        sent = outcome.messages if outcome is not None else request
+        record = outcome.record if outcome is not None else record
+        rewrites.append(previous is not None and sent[: len(previous)] != previous)
+        actions.append(",".join(outcome.actions) if outcome is not None else "none")
+        previous = sent
+    return rewrites, actions
+
+
+def spacing(rewrites: list[bool]) -> tuple[float, int]:
+    """Turns per rewrite from the first one on, and how many rewrites came on the turn right after another."""
+    first = rewrites.index(True)
+    after = rewrites[first:]
+    back_to_back = sum(1 for a, b in itertools.pairwise(after) if a and b)
+    return len(after) / sum(after), back_to_back
+
+
+@pytest.mark.parametrize("share", [0.05, 0.10, 0.15])
+async def test_a_steadily_growing_conversation_is_compacted_at_most_every_min_turns(share: float) -> None:
+    settings = Compaction()
+    rewrites, actions = await replay(growing(40, [int(LIMIT * share)]), settings)
+    per_rewrite, back_to_back = spacing(rewrites)
+    assert back_to_back == 0, actions
+    assert per_rewrite >= settings.min_turns_between, (per_rewrite, actions)
+
+
+async def test_without_spacing_the_same_conversation_is_compacted_more_often() -> None:
+    """The control: compacting to `target` only (`min_turns_between: 0`) rewrites the prefix more often."""
+    spaced, _ = await replay(growing(40, [int(LIMIT * 0.15)]), Compaction())
+    unspaced, _ = await replay(growing(40, [int(LIMIT * 0.15)]), Compaction(min_turns_between=0))
+    assert sum(unspaced) > sum(spaced)
+
+
+async def test_a_bursty_conversation_never_rewrites_on_consecutive_turns_while_the_floor_holds_a_turn() -> None:
+    sizes = [int(LIMIT * 0.04)] * 3 + [int(LIMIT * 0.25)]
+    rewrites, actions = await replay(growing(40, sizes), Compaction())
+    assert spacing(rewrites)[1] == 0, actions
+
+
+async def test_turns_too_big_for_the_window_are_said_to_churn() -> None:
+    rewrites, actions = await replay(growing(20, [int(LIMIT * 0.3)]), Compaction())
+    compacted = [a for a, rewrite in zip(actions, rewrites, strict=True) if rewrite]
+    assert compacted and all("churn" in a for a in compacted), actions
+    _, calm = await replay(growing(30, [int(LIMIT * 0.05)]), Compaction())
+    assert not any("churn" in a for a in calm)
+
+
+def test_a_slow_conversation_aims_at_target_and_a_fast_one_deeper_but_not_below_its_floor() -> None:
+    slow = Depth.plan(growth=500, floor=3000, target=12_000, summarize_at=20_400, min_turns=4)
+    assert slow.aim == 12_000 and slow.turns_left(slow.aim) >= 4
+    fast = Depth.plan(growth=2_400, floor=3000, target=12_000, summarize_at=20_400, min_turns=4)
+    assert fast.aim == 20_400 - 4 * 2_400 and fast.turns_left(fast.aim) == 4
+    too_fast = Depth.plan(growth=6_000, floor=9000, target=12_000, summarize_at=20_400, min_turns=4)
+    assert too_fast.aim == 9000 and too_fast.churns(9000)
+
+
+def test_a_summary_is_asked_for_only_when_it_pays_for_its_call() -> None:
+    reachable = Depth.plan(growth=2_400, floor=3000, target=12_000, summarize_at=20_400, min_turns=4)
+    assert reachable.summary_pays(15_000)  # the floor gives the four turns: the summary is made
+    churning = Depth.plan(growth=4_800, floor=8000, target=12_000, summarize_at=20_400, min_turns=4)
+    assert not churning.summary_pays(11_000)  # masking leaves ~1.9 turns, the floor ~2.6: not worth a call
+    assert churning.summary_pays(16_000)  # masking leaves < 1 turn; the floor holds two
+    assert churning.summary_pays(15_000)  # ... or the floor more than doubles the turns
+
+
+def test_growth_is_the_mean_of_the_latest_turns_as_they_arrived() -> None:
+    messages = growing(10, [100])
+    sizes = [10, 20] + [5, 100] * 10
+    assert growth_per_turn(messages, sizes, head_len=2) == 105
+    assert growth_per_turn(messages[:2], sizes[:2], head_len=2) == 0
+
+
+async def test_a_digest_after_a_summary_says_the_summary_covers_the_earlier_messages() -> None:
+    """An LLM summary in the record, then the summarizer down: the ledger extends the summary, and the model is
+    not told that no summary could be made right under one."""
+    messages = growing(30, [int(LIMIT * 0.1)])
+    settings = Compaction(min_turns_between=0)
+    engine = compactor(settings)
+    budget = Budget.of(LIMIT, settings)
+    first = await engine.run(conversation_of(messages[:24]), budget=budget, record=None, force=True)
+    assert first is not None and first.record.summary is not None and not first.record.fallback
+    down = compactor(settings, summary=None)
+    second = await down.run(conversation_of(messages), budget=budget, record=first.record, force=True)
+    assert second is not None and "fallback" in second.actions
+    text = written_part(second.record.summary or {})
+    assert "A summary." in text and LATER_NOTE in text and NO_SUMMARY_NOTE not in text
+    third = await down.run(
+        conversation_of([*messages, *growing(34, [500])[62:]]), budget=budget, record=second.record, force=True
+    )
+    assert third is not None
+    text = written_part(third.record.summary or {})
+    assert text.count(LATER_NOTE) == 1 and NO_SUMMARY_NOTE not in text  # never repeated
