@@ -42,10 +42,12 @@ class Compactor:
         estimate_message: Callable[[Message], int] | None = None,
         observation: re.Pattern[str] | None = None,
         spacing: tuple[SummarizeSettings, int] | None = None,
+        summary_costs: bool = True,
     ) -> None:
         self.stages = list(stages)
         # The summarizer's settings and `min_turns_between`: how deep a compaction goes (None: to target).
         self.spacing = spacing
+        self.summary_costs = summary_costs  # a summary is a call (False: no summarizer, the ledger is free)
         self.count_message = count_message
         self.estimate_message = estimate_message  # for big text a stage is about to drop (None: count it)
         self.observation = observation  # user messages that are observations, not requests
@@ -78,7 +80,7 @@ class Compactor:
         work.prune = force or work.tokens > recompact_at(budget, record)
         if self.spacing is not None and budget.spaced and (work.prune or draft.fallback):  # a compaction may come
             settings, min_turns = self.spacing
-            work.depth = depth_of(work, settings, min_turns=min_turns)
+            work.depth = depth_of(work, settings, min_turns=min_turns, summary_costs=self.summary_costs)
         for stage in self.stages:
             await stage.run(work)
         if count_exactly(work) and work.tokens > budget.limit:  # the estimates fell short: once more, counted
@@ -151,8 +153,12 @@ def build_compactor(
     summarize: Summarize | None,
     summarizer_input_tokens: int,
     background: bool = False,
+    summary_costs: bool | None = None,
 ) -> Compactor:
-    """A compactor with the stages one model's `compaction:` settings call for."""
+    """A compactor with the stages one model's `compaction:` settings call for.
+
+    `summary_costs`: whether a summary is a summarizer call (None: whether `summarize` is given); with summaries
+    made in the background, the caller says (no summarizer, or the client's budget spent: the ledger is free)."""
     stages = build_stages(
         settings,
         summarize=summarize,
@@ -167,4 +173,5 @@ def build_compactor(
         estimate_message=estimate_message,
         observation=observation,
         spacing=(settings.summarize, settings.min_turns_between),
+        summary_costs=summarize is not None if summary_costs is None else summary_costs,
     )

@@ -11,7 +11,9 @@ the latest turn, which are all a compaction can keep.
 Masking costs no call; a summary does. When even the floor cannot give those turns (the turns are
 too big for the window), a summary is made only when it at least doubles the turns before the
 next compaction, against masking alone (a summarizer call costs about what a rewrite does), or
-when masking alone would leave no room for the next turn.
+when masking alone would leave no room for the next turn. When no summarizer can be called (none
+configured, or the client's summarizer budget spent), the ledger stands in for nothing, and goes
+to the floor whenever that gives more turns.
 """
 
 from __future__ import annotations
@@ -34,11 +36,14 @@ class Depth:
     aim: int  # where this compaction stops: at most `target`, at least `floor`
     summarize_at: int  # where the next compaction comes (a record in use waits for it)
     min_turns: int  # `compaction.min_turns_between`
+    summary_costs: bool = True  # a summary is a summarizer call (False: the ledger stands in, for nothing)
 
     @classmethod
-    def plan(cls, *, growth: int, floor: int, target: int, summarize_at: int, min_turns: int) -> Depth:
+    def plan(
+        cls, *, growth: int, floor: int, target: int, summarize_at: int, min_turns: int, summary_costs: bool = True
+    ) -> Depth:
         spaced = summarize_at - min_turns * growth  # from here, `min_turns` turns reach summarize_at
-        return cls(growth, floor, max(min(target, spaced), floor), summarize_at, min_turns)
+        return cls(growth, floor, max(min(target, spaced), floor), summarize_at, min_turns, summary_costs)
 
     def turns_left(self, tokens: int) -> float:
         """Turns from a request of `tokens` until the conversation crosses `summarize_at` again."""
@@ -53,9 +58,15 @@ class Depth:
     def summary_pays(self, tokens: int) -> bool:
         """Masking left `tokens`, above the aim: whether a summary (down to the floor) is worth its call.
         It is when it gives the turns asked for, or at least twice as many as masking alone, or when masking
-        alone would have the very next turn compact again and the floor would not."""
+        alone would have the very next turn compact again and the floor would not; when it costs no call
+        (the ledger stands in), whenever it gives more turns. Never without spacing (`min_turns` 0, or no
+        growth yet): then a summary waits for `summarize_at`, as it always did."""
+        if self.min_turns <= 0 or self.growth <= 0:
+            return False
         spaced = self.summarize_at - self.min_turns * self.growth
         masked, floor = self.turns_left(tokens), self.turns_left(self.floor)
+        if not self.summary_costs:
+            return floor > masked
         return self.floor <= spaced or floor >= 2 * masked or masked < 1 <= floor
 
 

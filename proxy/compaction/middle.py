@@ -31,7 +31,7 @@ def valid_cuts(work: Work) -> list[int]:
     return valid
 
 
-def depth_of(work: Work, settings: SummarizeSettings, *, min_turns: int) -> Depth:
+def depth_of(work: Work, settings: SummarizeSettings, *, min_turns: int, summary_costs: bool = True) -> Depth:
     """Where this compaction aims (`proxy.compaction.depth`): its floor is the fixed part, the head, a summary's
     room and the shortest tail a summary may keep, as sent."""
     conversation, draft = work.conversation, work.draft
@@ -47,7 +47,12 @@ def depth_of(work: Work, settings: SummarizeSettings, *, min_turns: int) -> Dept
     growth = growth_per_turn(conversation.messages, sizes, head_len=draft.head_len)
     budget = work.budget
     return Depth.plan(
-        growth=growth, floor=floor, target=budget.target, summarize_at=budget.summarize_at, min_turns=min_turns
+        growth=growth,
+        floor=floor,
+        target=budget.target,
+        summarize_at=budget.summarize_at,
+        min_turns=min_turns,
+        summary_costs=summary_costs,
     )
 
 

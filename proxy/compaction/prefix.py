@@ -29,6 +29,7 @@ from cachetools import LRUCache
 from proxy.compaction.draft import ViewItem
 from proxy.compaction.record import Replacement
 
+ENTRY_OVERHEAD_BYTES = 600  # a conversation's entry beyond its messages: objects, key, the LRU's links
 ID_BYTES = 16  # a message's identity: its digest (xxh3-128 of its canonical JSON), or of what replaced it
 
 
@@ -63,10 +64,10 @@ class LastSent:
     def of(cls, sent: SentRequest) -> LastSent:
         return cls(sent.ids, sent.ends, len(sent.client), xxhash.xxh3_128_digest(sent.client))
 
-    @property
-    def size(self) -> int:
-        """Bytes it holds, as the tracker bounds them."""
-        return len(self.ids) + self.ends.itemsize * len(self.ends) + 64
+    def size(self, key: str) -> int:
+        """Bytes it holds under `key`, as the tracker bounds them: its identities and tokens, the key, and the
+        objects around them and the cache's own bookkeeping (measured with tracemalloc: about 600 bytes)."""
+        return len(self.ids) + self.ends.itemsize * len(self.ends) + len(key) + ENTRY_OVERHEAD_BYTES
 
 
 @dataclass(frozen=True)
@@ -124,16 +125,18 @@ def compare(previous: LastSent | None, current: SentRequest) -> CacheTurn:
 
 class PrefixTracker:
     """The request sent last in each conversation (this process's), to measure the next one against; at most
-    `max_bytes` of them (about 40 bytes a message), the least recently seen conversations going first."""
+    `max_bytes` of them (24 bytes a message and about 600 a conversation), the least recently seen going first."""
 
     def __init__(self, max_bytes: int) -> None:
-        self._last: LRUCache[str, LastSent] = LRUCache(maxsize=max_bytes, getsizeof=lambda last: last.size)
+        self._last: LRUCache[str, tuple[LastSent, int]] = LRUCache(maxsize=max_bytes, getsizeof=lambda kept: kept[1])
 
     def observe(self, key: str, sent: SentRequest) -> CacheTurn:
-        turn = compare(self._last.get(key), sent)
+        kept = self._last.get(key)
+        turn = compare(kept[0] if kept is not None else None, sent)
         last = LastSent.of(sent)
-        if last.size <= self._last.maxsize:
-            self._last[key] = last
+        size = last.size(key)
+        if size <= self._last.maxsize:
+            self._last[key] = (last, size)
         return turn
 
 

@@ -196,10 +196,13 @@ def with_their_calls(messages: Sequence[Message], dropped: Sequence[int]) -> lis
     it (still sent when only the result was masked): a result's command is its call's, not an unnamed one."""
     wanted = set(dropped)
     for index in dropped:
-        if messages[index].get("role") != "assistant":
+        role = messages[index].get("role")
+        if role == "tool":
             caller = next((i for i in range(index - 1, -1, -1) if messages[i].get("role") == "assistant"), None)
             if caller is not None:
                 wanted.add(caller)
+        elif role == "user" and index > 0 and messages[index - 1].get("role") == "assistant":
+            wanted.add(index - 1)  # the command a text-action agent's observation answers
     return [messages[i] for i in sorted(wanted)]
 
 

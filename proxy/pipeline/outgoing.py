@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -9,6 +10,8 @@ from typing import Any
 from proxy.compaction import Outcome
 from proxy.compaction.prefix import CacheTurn
 from proxy.pipeline.accounting import Accounting, Counted
+
+log = logging.getLogger("inflight")
 
 
 @dataclass
@@ -35,8 +38,14 @@ class Prepared:
 
     @property
     def cache(self) -> CacheTurn | None:
-        if self._cache is None and self.measure_cache is not None:
-            self._cache, self.measure_cache = self.measure_cache(), None
+        """The prompt cache's figures, worked out on first use; None when not measured, or when that failed (a bug
+        of ours in a figure costs nothing else: not the log line, not the archive's turn)."""
+        measure, self.measure_cache = self.measure_cache, None
+        if self._cache is None and measure is not None:
+            try:
+                self._cache = measure()
+            except Exception:
+                log.exception("[cache] the prompt cache's figures could not be worked out")
         return self._cache
 
     def cache_fields(self) -> dict[str, object]:
@@ -80,6 +89,7 @@ def translated(counted: Counted, untouched: Prepared) -> Prepared:
         key=untouched.key,
         approximate=untouched.approximate,
         sent_fixed=untouched.sent_fixed,
+        measure_cache=untouched.measure_cache,
     )
 
 

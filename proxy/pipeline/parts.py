@@ -94,6 +94,7 @@ class CompactionParts:
             summarize=None if background else self.summarize(),
             summarizer_input_tokens=self.summarizer_input_tokens,
             background=background,
+            summary_costs=self.summarizers is not None,
         )
 
     def ahead(self, budget: Budget, start_at: int, tools: object) -> SummaryAhead | None:

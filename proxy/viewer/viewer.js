@@ -142,7 +142,7 @@ async function showConversation(id, stale) {
       fact("turns to the next compaction", left),
       fact("prefix rewrites per 100 turns", rewrites),
       fact("cached share (estimated)", cached),
-      churned > 0 && fact("churn", `${number(churned)} compactions came too soon after the one before`),
+      churned > 0 && fact("churn", `${number(churned)} compactions left too few turns before the next`),
       fact("last seen", when(view.last)),
     ),
     h("figure", { class: "chart" }, chart(view), legend(view)),
@@ -244,12 +244,12 @@ function legend(view) {
       item("curve-sent", "sent upstream"),
       LIMITS.filter(([field]) => has(field)).map(([field, name]) => item(`limit limit-${field}`, name)),
       item("marker", "compaction (click for what it dropped)"),
-      view.compactions.some((c) => churns(c)) && item("marker churn", "churn: the next compaction came too soon"),
+      view.compactions.some((c) => churns(c)) && item("marker churn", "churn: too few turns before the next compaction"),
     ),
   );
 }
 
-// A compaction that left fewer than compaction.min_turns_between turns before the next (`x-inflight-actions`).
+// A compaction that left fewer than compaction.min_turns_between turns before the next (`x-inflight-actions: churn`).
 function churns(compaction) {
   return compaction.actions.split(",").includes("churn");
 }

@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from proxy.compaction import Budget, Record
+from proxy.compaction import Budget, Record, build_compactor
 from proxy.compaction.depth import Depth, growth_per_turn
 from proxy.compaction.stages.digest import LATER_NOTE, NO_SUMMARY_NOTE
 from proxy.compaction.summary_job import written_part
 from proxy.config import Compaction
-from tests.compaction.test_compactor import ENCODING, compactor, conversation_of
+from tests.compaction.test_compactor import COUNTER, ENCODING, Engine, compactor, conversation_of
 
 LIMIT = 24_000
 
@@ -54,10 +54,22 @@ def growing(turns: int, sizes: list[int]) -> list[dict[str, Any]]:
     return messages
 
 
-async def replay(messages: list[dict[str, Any]], settings: Compaction) -> tuple[list[bool], list[str]]:
+def without_summarizer(settings: Compaction) -> Engine:
+    """A compactor as the proxy builds it when no summarizer can be called: the ledger stands in."""
+    built = build_compactor(
+        settings,
+        count_message=lambda m: COUNTER.count_message(m, ENCODING),
+        count_text=lambda t: len(ENCODING.encode_ordinary(t)),
+        summarize=None,
+        summarizer_input_tokens=100_000,
+    )
+    return Engine(settings, built)
+
+
+async def replay(messages: list[dict[str, Any]], engine: Engine | Compaction) -> tuple[list[bool], list[str]]:
     """Each turn's request through the compactor, its record kept: per turn, whether it rewrote, and its actions."""
-    engine = compactor(settings)
-    budget = Budget.of(LIMIT, settings)
+    engine = compactor(engine) if isinstance(engine, Compaction) else engine
+    budget = Budget.of(LIMIT, engine.settings)
     record: Record | None = None
     previous: list[dict[str, Any]] | None = None
     rewrites, actions = [], []
@@ -80,13 +92,37 @@ def spacing(rewrites: list[bool]) -> tuple[float, int]:
     return len(after) / sum(after), back_to_back
 
 
-@pytest.mark.parametrize("share", [0.05, 0.10, 0.15])
-async def test_a_steadily_growing_conversation_is_compacted_at_most_every_min_turns(share: float) -> None:
-    settings = Compaction()
-    rewrites, actions = await replay(growing(40, [int(LIMIT * share)]), settings)
-    per_rewrite, back_to_back = spacing(rewrites)
-    assert back_to_back == 0, actions
-    assert per_rewrite >= settings.min_turns_between, (per_rewrite, actions)
+@pytest.mark.parametrize(
+    ("share", "with_summarizer", "without"), [(0.05, 4, 4), (0.10, 4, 4), (0.15, 3.2, 3.2), (0.20, 2, 2.25)]
+)
+async def test_a_steadily_growing_conversation_is_compacted_at_most_every_min_turns(
+    share: float, with_summarizer: float, without: float
+) -> None:
+    """At most every `min_turns_between` turns, or 75% of the best a compaction to the floor can give (about 4.3
+    turns at 15%, 3 at 20%), with no rewrite on consecutive turns. Without a summarizer the ledger goes to the
+    floor for nothing; with one made on the turn, a call is made only when it doubles the turns masking gives (at
+    20%, masking alone gives 2)."""
+    messages = growing(40, [int(LIMIT * share)])
+    for engine, turns in ((compactor(Compaction()), with_summarizer), (without_summarizer(Compaction()), without)):
+        rewrites, actions = await replay(messages, engine)
+        per_rewrite, back_to_back = spacing(rewrites)
+        assert back_to_back == 0, actions
+        assert per_rewrite >= turns, (per_rewrite, actions)
+
+
+async def test_a_fast_conversation_is_compacted_deeper_than_target_at_once() -> None:
+    """With `target` 0.6 and turns of a tenth of the budget, four turns of room mean compacting to about 0.45:
+    masking goes on past all-but-`keep_tool_results` (which stops above that) to the aim, in one step."""
+    settings = Compaction(target=0.6)
+    messages = growing(12, [int(LIMIT * 0.1)])
+    engine = compactor(settings)
+    budget = Budget.of(LIMIT, settings)
+    for end in range(4, len(messages) + 1, 2):
+        outcome = await engine.run(conversation_of(messages[:end]), budget=budget, record=None)
+        if outcome is not None:
+            break
+    assert outcome is not None and outcome.actions == ["mask"]  # masking reaches it: no summary
+    assert outcome.tokens_after <= budget.summarize_at - 4 * int(LIMIT * 0.1) < budget.target
 
 
 async def test_without_spacing_the_same_conversation_is_compacted_more_often() -> None:
@@ -103,9 +139,13 @@ async def test_a_bursty_conversation_never_rewrites_on_consecutive_turns_while_t
 
 
 async def test_turns_too_big_for_the_window_are_said_to_churn() -> None:
-    rewrites, actions = await replay(growing(20, [int(LIMIT * 0.3)]), Compaction())
-    compacted = [a for a, rewrite in zip(actions, rewrites, strict=True) if rewrite]
-    assert compacted and all("churn" in a for a in compacted), actions
+    """Said by the compaction that churns, not by the turns that replay its record (a summary's or the ledger's)."""
+    for engine in (compactor(Compaction()), without_summarizer(Compaction())):
+        rewrites, actions = await replay(growing(20, [int(LIMIT * 0.3)]), engine)
+        compacted = [a for a, rewrite in zip(actions, rewrites, strict=True) if rewrite]
+        replayed = [a for a, rewrite in zip(actions, rewrites, strict=True) if not rewrite and a != "none"]
+        assert compacted and all("churn" in a for a in compacted), actions
+        assert replayed and not any("churn" in a for a in replayed), actions
     _, calm = await replay(growing(30, [int(LIMIT * 0.05)]), Compaction())
     assert not any("churn" in a for a in calm)
 
@@ -119,6 +159,13 @@ def test_a_slow_conversation_aims_at_target_and_a_fast_one_deeper_but_not_below_
     assert too_fast.aim == 9000 and too_fast.churns(9000)
 
 
+def test_without_spacing_a_summary_waits_for_summarize_at_and_a_free_one_goes_to_the_floor() -> None:
+    unspaced = Depth.plan(growth=2_400, floor=3000, target=12_000, summarize_at=20_400, min_turns=0)
+    assert unspaced.aim == 12_000 and not unspaced.summary_pays(15_000)
+    free = Depth.plan(growth=4_800, floor=8000, target=12_000, summarize_at=20_400, min_turns=4, summary_costs=False)
+    assert free.summary_pays(11_000)  # the ledger costs no call: any turn more is worth it
+
+
 def test_a_summary_is_asked_for_only_when_it_pays_for_its_call() -> None:
     reachable = Depth.plan(growth=2_400, floor=3000, target=12_000, summarize_at=20_400, min_turns=4)
     assert reachable.summary_pays(15_000)  # the floor gives the four turns: the summary is made
@@ -126,6 +173,15 @@ def test_a_summary_is_asked_for_only_when_it_pays_for_its_call() -> None:
     assert not churning.summary_pays(11_000)  # masking leaves ~1.9 turns, the floor ~2.6: not worth a call
     assert churning.summary_pays(16_000)  # masking leaves < 1 turn; the floor holds two
     assert churning.summary_pays(15_000)  # ... or the floor more than doubles the turns
+
+
+async def test_the_floor_keeps_room_for_the_summary_beside_the_head_and_the_latest_turn() -> None:
+    settings = Compaction()
+    messages = growing(12, [int(LIMIT * 0.3)])
+    outcome = await compactor(settings).run(conversation_of(messages), budget=Budget.of(LIMIT, settings), record=None)
+    assert outcome is not None and "churn" in outcome.actions
+    head_and_turn = sum(conversation_of(messages).counts[:2]) + sum(conversation_of(messages).counts[-2:])
+    assert int(outcome.notes["floor"]) >= head_and_turn + settings.summarize.max_summary_tokens
 
 
 def test_growth_is_the_mean_of_the_latest_turns_as_they_arrived() -> None:

@@ -79,7 +79,7 @@ def test_the_common_prefix_is_found_as_a_message_by_message_walk_finds_it(first:
 
 
 def test_the_tracker_holds_at_most_its_bytes_the_least_recent_conversations_going_first() -> None:
-    one = LastSent.of(request(["s", "u", "a", "t"])).size
+    one = LastSent.of(request(["s", "u", "a", "t"])).size("a")
     tracker = PrefixTracker(3 * one)
     for key in ("a", "b", "c", "d"):
         tracker.observe(key, request(["s", "u", "a", "t"]))

@@ -168,6 +168,8 @@ def test_the_header_gives_the_cache_figures_and_churning_compactions_are_marked(
         )
         churned = [c for c in view["compactions"] if "churn" in c["actions"].split(",")]
         assert churned
+        metrics = httpx.get(proxy_url.removesuffix("/v1") + "/metrics").text
+        assert f'inflight_compactions_total{{action="churn"}} {float(len(churned))}' in metrics
         assert view["rewrites_per_100_turns"] > 0 and 0 < view["cached_share"] < 1
 
         viewer = open_viewer(browser, proxy_url)
@@ -176,7 +178,7 @@ def test_the_header_gives_the_cache_figures_and_churning_compactions_are_marked(
         facts = page.locator("p.facts")
         expect(facts).to_contain_text("prefix rewrites per 100 turns")
         expect(facts).to_contain_text(f"cached share (estimated) {round(view['cached_share'] * 100)}%")
-        expect(facts).to_contain_text(f"churn {len(churned)} compactions came too soon")
+        expect(facts).to_contain_text(f"churn {len(churned)} compactions left too few turns before the next")
         expect(page.locator("svg circle.marker.churn")).to_have_count(len(churned))
         expect(page.locator("button.churn")).to_have_count(len(churned))
         for compaction in churned:

@@ -1,11 +1,11 @@
 """Stage 2: replace old tool results by a short placeholder that still says what the call was.
 
-All but the newest `keep_tool_results` results go at once, then the oldest of the rest one by one
-(down to `keep_tool_results_min`) until the request is at the compaction's aim (`Work.aim`: the
-target, or deeper when the conversation grows fast, `proxy.compaction.depth`). One big step rather
-than one result a turn, and down to the aim rather than just under a threshold, so that the next
-turns need no change and the prefix the upstream caches stays stable for as many turns as the
-budget allows.
+All but the newest `keep_tool_results` results go at once (then all but `keep_tool_results_min`
+if still above the compaction's aim, `Work.aim`: the target, or deeper when the conversation grows
+fast, `proxy.compaction.depth`): one big step rather than one result a turn, and down to the aim
+rather than just under a threshold, so that the next turns need no change and the prefix the
+upstream caches stays stable for as many turns as the budget allows. Masking all the way costs the
+cache no more than masking one (the prefix changes from the first result masked either way).
 
 The placeholder is a pure function of the call and the result, so the same result is masked to
 the same bytes on every turn (the upstream's prompt cache depends on it).
@@ -88,23 +88,22 @@ class MaskStage:
             if (messages[i].get("role") == "tool" or i in observed) and i not in conversation.opaque
         ]
         calls = calls_of_results(messages)
-        keep, keep_min = self.keep
-        at_once = max(len(results) - keep, 0)  # all but the newest `keep`, whatever the total
-        for position, index in enumerate(results[: max(len(results) - keep_min, 0)]):
-            if position >= at_once and not work.force and total <= work.aim:
+        for keep in self.keep:
+            for index in results[: max(len(results) - keep, 0)]:
+                current = draft.replaced.get(index)
+                if current is not None and current.kind == "mask":
+                    continue
+                original = messages[index]
+                if index in observed:
+                    masked = observation_placeholder(original, observed[index], conversation.counts[index])
+                else:
+                    masked = placeholder(original, calls.get(index), conversation.counts[index])
+                tokens = work.count_message(masked)
+                if tokens >= conversation.counts[index]:  # a short result is its own best summary
+                    continue
+                previous_tokens = current.tokens if current else conversation.counts[index]
+                draft.replaced[index] = Replacement(conversation.digests[index], masked, tokens, "mask")
+                total += tokens - previous_tokens
+                work.outcome.actions.append("mask")
+            if not work.force and total <= work.aim:
                 break
-            current = draft.replaced.get(index)
-            if current is not None and current.kind == "mask":
-                continue
-            original = messages[index]
-            if index in observed:
-                masked = observation_placeholder(original, observed[index], conversation.counts[index])
-            else:
-                masked = placeholder(original, calls.get(index), conversation.counts[index])
-            tokens = work.count_message(masked)
-            if tokens >= conversation.counts[index]:  # a short result is its own best summary
-                continue
-            previous_tokens = current.tokens if current else conversation.counts[index]
-            draft.replaced[index] = Replacement(conversation.digests[index], masked, tokens, "mask")
-            total += tokens - previous_tokens
-            work.outcome.actions.append("mask")
