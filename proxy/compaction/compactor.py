@@ -43,11 +43,13 @@ class Compactor:
         observation: re.Pattern[str] | None = None,
         spacing: tuple[SummarizeSettings, int] | None = None,
         summary_costs: bool = True,
+        summaries_ahead: bool = False,
     ) -> None:
         self.stages = list(stages)
         # The summarizer's settings and `min_turns_between`: how deep a compaction goes (None: to target).
         self.spacing = spacing
         self.summary_costs = summary_costs  # a summary is a call (False: no summarizer, the ledger is free)
+        self.summaries_ahead = summaries_ahead  # made by background jobs: put in place when ready, never waited for
         self.count_message = count_message
         self.estimate_message = estimate_message  # for big text a stage is about to drop (None: count it)
         self.observation = observation  # user messages that are observations, not requests
@@ -80,7 +82,13 @@ class Compactor:
         work.prune = force or work.tokens > recompact_at(budget, record)
         if self.spacing is not None and budget.spaced and (work.prune or draft.fallback):  # a compaction may come
             settings, min_turns = self.spacing
-            work.depth = depth_of(work, settings, min_turns=min_turns, summary_costs=self.summary_costs)
+            work.depth = depth_of(
+                work,
+                settings,
+                min_turns=min_turns,
+                summary_costs=self.summary_costs,
+                summaries_ahead=self.summaries_ahead,
+            )
         for stage in self.stages:
             await stage.run(work)
         if count_exactly(work) and work.tokens > budget.limit:  # the estimates fell short: once more, counted
@@ -174,4 +182,5 @@ def build_compactor(
         observation=observation,
         spacing=(settings.summarize, settings.min_turns_between),
         summary_costs=summarize is not None if summary_costs is None else summary_costs,
+        summaries_ahead=background,
     )

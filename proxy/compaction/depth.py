@@ -13,7 +13,9 @@ too big for the window), a summary is made only when it at least doubles the tur
 next compaction, against masking alone (a summarizer call costs about what a rewrite does), or
 when masking alone would leave no room for the next turn. When no summarizer can be called (none
 configured, or the client's summarizer budget spent), the ledger stands in for nothing, and goes
-to the floor whenever that gives more turns.
+to the floor whenever that gives more turns. When summaries are made ahead (the server's default),
+the one ready is put in place down to the aim, and below `summarize_at` none is asked for unless
+masking would leave no room for the next turn.
 """
 
 from __future__ import annotations
@@ -37,13 +39,26 @@ class Depth:
     summarize_at: int  # where the next compaction comes (a record in use waits for it)
     min_turns: int  # `compaction.min_turns_between`
     summary_costs: bool = True  # a summary is a summarizer call (False: the ledger stands in, for nothing)
+    # Summaries are made ahead, in the background: the one ready is put in place first (`PrecomputedStage`), and
+    # below summarize_at none is asked for unless the next turn would compact again (the ledger standing in, a
+    # wait for the job, a second rewrite when it lands, cost more than the turns it buys).
+    summaries_ahead: bool = False
 
     @classmethod
     def plan(
-        cls, *, growth: int, floor: int, target: int, summarize_at: int, min_turns: int, summary_costs: bool = True
+        cls,
+        *,
+        growth: int,
+        floor: int,
+        target: int,
+        summarize_at: int,
+        min_turns: int,
+        summary_costs: bool = True,
+        summaries_ahead: bool = False,
     ) -> Depth:
         spaced = summarize_at - min_turns * growth  # from here, `min_turns` turns reach summarize_at
-        return cls(growth, floor, max(min(target, spaced), floor), summarize_at, min_turns, summary_costs)
+        aim = max(min(target, spaced), floor)
+        return cls(growth, floor, aim, summarize_at, min_turns, summary_costs, summaries_ahead)
 
     def turns_left(self, tokens: int) -> float:
         """Turns from a request of `tokens` until the conversation crosses `summarize_at` again."""
@@ -67,7 +82,9 @@ class Depth:
         masked, floor = self.turns_left(tokens), self.turns_left(self.floor)
         if not self.summary_costs:
             return floor > masked
-        return self.floor <= spaced or floor >= 2 * masked or masked < 1 <= floor
+        if masked < 1 <= floor:  # else the very next turn compacts again
+            return True
+        return not self.summaries_ahead and (self.floor <= spaced or floor >= 2 * masked)
 
 
 def growth_per_turn(messages: Sequence[Message], sizes: Sequence[int], *, head_len: int) -> int:

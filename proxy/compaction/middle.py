@@ -31,7 +31,14 @@ def valid_cuts(work: Work) -> list[int]:
     return valid
 
 
-def depth_of(work: Work, settings: SummarizeSettings, *, min_turns: int, summary_costs: bool = True) -> Depth:
+def depth_of(
+    work: Work,
+    settings: SummarizeSettings,
+    *,
+    min_turns: int,
+    summary_costs: bool = True,
+    summaries_ahead: bool = False,
+) -> Depth:
     """Where this compaction aims (`proxy.compaction.depth`): its floor is the fixed part, the head, a summary's
     room and the shortest tail a summary may keep, as sent."""
     conversation, draft = work.conversation, work.draft
@@ -53,6 +60,7 @@ def depth_of(work: Work, settings: SummarizeSettings, *, min_turns: int, summary
         summarize_at=budget.summarize_at,
         min_turns=min_turns,
         summary_costs=summary_costs,
+        summaries_ahead=summaries_ahead,
     )
 
 

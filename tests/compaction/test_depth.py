@@ -164,6 +164,9 @@ def test_without_spacing_a_summary_waits_for_summarize_at_and_a_free_one_goes_to
     assert unspaced.aim == 12_000 and not unspaced.summary_pays(15_000)
     free = Depth.plan(growth=4_800, floor=8000, target=12_000, summarize_at=20_400, min_turns=4, summary_costs=False)
     assert free.summary_pays(11_000)  # the ledger costs no call: any turn more is worth it
+    ahead = Depth.plan(growth=2_400, floor=3000, target=12_000, summarize_at=20_400, min_turns=4, summaries_ahead=True)
+    assert not ahead.summary_pays(15_000)  # made in the background: put in place when ready, not waited for...
+    assert ahead.summary_pays(19_000)  # ... unless the very next turn would compact again
 
 
 def test_a_summary_is_asked_for_only_when_it_pays_for_its_call() -> None:
