@@ -42,7 +42,11 @@ class Engine:
         return await self.compactor.run(conversation, **options)
 
 
-def compactor(settings: Compaction | None = None, *, summary: str | None = "## Original task\nA summary.") -> Engine:
+def compactor(
+    settings: Compaction | None = None, *, summary: str | None = "## Original task\nA summary.", summarizer: bool = True
+) -> Engine:
+    """`summary`: what the summarizer answers (None: it is down); `summarizer=False`: there is none to call (the
+    proxy's case when none is configured or the client's budget is spent), so the ledger stands in for free."""
     calls: list[SummaryJob] = []
 
     async def summarize(job: SummaryJob) -> str:
@@ -56,7 +60,7 @@ def compactor(settings: Compaction | None = None, *, summary: str | None = "## O
         settings,
         count_message=lambda m: COUNTER.count_message(m, ENCODING),
         count_text=lambda t: len(ENCODING.encode_ordinary(t)),
-        summarize=summarize,
+        summarize=summarize if summarizer else None,
         summarizer_input_tokens=100_000,
     )
     return Engine(settings, built, calls)

@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from proxy.compaction import Budget, Record, build_compactor
+from proxy.compaction import Budget, Record
 from proxy.compaction.depth import Depth, growth_per_turn
 from proxy.compaction.stages.digest import LATER_NOTE, NO_SUMMARY_NOTE
 from proxy.compaction.summary_job import written_part
 from proxy.config import Compaction
-from tests.compaction.test_compactor import COUNTER, ENCODING, Engine, compactor, conversation_of
+from tests.compaction.test_compactor import ENCODING, Engine, compactor, conversation_of
 
 LIMIT = 24_000
 
@@ -56,14 +56,7 @@ def growing(turns: int, sizes: list[int]) -> list[dict[str, Any]]:
 
 def without_summarizer(settings: Compaction) -> Engine:
     """A compactor as the proxy builds it when no summarizer can be called: the ledger stands in."""
-    built = build_compactor(
-        settings,
-        count_message=lambda m: COUNTER.count_message(m, ENCODING),
-        count_text=lambda t: len(ENCODING.encode_ordinary(t)),
-        summarize=None,
-        summarizer_input_tokens=100_000,
-    )
-    return Engine(settings, built)
+    return compactor(settings, summarizer=False)
 
 
 async def replay(messages: list[dict[str, Any]], engine: Engine | Compaction) -> tuple[list[bool], list[str]]:
