@@ -17,16 +17,14 @@ from proxy.compaction.conversation import (
     latest_request_index,
     observation_regex,
 )
-from proxy.compaction.depth import Depth
+from proxy.compaction.depth import Depth, Spacing
 from proxy.compaction.draft import Budget, Draft
 from proxy.compaction.middle import depth_of
-from proxy.compaction.prefix import view_ids
 from proxy.compaction.record import Record, Replacement
 from proxy.compaction.stage import Outcome, Stage, Work
 from proxy.compaction.stages import build_stages
 from proxy.compaction.summary_job import Summarize
 from proxy.config import Compaction
-from proxy.config import Summarize as SummarizeSettings
 
 CHURN = "churn"  # the action of a compaction that leaves fewer than min_turns_between turns to the next
 
@@ -41,15 +39,10 @@ class Compactor:
         count_message: Callable[[Message], int],
         estimate_message: Callable[[Message], int] | None = None,
         observation: re.Pattern[str] | None = None,
-        spacing: tuple[SummarizeSettings, int] | None = None,
-        summary_costs: bool = True,
-        summaries_ahead: bool = False,
+        spacing: Spacing | None = None,
     ) -> None:
         self.stages = list(stages)
-        # The summarizer's settings and `min_turns_between`: how deep a compaction goes (None: to target).
-        self.spacing = spacing
-        self.summary_costs = summary_costs  # a summary is a call (False: no summarizer, the ledger is free)
-        self.summaries_ahead = summaries_ahead  # made by background jobs: put in place when ready, never waited for
+        self.spacing = spacing  # how deep a compaction goes (`proxy.compaction.depth`; None: to target)
         self.count_message = count_message
         self.estimate_message = estimate_message  # for big text a stage is about to drop (None: count it)
         self.observation = observation  # user messages that are observations, not requests
@@ -81,14 +74,7 @@ class Compactor:
         )
         work.prune = force or work.tokens > recompact_at(budget, record)
         if self.spacing is not None and budget.spaced and (work.prune or draft.fallback):  # a compaction may come
-            settings, min_turns = self.spacing
-            work.depth = depth_of(
-                work,
-                settings,
-                min_turns=min_turns,
-                summary_costs=self.summary_costs,
-                summaries_ahead=self.summaries_ahead,
-            )
+            work.depth = depth_of(work, self.spacing)
         for stage in self.stages:
             await stage.run(work)
         if count_exactly(work) and work.tokens > budget.limit:  # the estimates fell short: once more, counted
@@ -99,8 +85,8 @@ class Compactor:
         total = work.tokens
         view = draft.view(conversation)
         outcome.messages = [message for message, _, _ in view]
-        outcome.sent_ids = view_ids(view, conversation.digests, draft.replaced)
         outcome.sent_counts = [tokens for _, tokens, _ in view]
+        outcome.sent_origins = [origin for _, _, origin in view]
         outcome.tokens_after = total
         outcome.record = draft.freeze(conversation)
         outcome.fits = total <= budget.limit
@@ -180,7 +166,10 @@ def build_compactor(
         count_message=count_message,
         estimate_message=estimate_message,
         observation=observation,
-        spacing=(settings.summarize, settings.min_turns_between),
-        summary_costs=summarize is not None if summary_costs is None else summary_costs,
-        summaries_ahead=background,
+        spacing=Spacing(
+            settings.summarize,
+            settings.min_turns_between,
+            summary_costs=summarize is not None if summary_costs is None else summary_costs,
+            summaries_ahead=background,
+        ),
     )

@@ -25,8 +25,23 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from proxy.compaction.conversation import Message
+from proxy.config import Summarize as SummarizeSettings
 
 RECENT_TURNS = 8  # the growth a compaction plans for: the mean of this many latest turns
+
+
+@dataclass(frozen=True)
+class Spacing:
+    """How far apart compactions are to be, and what a summary costs: the same rules for a compaction and for the
+    background job that plans the summary it will put in place."""
+
+    summarize: SummarizeSettings  # the room a summary takes (`max_summary_tokens`)
+    min_turns: int  # `compaction.min_turns_between`
+    summary_costs: bool = True  # a summary is a summarizer call (False: the ledger stands in, for nothing)
+    # Summaries are made ahead, in the background: the one ready is put in place first (`PrecomputedStage`), and
+    # below summarize_at none is asked for unless the next turn would compact again (the ledger standing in, a
+    # wait for the job, a second rewrite when it lands, cost more than the turns it buys).
+    summaries_ahead: bool = False
 
 
 @dataclass(frozen=True)
@@ -37,28 +52,12 @@ class Depth:
     floor: int  # the least a compaction can send: fixed part, head, a summary's room, the latest turn
     aim: int  # where this compaction stops: at most `target`, at least `floor`
     summarize_at: int  # where the next compaction comes (a record in use waits for it)
-    min_turns: int  # `compaction.min_turns_between`
-    summary_costs: bool = True  # a summary is a summarizer call (False: the ledger stands in, for nothing)
-    # Summaries are made ahead, in the background: the one ready is put in place first (`PrecomputedStage`), and
-    # below summarize_at none is asked for unless the next turn would compact again (the ledger standing in, a
-    # wait for the job, a second rewrite when it lands, cost more than the turns it buys).
-    summaries_ahead: bool = False
+    spacing: Spacing
 
     @classmethod
-    def plan(
-        cls,
-        *,
-        growth: int,
-        floor: int,
-        target: int,
-        summarize_at: int,
-        min_turns: int,
-        summary_costs: bool = True,
-        summaries_ahead: bool = False,
-    ) -> Depth:
-        spaced = summarize_at - min_turns * growth  # from here, `min_turns` turns reach summarize_at
-        aim = max(min(target, spaced), floor)
-        return cls(growth, floor, aim, summarize_at, min_turns, summary_costs, summaries_ahead)
+    def plan(cls, *, growth: int, floor: int, target: int, summarize_at: int, spacing: Spacing) -> Depth:
+        spaced = summarize_at - spacing.min_turns * growth  # from here, `min_turns` turns reach summarize_at
+        return cls(growth, floor, max(min(target, spaced), floor), summarize_at, spacing)
 
     def turns_left(self, tokens: int) -> float:
         """Turns from a request of `tokens` until the conversation crosses `summarize_at` again."""
@@ -68,7 +67,7 @@ class Depth:
 
     def churns(self, tokens: int) -> bool:
         """Whether a compaction that sends `tokens` leaves fewer than `min_turns` turns before the next one."""
-        return self.turns_left(tokens) < self.min_turns
+        return self.turns_left(tokens) < self.spacing.min_turns
 
     def summary_pays(self, tokens: int) -> bool:
         """Masking left `tokens`, above the aim: whether a summary (down to the floor) is worth its call.
@@ -76,15 +75,16 @@ class Depth:
         alone would have the very next turn compact again and the floor would not; when it costs no call
         (the ledger stands in), whenever it gives more turns. Never without spacing (`min_turns` 0, or no
         growth yet): then a summary waits for `summarize_at`, as it always did."""
-        if self.min_turns <= 0 or self.growth <= 0:
+        spacing = self.spacing
+        if spacing.min_turns <= 0 or self.growth <= 0:
             return False
-        spaced = self.summarize_at - self.min_turns * self.growth
+        spaced = self.summarize_at - spacing.min_turns * self.growth
         masked, floor = self.turns_left(tokens), self.turns_left(self.floor)
-        if not self.summary_costs:
+        if not spacing.summary_costs:
             return floor > masked
         if masked < 1 <= floor:  # else the very next turn compacts again
             return True
-        return not self.summaries_ahead and (self.floor <= spaced or floor >= 2 * masked)
+        return not spacing.summaries_ahead and (self.floor <= spaced or floor >= 2 * masked)
 
 
 def growth_per_turn(messages: Sequence[Message], sizes: Sequence[int], *, head_len: int) -> int:

@@ -7,7 +7,7 @@ summary message. Both the LLM summary and its local fallback replace the same sp
 from __future__ import annotations
 
 from proxy.compaction.conversation import Message, pinned, turn_starts
-from proxy.compaction.depth import Depth, growth_per_turn
+from proxy.compaction.depth import Depth, Spacing, growth_per_turn
 from proxy.compaction.draft import Budget
 from proxy.compaction.facts import facts_of
 from proxy.compaction.ledger import Ledger
@@ -31,14 +31,7 @@ def valid_cuts(work: Work) -> list[int]:
     return valid
 
 
-def depth_of(
-    work: Work,
-    settings: SummarizeSettings,
-    *,
-    min_turns: int,
-    summary_costs: bool = True,
-    summaries_ahead: bool = False,
-) -> Depth:
+def depth_of(work: Work, spacing: Spacing) -> Depth:
     """Where this compaction aims (`proxy.compaction.depth`): its floor is the fixed part, the head, a summary's
     room and the shortest tail a summary may keep, as sent."""
     conversation, draft = work.conversation, work.draft
@@ -46,7 +39,7 @@ def depth_of(
     cuts = valid_cuts(work)
     tail_from = cuts[-1] if cuts else draft.prefix_len
     kept = sum(t for _, t, o in view if o is not None and (o < draft.prefix_len or o >= tail_from))
-    floor = conversation.fixed_tokens + kept + max_summary_tokens(settings, work.budget)
+    floor = conversation.fixed_tokens + kept + max_summary_tokens(spacing.summarize, work.budget)
     sizes = [
         r.tokens if (r := draft.replaced.get(i)) is not None and r.kind == "truncate" else count
         for i, count in enumerate(conversation.counts)
@@ -54,13 +47,7 @@ def depth_of(
     growth = growth_per_turn(conversation.messages, sizes, head_len=draft.head_len)
     budget = work.budget
     return Depth.plan(
-        growth=growth,
-        floor=floor,
-        target=budget.target,
-        summarize_at=budget.summarize_at,
-        min_turns=min_turns,
-        summary_costs=summary_costs,
-        summaries_ahead=summaries_ahead,
+        growth=growth, floor=floor, target=budget.target, summarize_at=budget.summarize_at, spacing=spacing
     )
 
 

@@ -83,7 +83,7 @@ class CacheTurn:
         return self.cached / self.tokens if self.tokens else 0.0
 
 
-def view_ids(view: Sequence[ViewItem], digests: Sequence[bytes], replaced: Mapping[int, Replacement]) -> bytes:
+def view_ids(view: Iterable[ViewItem], digests: Sequence[bytes], replaced: Mapping[int, Replacement]) -> bytes:
     """The identities of a compacted request's messages: a client's message its digest; one replaced (masked,
     truncated: a pure function of the original) a digest of its digest, how and its size; the summary a digest
     of its text."""

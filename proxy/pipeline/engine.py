@@ -19,7 +19,7 @@ from cachetools import LRUCache
 
 from proxy.compaction import Budget, Conversation, ConversationCompactions, Outcome, conversation_key, head_length
 from proxy.compaction.background.scheduler import BackgroundSummaries
-from proxy.compaction.prefix import CacheTurn, PrefixTracker, SentRequest
+from proxy.compaction.prefix import CacheTurn, PrefixTracker, SentRequest, view_ids
 from proxy.config import Compaction, ModelSettings, Settings
 from proxy.formats import WireFormat
 from proxy.metrics.observer import NO_OBSERVER, Observer
@@ -446,9 +446,11 @@ def build_pipeline(
 def sent_request(counted: Counted, outcome: Outcome | None) -> SentRequest:
     """What the request sends, as the prompt cache sees it: the client's messages, or the compacted ones."""
     count = counted.count
-    ids = outcome.sent_ids if outcome is not None else b"".join(count.digests)
-    counts = outcome.sent_counts if outcome is not None else count.messages
-    return SentRequest.of(ids, counts, fixed=count.fixed, client=count.digests)
+    if outcome is None:
+        return SentRequest.of(b"".join(count.digests), count.messages, fixed=count.fixed, client=count.digests)
+    view = zip(outcome.messages, outcome.sent_counts, outcome.sent_origins, strict=True)
+    ids = view_ids(view, count.digests, outcome.record.replaced)
+    return SentRequest.of(ids, outcome.sent_counts, fixed=count.fixed, client=count.digests)
 
 
 def key_of(counted: Counted, options: Options, *, max_chars: int = 256) -> str:

@@ -12,6 +12,7 @@ from typing import Protocol
 
 from proxy.compaction import Budget, Compactor, Summarize, SummaryAhead, SummaryJob, build_compactor
 from proxy.compaction.conversation import Message, observation_regex
+from proxy.compaction.depth import Spacing
 from proxy.compaction.stages import SummarizeStage
 from proxy.compaction.summary_job import SummaryBudgetSpent
 from proxy.config import Compaction
@@ -117,7 +118,7 @@ class CompactionParts:
             observation=observation_regex(self.settings.mask.observation_pattern),
             in_place_model=self.accounting.model if own_model else None,
             tools=tools,
-            min_turns=self.settings.min_turns_between,
+            spacing=Spacing(settings, self.settings.min_turns_between, summaries_ahead=True),
         )
 
 

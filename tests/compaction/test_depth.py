@@ -14,13 +14,14 @@ from typing import Any
 import pytest
 
 from proxy.compaction import Budget, Record
-from proxy.compaction.depth import Depth, growth_per_turn
+from proxy.compaction.depth import Depth, Spacing, growth_per_turn
 from proxy.compaction.stages.digest import LATER_NOTE, NO_SUMMARY_NOTE
 from proxy.compaction.summary_job import written_part
-from proxy.config import Compaction
+from proxy.config import Compaction, Summarize
 from tests.compaction.test_compactor import ENCODING, Engine, compactor, conversation_of
 
 LIMIT = 24_000
+SUMMARIZE = Summarize()
 
 
 @cache
@@ -144,28 +145,36 @@ async def test_turns_too_big_for_the_window_are_said_to_churn() -> None:
 
 
 def test_a_slow_conversation_aims_at_target_and_a_fast_one_deeper_but_not_below_its_floor() -> None:
-    slow = Depth.plan(growth=500, floor=3000, target=12_000, summarize_at=20_400, min_turns=4)
+    slow = Depth.plan(growth=500, floor=3000, target=12_000, summarize_at=20_400, spacing=Spacing(SUMMARIZE, 4))
     assert slow.aim == 12_000 and slow.turns_left(slow.aim) >= 4
-    fast = Depth.plan(growth=2_400, floor=3000, target=12_000, summarize_at=20_400, min_turns=4)
+    fast = Depth.plan(growth=2_400, floor=3000, target=12_000, summarize_at=20_400, spacing=Spacing(SUMMARIZE, 4))
     assert fast.aim == 20_400 - 4 * 2_400 and fast.turns_left(fast.aim) == 4
-    too_fast = Depth.plan(growth=6_000, floor=9000, target=12_000, summarize_at=20_400, min_turns=4)
+    too_fast = Depth.plan(growth=6_000, floor=9000, target=12_000, summarize_at=20_400, spacing=Spacing(SUMMARIZE, 4))
     assert too_fast.aim == 9000 and too_fast.churns(9000)
 
 
 def test_without_spacing_a_summary_waits_for_summarize_at_and_a_free_one_goes_to_the_floor() -> None:
-    unspaced = Depth.plan(growth=2_400, floor=3000, target=12_000, summarize_at=20_400, min_turns=0)
+    unspaced = Depth.plan(growth=2_400, floor=3000, target=12_000, summarize_at=20_400, spacing=Spacing(SUMMARIZE, 0))
     assert unspaced.aim == 12_000 and not unspaced.summary_pays(15_000)
-    free = Depth.plan(growth=4_800, floor=8000, target=12_000, summarize_at=20_400, min_turns=4, summary_costs=False)
+    free = Depth.plan(
+        growth=4_800, floor=8000, target=12_000, summarize_at=20_400, spacing=Spacing(SUMMARIZE, 4, summary_costs=False)
+    )
     assert free.summary_pays(11_000)  # the ledger costs no call: any turn more is worth it
-    ahead = Depth.plan(growth=2_400, floor=3000, target=12_000, summarize_at=20_400, min_turns=4, summaries_ahead=True)
+    ahead = Depth.plan(
+        growth=2_400,
+        floor=3000,
+        target=12_000,
+        summarize_at=20_400,
+        spacing=Spacing(SUMMARIZE, 4, summaries_ahead=True),
+    )
     assert not ahead.summary_pays(15_000)  # made in the background: put in place when ready, not waited for...
     assert ahead.summary_pays(19_000)  # ... unless the very next turn would compact again
 
 
 def test_a_summary_is_asked_for_only_when_it_pays_for_its_call() -> None:
-    reachable = Depth.plan(growth=2_400, floor=3000, target=12_000, summarize_at=20_400, min_turns=4)
+    reachable = Depth.plan(growth=2_400, floor=3000, target=12_000, summarize_at=20_400, spacing=Spacing(SUMMARIZE, 4))
     assert reachable.summary_pays(15_000)  # the floor gives the four turns: the summary is made
-    churning = Depth.plan(growth=4_800, floor=8000, target=12_000, summarize_at=20_400, min_turns=4)
+    churning = Depth.plan(growth=4_800, floor=8000, target=12_000, summarize_at=20_400, spacing=Spacing(SUMMARIZE, 4))
     assert not churning.summary_pays(11_000)  # masking leaves ~1.9 turns, the floor ~2.6: not worth a call
     assert churning.summary_pays(16_000)  # masking leaves < 1 turn; the floor holds two
     assert churning.summary_pays(15_000)  # ... or the floor more than doubles the turns

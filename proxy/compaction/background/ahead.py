@@ -24,6 +24,7 @@ from proxy.compaction.conversation import (
     latest_request_index,
     text_of,
 )
+from proxy.compaction.depth import Spacing
 from proxy.compaction.draft import Budget, Draft
 from proxy.compaction.ledger import Ledger
 from proxy.compaction.middle import choose_cut, depth_of, grown_ledger
@@ -51,7 +52,7 @@ class SummaryAhead:
     observation: re.Pattern[str] | None = None  # user messages that are observations, not requests
     in_place_model: str | None = None  # the summarizer is the upstream's own model: ask it in place
     tools: object = None  # the request's tools, sent with an in-place summary so its prefix is unchanged
-    min_turns: int = 0  # `compaction.min_turns_between`: the cut leaves room for that many turns (`depth`)
+    spacing: Spacing | None = None  # the cut leaves room for `min_turns_between` turns (`depth`; None: to target)
 
     @property
     def lease_s(self) -> float:
@@ -68,7 +69,7 @@ class SummaryAhead:
         outcome = Outcome([], sent_tokens, sent_tokens, [], draft.freeze(conversation), fits=True)
         latest = latest_request_index(conversation.messages, self.observation, conversation.observations)
         work = Work(conversation, draft, self.budget, outcome, self.count_message, latest_request=latest)
-        work.depth = depth_of(work, self.stage.settings, min_turns=self.min_turns) if self.budget.spaced else None
+        work.depth = depth_of(work, self.spacing) if self.spacing is not None and self.budget.spaced else None
         growth = max(self.budget.summarize_at - sent_tokens, 0)
         cut = choose_cut(work, self.stage.settings, growth=growth)
         if cut is None:
