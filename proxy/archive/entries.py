@@ -64,8 +64,11 @@ def turn_entry(
     status: int,
     cached: int | None = None,
     rewrite: bool = False,
+    shadow: bool = False,
 ) -> dict[str, Any]:
-    """One chat request: the client's tokens, what was sent, against which limits, and what was done."""
+    """One chat request: the client's tokens, what was sent, against which limits, and what was done. A `shadow`
+    turn (`compaction.mode: shadow`) sent the client's request as it was: `sent`, `actions` and `cached` are
+    what its compaction would have sent, and done."""
     return {
         "time": round(time, 3),
         "model": clipped(model),
@@ -88,6 +91,7 @@ def turn_entry(
         # and whether inflight changed what it had sent before.
         "cached": cached,
         "rewrite": rewrite,
+        "shadow": shadow,
     }
 
 
@@ -103,8 +107,9 @@ def compaction_entry(
     messages: Sequence[Message],
     previous: Record | None,
     record: Record,
+    shadow: bool = False,
 ) -> dict[str, Any]:
-    """One compaction: what it replaced and with what."""
+    """One compaction: what it replaced and with what (`shadow`: would have, had it been sent)."""
     summary = record.summary
     return {
         "id": compaction_id,
@@ -121,6 +126,7 @@ def compaction_entry(
         "ledger": record.ledger.render(LEDGER_CHARS) if record.ledger is not None else None,
         "summarized": [record.head_len, record.prefix_len] if record.summary is not None else None,
         "dropped": dropped(messages, previous, record),
+        "shadow": shadow,
     }
 
 

@@ -56,7 +56,13 @@ def conversation_view(meta: dict[str, Any], turns: list[dict[str, Any]]) -> dict
     """A conversation with its kept turns (oldest first), its compactions (the viewer's markers) and the outlook."""
     growth = average_growth(turns)
     compactions = [
-        {"id": turn["compaction_id"], "n": turn["n"], "time": turn["time"], "actions": turn["actions"]}
+        {
+            "id": turn["compaction_id"],
+            "n": turn["n"],
+            "time": turn["time"],
+            "actions": turn["actions"],
+            "shadow": bool(turn.get("shadow")),
+        }
         for turn in turns
         if turn.get("compacted_here") and turn.get("compaction_id")
     ]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -100,6 +101,12 @@ class Cache(Section):
 
 class Compaction(Section):
     enabled: bool = True
+    # "shadow": the client's bytes go upstream unchanged and the answer comes back unchanged; what compaction
+    # would have sent is planned and recorded (log line, metrics, archive), to measure it on real traffic first.
+    mode: Literal["active", "shadow"] = "active"
+    # In shadow mode, whether the summaries it plans are asked of the summarizer (background jobs, never
+    # waited for); false: none is made, and the ledger stands in the plan (no summarizer call, no cost).
+    shadow_summaries: bool = False
     reserve_tokens: int = Field(16384, ge=0)
     prune_at: float = Field(0.70, gt=0, le=1)
     summarize_at: float = Field(0.85, gt=0, le=1)

@@ -136,6 +136,19 @@ class Metrics:
             buckets=TOKEN_BUCKETS,
             registry=registry,
         )
+        self.shadow_compactions = Counter(
+            "inflight_shadow_compactions",
+            "Compaction actions planned in shadow mode and not sent (x-inflight-shadow-actions).",
+            ["action"],
+            registry=registry,
+        )
+        self.shadow_tokens = Histogram(
+            "inflight_shadow_compaction_tokens",
+            "Calibrated prompt tokens of requests compaction would have rewritten in shadow mode: before, and after.",
+            ["side"],
+            buckets=TOKEN_BUCKETS,
+            registry=registry,
+        )
         self.summarizer_calls = Counter(
             "inflight_summarizer_calls", "Summarizer model calls, by outcome.", ["outcome"], registry=registry
         )
@@ -204,6 +217,9 @@ class Metrics:
         actions = exchange.headers.get("x-inflight-actions")
         if actions is not None and actions != "none":
             self._compacted(actions.split(","), exchange.headers)
+        shadow = exchange.headers.get("x-inflight-shadow-actions")
+        if shadow is not None:
+            self._shadowed(shadow.split(","), exchange.headers)
 
     def refused(self, path: str) -> None:
         """A request answered 401 before any route saw it."""
@@ -221,6 +237,15 @@ class Metrics:
         if before is not None and after is not None and not NOT_COMPACTIONS.issuperset(actions):
             self._child(self.tokens, "before").observe(int(before))
             self._child(self.tokens, "after").observe(int(after))
+
+    def _shadowed(self, actions: list[str], headers: dict[str, str]) -> None:
+        """What shadow mode planned and did not send: its actions, and the tokens it would have sent."""
+        for action in actions:
+            self._child(self.shadow_compactions, action).inc()
+        before, after = headers.get("x-inflight-tokens-before"), headers.get("x-inflight-shadow-tokens-after")
+        if before is not None and after is not None and not NOT_COMPACTIONS.issuperset(actions):
+            self._child(self.shadow_tokens, "before").observe(int(before))
+            self._child(self.shadow_tokens, "after").observe(int(after))
 
     def record_lookup(self, *, hit: bool) -> None:
         self._child(self.lookups, "hit" if hit else "miss").inc()

@@ -83,19 +83,23 @@ class Archiver:
         outcome = prepared.outcome
         conversation = conversation_id(key)
         headers = prepared.headers
+        # A shadow turn is archived as what it would have sent (the viewer marks it): that is what it measures.
+        shadow = prepared.shadow and outcome is not None
+        sent = outcome.tokens_after if shadow and outcome is not None else prepared.sent_tokens
         turn = turn_entry(
             time=now,
             model=accounting.model,
             tokens=accounting.prompt_tokens,
-            sent=accounting.calibrated(prepared.sent_tokens),
+            sent=accounting.calibrated(sent),
             thresholds=thresholds_of(accounting, prepared, settings),
-            actions=headers.get("x-inflight-actions", "none"),
+            actions=headers.get("x-inflight-shadow-actions" if shadow else "x-inflight-actions", "none"),
             compaction_id=outcome.compaction_id or None if outcome is not None else None,
             fresh=outcome is not None and outcome.fresh,
             recorded=outcome is not None and not outcome.record.bare,
             status=status,
             cached=accounting.calibrated(prepared.cache.cached) if prepared.cache is not None else None,
             rewrite=prepared.cache is not None and prepared.cache.rewrite,
+            shadow=prepared.shadow,
         )
         compaction = None
         if outcome is not None and outcome.fresh:
@@ -110,5 +114,6 @@ class Archiver:
                 messages=counted.request.messages,
                 previous=outcome.previous,
                 record=outcome.record,
+                shadow=shadow,
             )
         self.writer.add(TurnWrite(conversation, conversation_label(key), turn), compaction)

@@ -25,7 +25,7 @@ from proxy.formats import WireFormat
 from proxy.metrics.observer import NO_OBSERVER, Observer
 from proxy.offload import call_sized
 from proxy.pipeline.accounting import Accounting, Counted
-from proxy.pipeline.outgoing import Prepared, as_sent, rewritten, translated
+from proxy.pipeline.outgoing import Prepared, as_sent, rewritten, shadowed, translated
 from proxy.pipeline.parts import CompactionParts, SummarizerFactory, summarizer_window
 from proxy.policy.calibration import Calibration, Ratios
 from proxy.policy.refusals import Refusal
@@ -45,7 +45,9 @@ EXACT_MARGIN = 1.25  # counted exactly: this much more than the window (a calibr
 class Options:
     """What the client asked of the proxy for this request (the `x-inflight-*` request headers)."""
 
-    mode: str = ""  # "off": forward untouched, never retry; "force": compact even if it fits
+    # "off": forward untouched, never retry; "force": compact even if it fits; "shadow": forward untouched,
+    # never retry, and plan the compaction only to say what it would have sent (`compaction.mode: shadow`)
+    mode: str = ""
     session: str | None = None  # `x-inflight-session`: before any the body names
     session_hint: str | None = None  # the wire format's own session header: after the body's
     # The client's `Authorization` and `x-api-key`, for the summarizer when no key is configured; and who it is.
@@ -267,8 +269,20 @@ class Pipeline:
 
     def compacts(self, counted: Counted, options: Options) -> bool:
         """Whether this request may be rewritten and retried at all."""
+        return self.plans(counted, options) and not self.shadows(counted, options)
+
+    def plans(self, counted: Counted, options: Options) -> bool:
+        """Whether this request's compaction is planned: to be sent, or only said (`shadows`)."""
         enabled = self.model_settings(counted.model).compaction.enabled
         return enabled and options.mode != "off" and counted.request.compactable
+
+    def shadows(self, counted: Counted, options: Options) -> bool:
+        """Whether this request's compaction is planned and recorded but not sent: the client asks it of this
+        request (`x-inflight-compaction: shadow`), or its model's config does (`compaction.mode: shadow`) and
+        the client asks nothing else of it (`force`, `off`, and the compact endpoint's own, still win)."""
+        if options.mode == "shadow":
+            return True
+        return not options.mode and self.model_settings(counted.model).compaction.mode == "shadow"
 
     async def prepare(
         self,
@@ -304,7 +318,12 @@ class Pipeline:
     ) -> Prepared:
         limit = retry.limit if retry is not None else accounting.budget
         untouched = as_sent(counted, accounting, limit=limit)
-        if not self.compacts(counted, options):
+        shadow = self.shadows(counted, options)
+        if shadow:
+            untouched.shadow = True
+            untouched.headers["x-inflight-compaction"] = "shadow"
+            untouched.fields["shadow"] = "none"
+        if not self.plans(counted, options):
             return untouched
         if accounting.budget <= 0:
             # max_tokens alone fills the window: not the prompt's fault. Forward it as sent; the upstream
@@ -313,15 +332,17 @@ class Pipeline:
             return untouched
         try:
             key = untouched.key = key_of(counted, options, max_chars=self._max_key_chars)
-            outcome = await self.compact(counted, accounting, options, key=key, retry=retry)
+            outcome = await self.compact(counted, accounting, options, key=key, retry=retry, shadow=shadow)
         except Exception as exc:  # a bug of ours must not cost the user the request
             model = self._model_key(accounting.model)
             log.exception("[compaction] failed for %s; forwarding the request unchanged", model)
             untouched.fields["compaction_error"] = type(exc).__name__
-            untouched.headers["x-inflight-actions"] = "error"
+            untouched.headers["x-inflight-shadow-actions" if shadow else "x-inflight-actions"] = "error"
             return untouched
         if outcome is None or (outcome.actions == ["none"] and outcome.fits):  # nothing changed: the client's bytes
             return self.cache_figures(untouched, counted, None)
+        if shadow:  # the client's bytes go; what would have gone instead is said, and measured for the cache
+            return self.cache_figures(shadowed(untouched, accounting, outcome), counted, outcome)
         # Its body is written from what was kept: megabytes, when the compaction could not make it fit.
         prepared = await call_sized(
             lambda: rewritten(counted, accounting, outcome, limit=limit, key=key), outcome.tokens_after
@@ -340,8 +361,17 @@ class Pipeline:
         return prepared
 
     async def compact(
-        self, counted: Counted, accounting: Accounting, options: Options, *, key: str, retry: RetryAim | None
+        self,
+        counted: Counted,
+        accounting: Accounting,
+        options: Options,
+        *,
+        key: str,
+        retry: RetryAim | None,
+        shadow: bool = False,
     ) -> Outcome | None:
+        """The request's compaction. In `shadow`, no summary is asked unless `compaction.shadow_summaries`, and
+        then only of a background job that no turn waits for: planning must cost the client no time."""
         settings = self.model_settings(accounting.model).compaction
         count = counted.count
         request = counted.request
@@ -357,8 +387,9 @@ class Pipeline:
         own_units = accounting.own_units(retry.limit if retry else accounting.budget)  # compaction's units
         budget = Budget.exactly(own_units) if retry and retry.blind else Budget.of(own_units, settings)
         force = options.mode == "force"  # a retry needs no push: what it retries is over its limit
-        background = self._compactions.background and self._summarizers is not None
-        background = background and settings.summarize.background_at is not None
+        summarizers = None if shadow and not settings.shadow_summaries else self._summarizers
+        background = self._compactions.background and summarizers is not None
+        background = background and (settings.summarize.background_at is not None or shadow)
         start_at = int(budget.limit * (settings.summarize.background_at or 1)) if background else budget.prune_at
         due = force or conversation.tokens > min(budget.prune_at, start_at)  # else no summary is near: no need to ask
         summary_window = await self.summarizer_window(settings, accounting.model, ask=due)
@@ -368,7 +399,7 @@ class Pipeline:
             settings=settings,
             accounting=accounting,
             counter=self._counter,
-            summarizers=None if spent else self._summarizers,
+            summarizers=None if spent else summarizers,
             client_credentials=options.credentials,
             summarizer_input_tokens=int(summary_window / accounting.ratio),
             wire=counted.wire,
@@ -378,6 +409,8 @@ class Pipeline:
         # No job for a retry (the turn it retries saw to that), nor for a request under every threshold.
         wanted = background and due and not retry
         ahead = parts.ahead(budget, start_at, counted.request.view.get("tools")) if wanted else None
+        if shadow and ahead is not None:
+            ahead = replace(ahead, wait_s=0)
         compactor = functools.partial(parts.compactor, background=background)
         outcome = await self._compactions.compact(
             key, conversation, compactor=compactor, budget=budget, force=force, ahead=ahead

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from proxy.compaction import Outcome
@@ -31,6 +31,9 @@ class Prepared:
     report: dict[str, Any] | None = None
     approximate: bool = False  # `sent_tokens` is partly estimated from samples (a huge request sent as it is)
     sent_fixed: int = 0  # what of `sent_tokens` is tool definitions and reply priming, for calibration
+    # Shadow mode: `body` is the client's own, and `outcome` what compaction would have sent instead (said in the
+    # `x-inflight-shadow-*` headers, the log line, the metrics and the archive; never sent).
+    shadow: bool = False
     # What the prompt cache can serve of it (`proxy.compaction.prefix`), against the conversation's request sent
     # before it: worked out when first asked (after the answer, for the log line), once.
     measure_cache: Callable[[], CacheTurn] | None = field(default=None, repr=False)
@@ -77,24 +80,51 @@ def translated(counted: Counted, untouched: Prepared) -> Prepared:
     """Nothing compacted, but the body carries what only inflight can read (its own compaction items):
     the format writes it as the upstream reads it, the rest as it came."""
     body = counted.wire.write(counted.payload, counted.request, counted.request.messages)
-    headers = untouched.headers | {"x-inflight-actions": "expanded"}
-    fields = untouched.fields | {"actions": "expanded"}
-    return Prepared(
-        body,
-        True,
-        untouched.sent_tokens,
-        untouched.limit,
-        headers,
-        fields,
-        key=untouched.key,
-        approximate=untouched.approximate,
-        sent_fixed=untouched.sent_fixed,
-        measure_cache=untouched.measure_cache,
+    actions = {"x-inflight-actions": "expanded"}
+    return replace(
+        untouched,
+        body=body,
+        rewritten=True,
+        headers=untouched.headers | actions,
+        fields=untouched.fields | {"actions": "expanded"},
     )
 
 
 def rewritten(counted: Counted, accounting: Accounting, outcome: Outcome, *, limit: int, key: str) -> Prepared:
     """The compacted body, with the headers and log fields that say what was done to it."""
+    headers, fields = described(accounting, outcome, limit=limit, key=key)
+    too_long = None
+    if not outcome.fits:
+        before, after = accounting.calibrated(outcome.tokens_before), accounting.calibrated(outcome.tokens_after)
+        too_long = (
+            f"This request needs at least {after:,} prompt tokens after compaction (it had {before:,}), but "
+            f"{accounting.model} allows {limit:,} ({accounting.limits.context_window:,}-token context window "
+            "minus the tokens reserved for the reply). Shorten the system prompt, the tools or the last message."
+        )
+    body = counted.wire.write(counted.payload, counted.request, outcome.messages)
+    fixed = counted.count.fixed  # compaction keeps the tools
+    return Prepared(body, True, outcome.tokens_after, limit, headers, fields, outcome, too_long, key, sent_fixed=fixed)
+
+
+def shadowed(untouched: Prepared, accounting: Accounting, outcome: Outcome) -> Prepared:
+    """Shadow mode: the client's own bytes, sent and counted as they are, with what compaction would have sent
+    instead said beside them: `x-inflight-shadow-*` headers, and the log line's `shadow=` (its actions) and
+    `compacted=` fields. No body is written for it: nobody reads one."""
+    headers, fields = described(accounting, outcome, limit=untouched.limit, key=untouched.key)
+    said = {"x-inflight-shadow-actions": headers["x-inflight-actions"]}
+    said["x-inflight-shadow-tokens-after"] = headers["x-inflight-tokens-after"]
+    if "x-inflight-compaction-id" in headers:
+        said["x-inflight-shadow-compaction-id"] = headers["x-inflight-compaction-id"]
+    fields = {"shadow": fields.pop("actions")} | fields
+    return replace(
+        untouched, headers=untouched.headers | said, fields=untouched.fields | fields, outcome=outcome, shadow=True
+    )
+
+
+def described(
+    accounting: Accounting, outcome: Outcome, *, limit: int, key: str
+) -> tuple[dict[str, str], dict[str, object]]:
+    """The headers and log fields that say what a compaction did (or, in shadow mode, would have done)."""
     before, after = accounting.calibrated(outcome.tokens_before), accounting.calibrated(outcome.tokens_after)
     actions = ",".join(outcome.actions)
     headers = accounting.headers() | {
@@ -113,14 +143,4 @@ def rewritten(counted: Counted, accounting: Accounting, outcome: Outcome, *, lim
         "summarizer_calls": outcome.summarizer_calls,
         "summarizer_ms": f"{outcome.summarizer_ms:.0f}" if outcome.summarizer_ms is not None else "-",
     }
-    fields |= outcome.notes
-    too_long = None
-    if not outcome.fits:
-        too_long = (
-            f"This request needs at least {after:,} prompt tokens after compaction (it had {before:,}), but "
-            f"{accounting.model} allows {limit:,} ({accounting.limits.context_window:,}-token context window "
-            "minus the tokens reserved for the reply). Shorten the system prompt, the tools or the last message."
-        )
-    body = counted.wire.write(counted.payload, counted.request, outcome.messages)
-    fixed = counted.count.fixed  # compaction keeps the tools
-    return Prepared(body, True, outcome.tokens_after, limit, headers, fields, outcome, too_long, key, sent_fixed=fixed)
+    return headers, fields | outcome.notes

@@ -1,0 +1,220 @@
+"""Shadow mode (`compaction.mode: shadow`, `x-inflight-compaction: shadow`): the client's bytes go upstream and the
+upstream's come back, unchanged, while what compaction would have sent is said and recorded."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from proxy.compaction.conversation import problems
+from tests.compaction.test_compactor import agent_conversation
+from tests.conftest import ProxyFactory
+from tests.fixtures.refusals import REFUSALS
+from tests.http.test_archive import admin, archived
+from tests.http.test_messages import MODEL, SYSTEM, TOOLS, agent_messages, as_params, client_for
+from tests.support.logs import log_lines
+from tests.support.messages import MessagesTaskAgent
+from tests.support.upstream import Scripted, UpstreamApp, sse
+from tests.support.waiting import wait_until
+
+# Budget 3000 (a quarter of the window is reserved for the reply).
+WINDOW: dict[str, Any] = {"models": {"gpt-4o": {"context_window": 4000}}}
+SHADOW: dict[str, Any] = {**WINDOW, "compaction": {"mode": "shadow"}}
+# The upstream's answer as it wrote it: odd spacing and key order that a re-serialization would lose.
+ANSWER = b'{ "id":"chatcmpl-1",  "object":"chat.completion","model":"gpt-4o","choices":[{"index":0,' + (
+    b'"message":{"role":"assistant","content":"ok \\u00e9"},"finish_reason":"stop"}],"usage":{"prompt_tokens":9} }'
+)
+
+
+def body_of(turns: int, **extra: Any) -> bytes:
+    """A request body as a client wrote it (indented: any re-serialization would show)."""
+    payload = {"model": "gpt-4o", "messages": agent_conversation(turns, output_lines=5), **extra}
+    return orjson.dumps(payload, option=orjson.OPT_INDENT_2)
+
+
+def post(proxy_url: str, body: bytes, **headers: str) -> httpx.Response:
+    headers = {"content-type": "application/json", **headers}
+    return httpx.post(f"{proxy_url}/chat/completions", content=body, headers=headers, timeout=30)
+
+
+def jobs(proxy_url: str) -> dict[str, int]:
+    """The background summaries' counts (`/inflight/stats`)."""
+    found: dict[str, int] = admin(proxy_url, "/inflight/stats").json()["summary_jobs"]
+    return found
+
+
+def test_shadow_mode_sends_the_clients_bytes_and_says_what_compaction_would_have_sent(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    app, url = upstream
+    caplog.set_level(logging.INFO, logger="inflight")
+    body = body_of(120)
+    app.script.append(Scripted(body=ANSWER))
+    with start_proxy(url, **SHADOW) as proxy_url:
+        response = post(proxy_url, body)
+        line = log_lines(caplog, "shadow=")
+    assert app.chat_requests()[-1].body == body  # byte for byte, though it is far over the budget
+    assert response.status_code == 200 and response.content == ANSWER
+    headers = response.headers
+    assert headers["x-inflight-compaction"] == "shadow"
+    assert headers["x-inflight-actions"] == "none"  # nothing was done to what was sent
+    assert headers["x-inflight-tokens-after"] == headers["x-inflight-tokens-before"]
+    planned = headers["x-inflight-shadow-actions"].split(",")
+    assert "mask" in planned and "fallback" in planned  # the ledger stands in for a summary in the plan
+    assert int(headers["x-inflight-shadow-tokens-after"]) <= 3000 < int(headers["x-inflight-tokens-before"])
+    assert headers["x-inflight-shadow-compaction-id"]
+    assert app.summaries == []  # no summarizer call unless shadow_summaries
+    assert len(line) == 1
+    fields = dict(part.split("=", 1) for part in line[0].split() if "=" in part)
+    assert fields["shadow"] == headers["x-inflight-shadow-actions"]
+    before, _, rest = fields["compacted"].partition("->")
+    assert int(before) == int(headers["x-inflight-tokens-before"])
+    assert int(rest.split("/")[0]) == int(headers["x-inflight-shadow-tokens-after"])
+    assert "actions" not in fields
+
+
+def test_a_shadow_stream_is_relayed_as_the_upstream_sent_it(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    app, url = upstream
+    events = [
+        sse({"id": "c", "choices": [{"index": 0, "delta": {"content": "a"}}]}),
+        b": a comment the upstream sent\n\n",
+        sse({"id": "c", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "usage": None}),
+        b"data: [DONE]\n\n",
+    ]
+    app.script.append(Scripted(events=events))
+    body = body_of(120, stream=True)
+    with start_proxy(url, **SHADOW) as proxy_url:
+        response = post(proxy_url, body)
+    assert app.chat_requests()[-1].body == body
+    assert response.content == b"".join(events)
+    assert "mask" in response.headers["x-inflight-shadow-actions"]
+
+
+def test_the_shadow_header_shadows_one_request_of_an_active_proxy(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    app, url = upstream
+    body = body_of(120)
+    with start_proxy(url, **WINDOW) as proxy_url:
+        shadowed = post(proxy_url, body, **{"x-inflight-compaction": "shadow"})
+        shadow_sent = app.chat_requests()[-1].body
+        active = post(proxy_url, body)
+    assert shadow_sent == body and "x-inflight-shadow-actions" in shadowed.headers
+    assert shadowed.headers["x-inflight-actions"] == "none"
+    # The control: the same request, not shadowed, is compacted.
+    assert "x-inflight-shadow-actions" not in active.headers and active.headers["x-inflight-actions"] != "none"
+    compacted = app.chat_requests()[-1].json()["messages"]
+    assert compacted != orjson.loads(body)["messages"] and problems(compacted) == []
+
+
+@pytest.mark.parametrize("mode", ["force", "off"])
+def test_the_clients_own_mode_wins_over_a_shadow_config(
+    mode: str, upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    app, url = upstream
+    body = body_of(120)
+    with start_proxy(url, **SHADOW) as proxy_url:
+        response = post(proxy_url, body, **{"x-inflight-compaction": mode})
+    assert "x-inflight-shadow-actions" not in response.headers
+    assert (app.chat_requests()[-1].body == body) is (mode == "off")
+
+
+def test_a_request_that_fits_is_shadowed_with_nothing_to_say(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    app, url = upstream
+    caplog.set_level(logging.INFO, logger="inflight")
+    body = body_of(2)
+    with start_proxy(url, **SHADOW) as proxy_url:
+        response = post(proxy_url, body)
+        line = log_lines(caplog, "shadow=")
+    assert app.chat_requests()[-1].body == body
+    assert response.headers["x-inflight-compaction"] == "shadow"
+    assert "x-inflight-shadow-actions" not in response.headers
+    assert len(line) == 1 and " shadow=none" in line[0]
+
+
+def test_a_context_refusal_in_shadow_mode_reaches_the_client_unretried(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    app, url = upstream
+    fixture = REFUSALS[0]
+    refusal = orjson.dumps(fixture.body) if not isinstance(fixture.body, bytes) else fixture.body
+    app.script.append(Scripted(status=fixture.status, body=refusal))
+    body = body_of(120)
+    with start_proxy(url, **SHADOW) as proxy_url:
+        response = post(proxy_url, body)
+    assert len(app.chat_requests()) == 1 and app.chat_requests()[0].body == body
+    assert response.status_code == fixture.status and response.content == refusal
+    assert "x-inflight-retried" not in response.headers
+
+
+def test_shadow_summaries_are_made_in_the_background_and_planned_on_a_later_turn(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    app, url = upstream
+    settings = {**WINDOW, "compaction": {"mode": "shadow", "shadow_summaries": True}}
+    with start_proxy(url, **settings) as proxy_url:
+        first = post(proxy_url, body_of(120))
+        wait_until(lambda: jobs(proxy_url)["landed"] == 1)
+        second_body = body_of(121)
+        second = post(proxy_url, second_body)
+    assert app.chat_requests()[-1].body == second_body
+    assert "fallback" in first.headers["x-inflight-shadow-actions"]  # the crossing turn never waits for it
+    assert "summary-cached" in second.headers["x-inflight-shadow-actions"].split(",")
+
+
+def test_shadow_turns_go_to_the_archive_and_the_metrics_as_shadow(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    app, url = upstream
+    settings = {**SHADOW, "archive": {"enabled": True}}
+    bodies = [body_of(n) for n in (2, 120, 121)]
+    with start_proxy(url, **settings) as proxy_url:
+        responses = [post(proxy_url, body) for body in bodies]
+        listed = archived(proxy_url, "/inflight/conversations", until=lambda j: j["conversations"])
+        conversation_id = listed["conversations"][0]["id"]
+        view = archived(proxy_url, f"/inflight/conversations/{conversation_id}", until=lambda j: len(j["turns"]) == 3)
+        compaction_id = view["compactions"][0]["id"]
+        entry = archived(proxy_url, f"/inflight/compactions/{compaction_id}")
+        metrics = admin(proxy_url, "/metrics").text
+    assert [r.body for r in app.chat_requests()] == bodies
+    turns = view["turns"]
+    assert [turn["shadow"] for turn in turns] == [True, True, True]
+    assert turns[1]["sent"] == int(responses[1].headers["x-inflight-shadow-tokens-after"]) < turns[1]["tokens"]
+    assert turns[1]["actions"] == responses[1].headers["x-inflight-shadow-actions"]
+    assert (
+        view["compactions"][0]["shadow"] is True
+        and compaction_id == responses[1].headers["x-inflight-shadow-compaction-id"]
+    )
+    assert entry["shadow"] is True and entry["dropped"]  # what would have been dropped, the client's own messages
+    masked = [item for item in entry["dropped"] if item["how"] == "masked"]
+    assert masked and masked[0]["message"] == orjson.loads(bodies[1])["messages"][masked[0]["index"]]
+    assert 'inflight_shadow_compactions_total{action="mask"}' in metrics
+    assert "inflight_compactions_total{" not in metrics  # nothing was compacted
+
+
+def test_a_messages_conversation_is_shadowed_through_the_anthropic_sdk(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    app, direct_url = upstream
+    app.messages.agent = MessagesTaskAgent(steps=40)
+    kwargs: dict[str, Any] = {"model": MODEL, "max_tokens": 8_000, "system": SYSTEM, "tools": TOOLS}
+    settings = {"models": {MODEL: {"context_window": 12_000}}, "compaction": {"mode": "shadow"}}
+    with start_proxy(direct_url, **settings) as proxy_url:
+        answers = []
+        for base_url in (direct_url, proxy_url):
+            with client_for(base_url) as client:
+                raw = client.messages.with_raw_response.create(messages=as_params(agent_messages(20)), **kwargs)
+                answers.append((raw.http_response.content, raw.headers))
+    direct, proxied = app.messages_requests()
+    assert proxied.body == direct.body  # the SDK's exact bytes went up
+    assert answers[1][0] == bytes(proxied.sent)  # and the upstream's came back
+    assert answers[1][1]["x-inflight-actions"] == "none"
+    assert int(answers[1][1]["x-inflight-shadow-tokens-after"]) < int(answers[1][1]["x-inflight-tokens-before"])
