@@ -161,12 +161,17 @@ def one_round(proxy_url: str, upstream_url: str, pid: int, log: Path, count: int
     print()
 
 
-def main() -> None:
+def arguments() -> argparse.ArgumentParser:
+    """The command line (`tests/test_docs.py` checks each command the docs show against it)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--outputs", type=int, default=125, help="tool outputs per conversation")
     parser.add_argument("--kb", type=int, default=200, help="KB of each tool output")
     parser.add_argument("--rounds", default="1,3", help="how many requests at once, for each round")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = arguments().parse_args()
     with tempfile.TemporaryDirectory() as folder:
         log = Path(folder) / "inflight.log"
         with fake_upstream() as upstream_url, inflight_process(upstream_url, output=log) as (proxy_url, pid):

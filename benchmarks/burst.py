@@ -80,13 +80,18 @@ def round_of(upstream: str, state_url: str, workers: int, share: float, requests
     return summaries(upstream) - before, statuses
 
 
-def main() -> None:
+def arguments() -> argparse.ArgumentParser:
+    """The command line (`tests/test_docs.py` checks each command the docs show against it)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--requests", type=int, default=20)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--delay", type=float, default=0.0, help="seconds the fake summarizer takes")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = arguments().parse_args()
     kinds = ["sqlite", "redis"] if shutil.which("redis-server") else ["sqlite"]
     rows = []
     with fake_upstream("--summarizer-delay", str(args.delay)) as upstream:

@@ -159,7 +159,8 @@ def best_turns(requests: list[list[dict[str, Any]]], growth: int, summary: int, 
     return max((SUMMARIZE_AT * budget - floor) / growth, 1.0)
 
 
-def main() -> None:
+def arguments() -> argparse.ArgumentParser:
+    """The command line (`tests/test_docs.py` checks each command the docs show against it)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--window", type=int, default=32000, help="the model's context window")
     parser.add_argument("--turns", type=int, default=60, help="turns in each conversation")
@@ -167,7 +168,11 @@ def main() -> None:
     parser.add_argument("--profile", choices=PROFILES, default="steady", help="how the turns' sizes vary")
     parser.add_argument("--verbose", action="store_true", help="print each turn's tokens and actions")
     parser.add_argument("--config", default="", help="more YAML for inflight's config (e.g. compaction settings)")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = arguments().parse_args()
     budget = args.window - min(16384, args.window // 4)
     rows = []
     config = f'models: {{"{MODEL}": {{context_window: {args.window}}}}}\n{args.config}\n'

@@ -70,13 +70,18 @@ def run(binary: str, args: argparse.Namespace, window: int | None, via: str, own
     ]
 
 
-def main() -> None:
+def arguments() -> argparse.ArgumentParser:
+    """The command line (`tests/test_docs.py` checks each command the docs show against it)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--window", type=int, default=55_000, help="the fake upstream's window (tokens)")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--lines", type=int, default=170, help="lines each step's command prints")
     parser.add_argument("--model", default="claude-sonnet-4-5")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = arguments().parse_args()
     binary = claude_binary()
     if binary is None:
         raise SystemExit("Claude Code is not installed: npm install --prefix .cache/agents @anthropic-ai/claude-code")

@@ -51,12 +51,17 @@ def run(binary: str, model: str | None, *, window: int | None, via: str, steps: 
     ]
 
 
-def main() -> None:
+def arguments() -> argparse.ArgumentParser:
+    """The command line (`tests/test_docs.py` checks each command the docs show against it)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--window", type=int, default=48_000, help="the fake upstream's window (tokens)")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--lines", type=int, default=200, help="lines each step's command prints")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = arguments().parse_args()
     binary = codex_binary()
     if binary is None:
         raise SystemExit("the Codex CLI is not installed: npm install --prefix .cache/agents @openai/codex@0.169.0")

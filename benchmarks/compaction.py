@@ -108,12 +108,17 @@ def record_hit_latency(direct: str, proxied: str, client: httpx.Client, hits: in
     return [["128k-token record hits", hits, f"{median(added):+.2f}", f"{percentile(added, 99):+.2f}"]]
 
 
-def main() -> None:
+def arguments() -> argparse.ArgumentParser:
+    """The command line (`tests/test_docs.py` checks each command the docs show against it)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--window", type=int, nargs="+", default=[4000, 8000], help="the small upstream's windows")
     parser.add_argument("--hits", type=int, default=30, help="record-hit turns to time at 128k tokens")
     parser.add_argument("--verbose", action="store_true", help="print each turn's actions")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = arguments().parse_args()
     for number, window in enumerate(args.window):
         config = f'models: {{"{SMALL_MODEL}": {{context_window: {window}}}, "gpt-4o": {{context_window: 100000}}}}\n'
         with (

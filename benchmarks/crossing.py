@@ -83,14 +83,19 @@ def replay(body: dict[str, Any], direct: str, proxied: str, think: float, verbos
     return [len(rows), crossings, calls, ratio, crossing_p50, f"{max(crossing_ms, default=0):+.1f}", hit_p50, stability]
 
 
-def main() -> None:
+def arguments() -> argparse.ArgumentParser:
+    """The command line (`tests/test_docs.py` checks each command the docs show against it)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--window", type=int, default=16000, help="the model's context window")
     parser.add_argument("--tokens", type=int, default=90000, help="how long the conversation grows")
     parser.add_argument("--think", type=float, default=1.0, help="seconds between turns")
     parser.add_argument("--summarizer-delay", type=float, default=2.0, help="seconds each summary takes")
     parser.add_argument("--verbose", action="store_true", help="print every turn")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = arguments().parse_args()
     body = grow(args.tokens)
     rows = []
     with fake_upstream("--summarizer-delay", str(args.summarizer_delay)) as direct:

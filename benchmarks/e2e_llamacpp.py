@@ -30,10 +30,15 @@ from tests.support.servers import free_port
 PROMPT_EVAL = re.compile(r"prompt eval time =\s+([\d.]+) ms /\s+(\d+) tokens")
 
 
-def main() -> None:
+def arguments() -> argparse.ArgumentParser:
+    """The command line (`tests/test_docs.py` checks each command the docs show against it)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--learn", action="store_true", help="leave the window out of the config")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = arguments().parse_args()
     outputs = tool_outputs()
     log = Path(tempfile.mkdtemp()) / "server.log"
     config = "" if args.learn else f"models: {{smollm2: {{context_window: {N_CTX}}}}}\n"

@@ -548,10 +548,15 @@ def probe_i(upstream_url: str) -> Row:
         return measure(row, pid, proxy_url, run)
 
 
-def main() -> None:
+def arguments() -> argparse.ArgumentParser:
+    """The command line (`tests/test_docs.py` checks each command the docs show against it)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", default="", help="the probes to run, by letter (e.g. DF); default: all")
-    only = set(parser.parse_args().only.upper())
+    return parser
+
+
+def main() -> None:
+    only = set(arguments().parse_args().only.upper())
     rows: list[Row] = []
     with fake_upstream() as upstream_url, tempfile.TemporaryDirectory() as folder:
         probes: list[tuple[str, Callable[[], Row]]] = [

@@ -140,11 +140,16 @@ async def measure(proxy_url: str, upstream_url: str, args: argparse.Namespace) -
     print(table(rows, ["probe", "n", "p50 ms", "p99 ms", "max ms"]))
 
 
-def main() -> None:
+def arguments() -> argparse.ArgumentParser:
+    """The command line (`tests/test_docs.py` checks each command the docs show against it)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--big", type=int, default=10, help="big requests sent at once")
     parser.add_argument("--mb", type=int, default=30, help="size of each, in MB")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = arguments().parse_args()
     with fake_upstream() as upstream_url, inflight(upstream_url) as proxy_url:
         asyncio.run(measure(proxy_url, upstream_url, args))
 

@@ -140,7 +140,8 @@ async def measure(direct: str, proxied: str, args: argparse.Namespace) -> None:
     print(table(rows, ["measure", "direct", "via inflight", "added"]))
 
 
-def main() -> None:
+def arguments() -> argparse.ArgumentParser:
+    """The command line (`tests/test_docs.py` checks each command the docs show against it)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=2000, help="sequential request pairs")
     parser.add_argument("--streams", type=int, default=200, help="stream pairs")
@@ -148,7 +149,11 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=2.0, help="length of each concurrent round")
     parser.add_argument("--archive", action="store_true", help="with archive.enabled (memory://)")
     parser.add_argument("--api", choices=sorted(APIS), default="chat", help="which endpoint (default: chat)")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = arguments().parse_args()
     config = "archive:\n  enabled: true\n" if args.archive else ""
     with (
         fake_upstream("--stream-chunks", str(EVENTS), "--stream-interval", str(INTERVAL_S)) as direct,

@@ -189,12 +189,17 @@ async def soak(url: str, pid: int, args: argparse.Namespace) -> None:
     print(f"RSS at the end: {rss_mb(pid):.0f} MB")
 
 
-def main() -> None:
+def arguments() -> argparse.ArgumentParser:
+    """The command line (`tests/test_docs.py` checks each command the docs show against it)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--minutes", type=float, default=10)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--settle", type=float, default=10, help="seconds to wait at the end before counting fds")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = arguments().parse_args()
     with (
         fake_upstream("--window", "refuse-*=3000", "--stream-interval", "0.005") as upstream_url,
         inflight_process(upstream_url, config(dead_port())) as (url, pid),

@@ -126,12 +126,17 @@ def load(url: str, seconds: float) -> float:
     return float(re.search(r"Requests/sec:\s+([\d.]+)", output).group(1))  # type: ignore[union-attr]
 
 
-def main() -> None:
+def arguments() -> argparse.ArgumentParser:
+    """The command line (`tests/test_docs.py` checks each command the docs show against it)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--hits", type=int, default=30, help="record-hit turns timed per store")
     parser.add_argument("--seconds", type=float, default=8, help="length of each throughput run")
     parser.add_argument("--rounds", type=int, default=2, help="alternated throughput runs per worker count")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = arguments().parse_args()
     folder = Path(tempfile.mkdtemp())
     with fake_upstream() as direct, redis_server() as redis_url:
         stores = [("memory", "memory://"), ("sqlite", f"sqlite:///{folder}/hits.db"), ("redis", redis_url)]

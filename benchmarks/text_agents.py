@@ -142,11 +142,16 @@ async def measure(window: int, found: list[tuple[str, list[Message]]]) -> Counts
     return counts
 
 
-def main() -> None:
+def arguments() -> argparse.ArgumentParser:
+    """The command line (`tests/test_docs.py` checks each command the docs show against it)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("paths", nargs="*", type=Path, help="more conversations: chat bodies or SWE-agent .traj files")
     parser.add_argument("--window", type=int, nargs="+", default=[4000, 8000, 16000])
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = arguments().parse_args()
     found = list(conversations(args.paths))
     print(f"{len(found)} conversations: {', '.join(name for name, _ in found)}\n")
     rows = []

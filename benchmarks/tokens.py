@@ -154,10 +154,15 @@ def loop_table(seconds: float) -> None:
     print(f"added p99: {percentile(busy, 99) - percentile(quiet, 99):+.2f} ms")
 
 
-def main() -> None:
+def arguments() -> argparse.ArgumentParser:
+    """The command line (`tests/test_docs.py` checks each command the docs show against it)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=6.0, help="length of each latency run")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = arguments().parse_args()
     counting_table()
     print()
     loop_table(args.seconds)
