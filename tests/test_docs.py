@@ -9,6 +9,7 @@ exist. A command nothing here knows how to exercise fails the test, until someon
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import os
 import re
@@ -179,6 +180,12 @@ def test_each_benchmark_command_parses(shown: Shown) -> None:
         assert not unknown, f"{shown}: {unknown}"
 
 
+def inflight_commands() -> dict[str, argparse.ArgumentParser]:
+    """`inflight`'s commands and their parsers."""
+    actions = [action for action in build_parser()._actions if isinstance(action, argparse._SubParsersAction)]
+    return dict(actions[0].choices)
+
+
 def options_of(words: list[str]) -> list[str]:
     return [word.split("=")[0] for word in words if word.startswith("--")]
 
@@ -189,7 +196,7 @@ QUOTED = [item for item in SHOWN if kind_of(item.command) == "inflight" and not 
 @pytest.mark.parametrize("shown", QUOTED, ids=ids(QUOTED))
 def test_each_inflight_command_quoted_exists_with_its_options(shown: Shown) -> None:
     _, words = words_of(shown.command)
-    commands = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    commands = inflight_commands()
     assert len(words) > 1 and words[1] in commands, shown
     unknown = [word for word in options_of(words[2:]) if word not in commands[words[1]]._option_string_actions]
     assert not unknown, f"{shown}: {unknown}"
