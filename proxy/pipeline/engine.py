@@ -46,7 +46,8 @@ class Options:
     """What the client asked of the proxy for this request (the `x-inflight-*` request headers)."""
 
     # "off": forward untouched, never retry; "force": compact even if it fits; "shadow": forward untouched,
-    # never retry, and plan the compaction only to say what it would have sent (`compaction.mode: shadow`)
+    # never retry, and plan the compaction only to say what it would have sent (`compaction.mode: shadow`);
+    # "active": compact as configured, even under a shadow config
     mode: str = ""
     session: str | None = None  # `x-inflight-session`: before any the body names
     session_hint: str | None = None  # the wire format's own session header: after the body's
@@ -61,6 +62,9 @@ class Options:
         return tenant_of(self.credentials)
 
 
+# What a client may ask of one request that a shadow config does not overrule (`x-inflight-compaction`): `active`
+# compacts as configured, in earnest (`inflight eval` asks it: it measures what compaction sends).
+OWN_MODES = frozenset({"force", "off", "active"})
 PREFIX_SHARE = 4  # the requests sent last (`compaction.prefix`) may hold a quarter of the records' bytes
 
 
@@ -282,7 +286,7 @@ class Pipeline:
         the client asks nothing else of it (`force`, `off`, and the compact endpoint's own, still win)."""
         if options.mode == "shadow":
             return True
-        return not options.mode and self.model_settings(counted.model).compaction.mode == "shadow"
+        return options.mode not in OWN_MODES and self.model_settings(counted.model).compaction.mode == "shadow"
 
     async def prepare(
         self,

@@ -184,7 +184,7 @@ async def compacted_turns(
         if counted is None:
             continue
         accounting = await pipeline.account(counted, None)
-        prepared = await pipeline.prepare(counted, accounting, Options(session=session))
+        prepared = await pipeline.prepare(counted, accounting, Options(mode="active", session=session))
         if cache is not None and prepared.cache is not None:
             cache.add(prepared.cache)
         if prepared.outcome is not None and prepared.rewritten:

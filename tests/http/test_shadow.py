@@ -113,16 +113,17 @@ def test_the_shadow_header_shadows_one_request_of_an_active_proxy(
     assert compacted != orjson.loads(body)["messages"] and problems(compacted) == []
 
 
-@pytest.mark.parametrize("mode", ["force", "off"])
-def test_the_clients_own_mode_wins_over_a_shadow_config(
+@pytest.mark.parametrize("mode", ["force", "off", "active", "on", "SHADOW"])
+def test_the_clients_own_mode_wins_over_a_shadow_config_and_nothing_else_does(
     mode: str, upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
 ) -> None:
     app, url = upstream
     body = body_of(120)
     with start_proxy(url, **SHADOW) as proxy_url:
         response = post(proxy_url, body, **{"x-inflight-compaction": mode})
-    assert "x-inflight-shadow-actions" not in response.headers
-    assert (app.chat_requests()[-1].body == body) is (mode == "off")
+    shadowed = mode in ("on", "SHADOW")  # a value it does not know leaves the operator's shadow mode on
+    assert ("x-inflight-shadow-actions" in response.headers) is shadowed
+    assert (app.chat_requests()[-1].body == body) is (mode == "off" or shadowed)
 
 
 def test_a_request_that_fits_is_shadowed_with_nothing_to_say(

@@ -55,3 +55,14 @@ def test_eval_reports_what_the_prompt_cache_could_serve() -> None:
     assert 0.5 < totals["cache"]["cached_share"] < 1
     table = run_eval("--window", "8000").stdout
     assert "| trace | turns | prefix rewrites | per 100 turns | cached share (estimated) |" in table
+
+
+def test_eval_measures_compaction_in_earnest_under_a_shadow_config(tmp_path: Path) -> None:
+    """A config in shadow mode (to be tried on live traffic) is evaluated as what it would send."""
+    shadow = tmp_path / "shadow.yaml"
+    shadow.write_text("compaction: {mode: shadow}\n", encoding="utf-8")
+    results = [run_eval("--window", "8000", "--json", *extra) for extra in ((), ("--config", str(shadow)))]
+    assert all(result.returncode == 0 for result in results), [result.stderr for result in results]
+    plain, shadowed = (orjson.loads(result.stdout) for result in results)
+    assert shadowed["compacted_requests"] == plain["compacted_requests"] > 10
+    assert shadowed["cache"] == plain["cache"]
