@@ -300,7 +300,8 @@ class Pipeline:
 
         A `retry` aim replaces the accounted budget.
         """
-        taken_over = self.takes_over_server_compaction(counted)
+        # In shadow mode the request's own context management goes to the upstream as the client sent it.
+        taken_over = self.takes_over_server_compaction(counted) and not self.shadows(counted, options)
         report = None
         if taken_over:  # the upstream must not see the request it cannot serve: compaction writes without it
             counted, report = await self.take_over(counted, accounting)

@@ -15,7 +15,7 @@ from tests.compaction.test_compactor import agent_conversation
 from tests.conftest import ProxyFactory
 from tests.fixtures.refusals import REFUSALS
 from tests.http.test_archive import admin, archived
-from tests.http.test_messages import MODEL, SYSTEM, TOOLS, agent_messages, as_params, client_for
+from tests.http.test_messages import EDITS, MODEL, SYSTEM, TOOLS, agent_messages, as_params, client_for
 from tests.support.logs import log_lines
 from tests.support.messages import MessagesTaskAgent
 from tests.support.upstream import Scripted, UpstreamApp, sse
@@ -219,3 +219,21 @@ def test_a_messages_conversation_is_shadowed_through_the_anthropic_sdk(
     assert answers[1][0] == bytes(proxied.sent)  # and the upstream's came back
     assert answers[1][1]["x-inflight-actions"] == "none"
     assert int(answers[1][1]["x-inflight-shadow-tokens-after"]) < int(answers[1][1]["x-inflight-tokens-before"])
+
+
+def test_in_shadow_mode_the_requests_own_context_management_goes_as_sent(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    """Even where the config says inflight takes the edits over (`messages.context_management: inflight`)."""
+    app, url = upstream
+    app.messages.agent = MessagesTaskAgent(steps=40)
+    payload = {"model": MODEL, "max_tokens": 4096, "tools": TOOLS, "messages": agent_messages(8)}
+    body = orjson.dumps(payload | {"context_management": {"edits": EDITS}}, option=orjson.OPT_INDENT_2)
+    settings = {"messages": {"context_management": "inflight"}, "compaction": {"mode": "shadow"}}
+    headers = {"content-type": "application/json", "anthropic-version": "2023-06-01", "x-api-key": "sk-ant-test"}
+    headers["anthropic-beta"] = "context-management-2025-06-27"
+    with start_proxy(url, **settings) as proxy_url:
+        response = httpx.post(f"{proxy_url}/messages", content=body, headers=headers, timeout=30)
+    assert response.status_code == 200, response.text
+    assert app.messages_requests()[-1].body == body
+    assert response.content == bytes(app.messages_requests()[-1].sent)
