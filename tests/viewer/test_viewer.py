@@ -1,83 +1,20 @@
-"""The viewer in a real browser: Debian's chromium, headless, driven by Playwright for Python.
-
-`.ci/run` installs chromium when it is missing and sets INFLIGHT_BROWSER_REQUIRED=1, so there the
-tests cannot quietly skip; on a developer's machine without it they are skipped. Playwright's own
-browser downloads are never used: `executable_path` points at the system's chromium (or at
-INFLIGHT_CHROMIUM). With INFLIGHT_SCREENSHOT set, the conversation view is saved there (the
-README's docs/viewer.png comes from `INFLIGHT_SCREENSHOT=docs/viewer.png pytest tests/viewer -k marker`).
-"""
+"""The viewer in a real browser (`tests.viewer.browser`), on conversations replayed through the proxy."""
 
 from __future__ import annotations
 
-import os
-import shutil
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
-import pytest
-from playwright.sync_api import Browser, ConsoleMessage, Page, expect, sync_playwright
+from playwright.sync_api import Browser, expect
 
 from tests.compaction.test_compactor import agent_conversation
 from tests.conftest import ProxyFactory
 from tests.http.test_archive import SETTINGS, archived, replay
 from tests.support.upstream import UpstreamApp
+from tests.viewer.browser import open_viewer, origin
 
 HOSTILE = '<img src="/x" onerror="document.title=1">'  # a session name is the client's text, shown as text
-
-
-def chromium_executable() -> str:
-    found = os.environ.get("INFLIGHT_CHROMIUM") or shutil.which("chromium")
-    if found is None:
-        if os.environ.get("INFLIGHT_BROWSER_REQUIRED") == "1":
-            raise RuntimeError("chromium is not installed (apt-get install chromium)")
-        pytest.skip("chromium is not installed")
-    return found
-
-
-@pytest.fixture
-def browser() -> Iterator[Browser]:
-    executable = chromium_executable()
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=executable, headless=True)
-        try:
-            yield browser
-        finally:
-            browser.close()
-
-
-@dataclass
-class Viewer:
-    """A page on the viewer, recording every request it makes and every error it logs."""
-
-    page: Page
-    requests: list[str] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-
-    def console(self, message: ConsoleMessage) -> None:
-        if message.type == "error":
-            self.errors.append(message.text)
-
-    def elsewhere(self, origin: str) -> list[str]:
-        return [url for url in self.requests if not url.startswith(origin + "/")]
-
-
-def open_viewer(browser: Browser, proxy_url: str) -> Viewer:
-    page = browser.new_page(viewport={"width": 1280, "height": 900})
-    viewer = Viewer(page)
-    page.on("request", lambda request: viewer.requests.append(request.url))
-    page.on("console", viewer.console)
-    page.on("pageerror", lambda error: viewer.errors.append(str(error)))
-    page.goto(proxy_url.removesuffix("/v1") + "/inflight/ui")
-    return viewer
-
-
-def origin(url: str) -> str:
-    parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.netloc}"
 
 
 def test_a_marker_opens_the_summary_and_what_was_dropped(
@@ -109,7 +46,7 @@ def test_a_marker_opens_the_summary_and_what_was_dropped(
         dropped = entry["dropped"][0]["message"]["content"]
         expect(detail.locator("ol.dropped")).to_contain_text(dropped)
         expect(page.locator(f'button[data-compaction="{summarized}"]')).to_have_attribute("aria-pressed", "true")
-        page.screenshot(path=os.environ.get("INFLIGHT_SCREENSHOT") or tmp_path / "viewer.png")
+        page.screenshot(path=tmp_path / "viewer.png")
 
         page.go_back()  # the conversation without a compaction open, from the hash
         expect(detail).to_be_hidden()
