@@ -177,6 +177,7 @@ const short = (n) => new Intl.NumberFormat("en-US", { notation: "compact", maxim
 // tokens run past that panel's scale (a conversation many windows long), they get a panel of their own
 // above it, PLOT.client high, so that neither squeezes the other.
 const PLOT = { top: 12, client: 56, gap: 26, height: 210, bottom: 38, left: 58, right: 150 };
+const LABEL_CHAR = 7; // a 12px label's characters are narrower than this: the right margin fits the longest
 const LABEL_GAP = 14; // between two labels' baselines, for 12px text
 
 // The y axis of a panel `height` high from `top`: grid lines and ticks from 0 to a round number past `max`.
@@ -218,7 +219,8 @@ function chart(view, { max, apart }) {
   const turns = view.turns;
   // Drawn at the width it is shown at, so that its text is the page's size; margins hold the labels.
   const W = Math.max(640, main.clientWidth - 66);
-  const { left: L, right: R } = PLOT;
+  const L = PLOT.left;
+  const R = Math.max(PLOT.right, Math.ceil(longestLabel(turns) * LABEL_CHAR) + 12);
   const top = apart ? PLOT.top + PLOT.client + PLOT.gap : PLOT.top;
   const bottom = top + PLOT.height;
   const H = bottom + PLOT.bottom;
@@ -243,7 +245,7 @@ function chart(view, { max, apart }) {
   // One hover target a turn, under the lines, with the turn's numbers as its tooltip.
   const hoverTop = apart ? PLOT.top : top;
   for (const t of turns) {
-    const sent = t.shadow === true ? "would have sent (shadow: sent unchanged)" : "sent";
+    const sent = t.shadow === true ? "would have been sent (shadow: the request went unchanged)" : "sent";
     const title = `Turn ${t.n}: ${number(t.tokens)} tokens from the client, ${number(t.sent)} ${sent} (${t.actions})`;
     const area = { class: "hover", x: clamp(x(t.n) - half), y: hoverTop, width: 2 * half, height: bottom - hoverTop };
     svg.append(s("rect", area, s("title", {}, title)));
@@ -275,6 +277,13 @@ function chart(view, { max, apart }) {
   sentLine(svg, turns, x, y);
   compactionMarkers(svg, view, { x, y, apart, perTurn: 2 * half });
   return svg;
+}
+
+// The characters of the longest label in the right margin (a limit's, or the client's tokens').
+function longestLabel(turns) {
+  const last = (field) => turns.at(-1)?.[field];
+  const limits = LIMITS.map(([field, name]) => (last(field) == null ? 0 : `${name} ${number(last(field))}`.length));
+  return Math.max(...limits, "client's tokens".length, number(last("tokens")).length);
 }
 
 function line(turns, field, x, y) {
