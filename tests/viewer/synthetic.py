@@ -157,9 +157,8 @@ def entries_of(shape: Shape, *, now: float) -> tuple[Archived, list[dict[str, An
                 messages=messages,
                 previous=record,
                 record=made,
+                shadow=shape.shadows(n),
             )
-            if shape.shadows(n):
-                entry["shadow"] = True
             compactions.append(entry)
             record = replace(made, compaction_id=compaction_id)
             last_compaction = n
@@ -177,9 +176,8 @@ def entries_of(shape: Shape, *, now: float) -> tuple[Archived, list[dict[str, An
             # The prompt cache serves what this turn shares with the one before: after a compaction, its head.
             cached=HEAD if compacted else min(tokens - removed, turns[-1]["sent"]) if turns else None,
             rewrite=compacted,
+            shadow=shape.shadows(n),
         )
-        if shape.shadows(n):
-            turn["shadow"] = True
         turns.append(turn)
     archived.tokens, archived.turns, archived.compactions = tokens, turns, compactions
     return archived, turns, compactions
