@@ -13,8 +13,9 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from proxy.config.settings import ConfigError, Settings, deep_merge, describe
+from proxy.config.settings import DATA_DIR, ConfigError, Settings, deep_merge, describe
 
+DATA_DIR_VARIABLE = "INFLIGHT_DATA_DIR"
 ENV_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
@@ -45,6 +46,8 @@ def load_settings(path: str | Path | None = None, *, overrides: dict[str, Any] |
     """Read, interpolate and validate the YAML file (or the built-in defaults when `path` is None).
 
     `overrides` are nested dicts applied over the file, as the CLI's `--host/--port/--upstream` do.
+    A relative path in the settings (a `sqlite:///` state URL, and so the archive beside it) resolves
+    under `INFLIGHT_DATA_DIR` when it is set, else stays relative to the working directory.
     """
     raw: dict[str, Any] = {}
     source = "built-in defaults"
@@ -68,7 +71,7 @@ def load_settings(path: str | Path | None = None, *, overrides: dict[str, Any] |
     if overrides:
         raw = deep_merge(raw, overrides)
     try:
-        return Settings.model_validate(raw)
+        return Settings.model_validate(raw, context={DATA_DIR: os.environ.get(DATA_DIR_VARIABLE) or None})
     except ValidationError as exc:
         problems = "; ".join(describe(error) for error in exc.errors())
         raise ConfigError(f"{problems} ({source})") from exc

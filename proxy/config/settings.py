@@ -9,10 +9,11 @@ from __future__ import annotations
 import base64
 import fnmatch
 from dataclasses import dataclass
+from pathlib import PurePath
 from typing import Any, Literal
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
-from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import Field, PrivateAttr, ValidationError, ValidationInfo, field_validator, model_validator
 
 from proxy.config.compaction import Compaction
 from proxy.config.section import Section
@@ -140,24 +141,50 @@ class Access(Section):
         return self.keys if self.admin_keys is None else self.admin_keys
 
 
+DATA_DIR = "data_dir"  # the validation context's key for the directory relative paths resolve under
+
+
 class State(Section):
     """Where compaction records and background summaries are kept (`proxy.records`).
 
     `memory://`: this process only, lost on restart. `sqlite:///inflight.db` (relative) or
     `sqlite:////var/lib/inflight/inflight.db` (absolute): a file, kept across restarts and shared by
-    workers on one machine. `redis://host:6379/0`: shared by every worker and replica."""
+    workers on one machine. `redis://host:6379/0`: shared by every worker and replica.
+
+    A relative SQLite path resolves under the data directory (`INFLIGHT_DATA_DIR`, which the image sets
+    to its volume `/var/lib/inflight`) when `load_settings` is given one, else under the working
+    directory: a config mounted into a container must not put its database in the image's `/app`,
+    which its user cannot write."""
 
     url: str = "memory://"
 
     @field_validator("url")
     @classmethod
-    def _known_scheme(cls, value: str) -> str:
+    def _known_scheme(cls, value: str, info: ValidationInfo) -> str:
         scheme = value.split("://", 1)[0] if "://" in value else ""
         if scheme not in ("memory", "sqlite", "redis", "rediss"):
             raise ValueError(f"expected memory://, sqlite:///PATH or redis://HOST:PORT/DB, got {value!r}")
         if scheme == "sqlite" and (not value.startswith("sqlite:///") or not value.removeprefix("sqlite:///")):
             raise ValueError(f"expected sqlite:///relative/path.db or sqlite:////absolute/path.db, got {value!r}")
+        data_dir = (info.context or {}).get(DATA_DIR)
+        path = value.removeprefix("sqlite:///")
+        if scheme == "sqlite" and data_dir and not PurePath(path).is_absolute():
+            return f"sqlite:///{PurePath(data_dir, path)}"
         return value
+
+    @property
+    def redacted_url(self) -> str:
+        """The URL fit for a log line: a password (`redis://:secret@host`, or a `password=` query) as `***`."""
+        if self.scheme not in ("redis", "rediss"):
+            return self.url  # memory:// and a file path hold no credentials
+        parts = urlsplit(self.url)
+        netloc = parts.netloc
+        if parts.password is not None:
+            userinfo, _, host = netloc.rpartition("@")
+            netloc = f"{userinfo.partition(':')[0]}:***@{host}"
+        pairs = parse_qsl(parts.query, keep_blank_values=True)
+        query = urlencode([(k, "***" if "pass" in k.lower() else v) for k, v in pairs], safe="*")
+        return urlunsplit(parts._replace(netloc=netloc, query=query))
 
     @property
     def scheme(self) -> str:

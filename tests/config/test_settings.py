@@ -27,6 +27,7 @@ def test_defaults_without_file() -> None:
 def test_example_config_loads(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     monkeypatch.delenv("INFLIGHT_STATE_URL", raising=False)
+    monkeypatch.delenv("INFLIGHT_DATA_DIR", raising=False)
     settings = load_settings(ROOT / "config" / "inflight.yaml")
     assert settings.upstream.api_key == ""
     assert settings.state.url == "sqlite:///inflight.db" and settings.compaction.summarize.background_at == 0.6
