@@ -50,6 +50,7 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from proxy import __version__
 from proxy.config import Limits, Settings
 from proxy.http.disconnect import SEND_TIMED_OUT
 from proxy.http.error_response import error_body
@@ -335,16 +336,54 @@ def bounded_protocol(limits: Limits) -> type[BoundedHttpProtocol]:
     return type("BoundedHttpProtocol", (BoundedHttpProtocol,), bounds)
 
 
+# Libraries that log a line of their own per HTTP request they make (httpx's "HTTP Request: POST …" at
+# INFO, httpcore's at DEBUG): the log has one line per request, ours, so these speak only of trouble,
+# unless `log_level: debug` asks for everything.
+CHATTY_LOGGERS = ("httpx", "httpcore")
+
+
 def prepare_process(settings: Settings) -> None:
     """What a serving process (`inflight serve`, or each of its `--workers`) sets before uvicorn starts.
 
-    Its log lines to stderr at `log_level`; and a short GIL switch interval: counting runs in worker
+    Its log lines to stderr at `log_level`, one per request (uvicorn's access log is off, and the
+    `CHATTY_LOGGERS` say only warnings); and a short GIL switch interval: counting runs in worker
     threads, and with Python's default of 5 ms a counting thread could hold up the event loop (and
     every small request) that long."""
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
+    for name in CHATTY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.DEBUG if settings.log_level == "debug" else logging.WARNING)
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+
+
+def startup_line(settings: Settings, *, workers: int) -> str:
+    """The one line `inflight serve` logs as it starts: what runs, where its state goes, who may use it.
+
+    Credentials never appear: the state URL's password is starred, and an upstream's `user:password@`
+    was taken out of its URL when the config was read."""
+    listen = settings.listen
+    host = f"[{listen.host}]" if ":" in listen.host else listen.host
+    upstreams = "".join(f", {name} -> {upstream.base_url}" for name, upstream in settings.upstreams.items())
+    return (
+        f"inflight {__version__} listening on http://{host}:{listen.port}/v1 -> {settings.upstream.base_url}"
+        f"{upstreams}; state {settings.state.redacted_url}; archive {'on' if settings.archive.enabled else 'off'}; "
+        f"access: {access_summary(settings)}; workers {workers}"
+    )
+
+
+def access_summary(settings: Settings) -> str:
+    """Who may use the proxy, in a few words: keys for `/v1`, admin keys for `/inflight/*` and `/metrics`."""
+    access = settings.access
+    if access.keys:
+        clients = "keys required"
+    elif settings.holds_upstream_key:
+        clients = "no keys (upstream.api_key is spent for any client)"
+    else:
+        clients = "no keys (each client's own key goes upstream)"
+    if not access.admin:
+        return f"{clients}, no admin keys"
+    return f"{clients}, admin keys required" + (" (the same)" if access.admin_keys is None else "")
 
 
 def uvicorn_options(settings: Settings) -> dict[str, Any]:
