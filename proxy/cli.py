@@ -1,4 +1,7 @@
-"""The `inflight` command: serve, count, compact."""
+"""The `inflight` command: `serve` the proxy, `health` (is it up?), and the offline commands `count`,
+`compact` and `eval`, which keep their records in memory unless `--state URL` names a store: they must
+not write into the store a running proxy serves from (a forced compaction's record would be served to
+the live conversation)."""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ import asyncio
 import logging
 import os
 import sys
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +25,7 @@ from proxy.errors import BadRequest
 from proxy.formats import CHAT_COMPLETIONS
 from proxy.http.access import startup_problem
 from proxy.http.intake import parse_object
-from proxy.http.server import prepare_process, uvicorn_options
+from proxy.http.server import prepare_process, startup_line, uvicorn_options
 from proxy.http.workers import check_workers, serve_workers
 from proxy.pipeline.accounting import Counted
 from proxy.pipeline.engine import Options, Pipeline, build_pipeline
@@ -39,34 +43,65 @@ def _load(args: argparse.Namespace, overrides: dict[str, Any] | None = None) -> 
     return load_settings(args.config, overrides=overrides)
 
 
-def serve(args: argparse.Namespace) -> int:
+def offline_settings(args: argparse.Namespace, overrides: dict[str, Any] | None = None) -> Settings:
+    """An offline command's settings: the config's, with records in this process's memory (or `--state URL`)
+    and no archive, whatever `state.url` and `archive.enabled` say."""
+    offline = {"state": {"url": args.state or "memory://"}, "archive": {"enabled": False}}
+    return _load(args, {**(overrides or {}), **offline})
+
+
+def serving_settings(args: argparse.Namespace) -> Settings:
+    """The settings `serve` runs with (and `health` asks about): the config, then `--host`, `--port`, `--upstream`."""
     overrides: dict[str, Any] = {}
     if args.host is not None:
         overrides.setdefault("listen", {})["host"] = args.host
     if args.port is not None:
         overrides.setdefault("listen", {})["port"] = args.port
-    if args.upstream is not None:
+    if getattr(args, "upstream", None) is not None:
         overrides.setdefault("upstream", {})["base_url"] = args.upstream
-    if args.log_level is not None:
+    if getattr(args, "log_level", None) is not None:
         overrides["log_level"] = args.log_level
-    settings = _load(args, overrides)
+    return _load(args, overrides)
+
+
+def serve(args: argparse.Namespace) -> int:
+    settings = serving_settings(args)
     problem = startup_problem(settings)
     if problem is not None:
         raise ConfigError(problem)
     check_workers(settings, args.workers)
     prepare_process(settings)
-    own = "".join(f", {name} -> {upstream.base_url}" for name, upstream in settings.upstreams.items())
-    logging.getLogger("inflight").info(
-        "inflight listening on http://%s:%d/v1 -> %s%s",
-        settings.listen.host,
-        settings.listen.port,
-        settings.upstream.base_url,
-        own,
-    )
+    logging.getLogger("inflight").info("%s", startup_line(settings, workers=args.workers))
     if args.workers > 1:
         return serve_workers(settings, args.workers)
     uvicorn.run(create_app(settings), host=settings.listen.host, port=settings.listen.port, **uvicorn_options(settings))
     return 0
+
+
+def health(args: argparse.Namespace) -> int:
+    """Exit 0 when the server the config (and `--host`, `--port`) describes answers `GET /healthz` with 200,
+    else 1: the container's HEALTHCHECK, which thus follows the configured port."""
+    settings = serving_settings(args)
+    url = f"http://{local_address(settings.listen.host)}:{settings.listen.port}/healthz"
+    # No proxy from the environment (HTTP_PROXY): the server is on this machine.
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(url, timeout=args.timeout) as response:
+            status = response.status
+    except OSError as exc:  # refused, timed out, or an HTTP error status (HTTPError is an OSError too)
+        print(f"inflight: {url}: {getattr(exc, 'reason', exc)}", file=sys.stderr)
+        return 1
+    print(f"inflight: {url}: {status}")
+    return 0 if status == 200 else 1
+
+
+def local_address(host: str) -> str:
+    """Where to reach a server listening on `host` from the same machine (all interfaces: loopback)."""
+    if host in ("", "0.0.0.0"):
+        return "127.0.0.1"
+    if host == "::":
+        return "[::1]"
+    return f"[{host}]" if ":" in host else host
 
 
 def read_request(path: str) -> dict[str, Any]:
@@ -81,7 +116,7 @@ def read_request(path: str) -> dict[str, Any]:
 
 
 def offline_pipeline(settings: Settings, summarizers: Summarizers | None) -> Pipeline:
-    """The server's pipeline without a server: no discovery, records only for this run."""
+    """The server's pipeline without a server: no discovery; records in memory, for this run (`offline_settings`)."""
     return build_pipeline(settings, summarizers=summarizers)
 
 
@@ -102,7 +137,7 @@ def counted_request(
 
 def count(args: argparse.Namespace) -> int:
     """Offline: the window comes from the config, then the built-in table (no discovery)."""
-    pipeline = offline_pipeline(_load(args), None)
+    pipeline = offline_pipeline(offline_settings(args), None)
     _, counted = counted_request(args, pipeline, exact=True)
     accounting = asyncio.run(pipeline.account(counted, None))
     tokens, budget, limits = counted.count.total, accounting.budget, accounting.limits
@@ -121,7 +156,7 @@ def count(args: argparse.Namespace) -> int:
 
 def compact(args: argparse.Namespace) -> int:
     """Print the rewritten body as the proxy would send it (forced), and a one-line report on stderr."""
-    settings = _load(args)
+    settings = offline_settings(args)
     payload, prepared = asyncio.run(_compact(args, settings))
     outcome = prepared.outcome
     if "compaction_error" in prepared.fields:
@@ -170,7 +205,7 @@ def evaluate(args: argparse.Namespace) -> int:
         overrides["compaction"] = {"summarize": {"base_url": args.summarizer, "model": args.summarizer_model}}
     traces = {path: read_request(path) for path in args.traces}
     models = {str(body.get("model")) for body in traces.values()}
-    settings = _load(args, {**overrides, "models": {m: {"context_window": args.window} for m in models}})
+    settings = offline_settings(args, {**overrides, "models": {m: {"context_window": args.window} for m in models}})
     results, caches, calls, oversize = asyncio.run(_evaluate(settings, traces, use_llm=bool(args.summarizer)))
     if args.json:
         figures = totals(results, caches)
@@ -207,8 +242,17 @@ async def _evaluate(
         await upstream.aclose()
 
 
+def add_state_option(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--state",
+        metavar="URL",
+        help="keep its compaction records here, e.g. sqlite:///inflight.db (default: memory, never the config's "
+        "state.url, which a running proxy serves from)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="inflight", description=__doc__)
+    parser = argparse.ArgumentParser(prog="inflight", description="A proxy that keeps agent conversations in context.")
     parser.add_argument("--version", action="version", version=f"inflight {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -225,11 +269,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve_cmd.set_defaults(run=serve)
 
+    health_cmd = commands.add_parser("health", help="exit 0 if the server the config describes answers /healthz")
+    health_cmd.add_argument("--config", help="YAML config file (listen.host and listen.port)")
+    health_cmd.add_argument("--host", help="the server's listen address (default: listen.host)")
+    health_cmd.add_argument("--port", type=int, help="the server's port (default: listen.port)")
+    health_cmd.add_argument("--timeout", type=float, default=3.0, help="seconds to wait for the answer (default 3)")
+    health_cmd.set_defaults(run=health)
+
     count_cmd = commands.add_parser("count", help="count a chat-completion request body's prompt tokens")
     count_cmd.add_argument("file", help="request body JSON file (- for stdin)")
     count_cmd.add_argument("--model", help="count as this model (default: the body's model)")
     count_cmd.add_argument("--config", help="YAML config file (for models: and compaction.reserve_tokens)")
     count_cmd.add_argument("--json", action="store_true", help="print a JSON object instead of a sentence")
+    add_state_option(count_cmd)
     count_cmd.set_defaults(run=count)
 
     compact_cmd = commands.add_parser("compact", help="print a request body compacted as the proxy would send it")
@@ -237,6 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
     compact_cmd.add_argument("--config", help="YAML config file")
     compact_cmd.add_argument("--model", help="compact as this model (default: the body's model)")
     compact_cmd.add_argument("--no-llm", action="store_true", help="use the local digest instead of a summarizer call")
+    add_state_option(compact_cmd)
     compact_cmd.set_defaults(run=compact)
 
     eval_cmd = commands.add_parser("eval", help="replay conversations offline and report what compaction keeps")
@@ -250,7 +303,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     eval_cmd.add_argument("--summarizer-model", help="the summarizer's model (default: each trace's own)")
     eval_cmd.add_argument("--json", action="store_true", help="print the totals as one JSON object")
+    add_state_option(eval_cmd)
     eval_cmd.set_defaults(run=evaluate)
+    # `inflight --help` names every command, whichever were added above.
+    parser.description = f"{parser.description} Commands: {', '.join(commands.choices)}."
     return parser
 
 

@@ -1,0 +1,143 @@
+"""The `inflight` command: offline commands that leave the configured store alone, `--help`, and `health`
+against a real server."""
+
+from __future__ import annotations
+
+import sqlite3
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from proxy.cli import build_parser, main
+from tests.support.processes import process
+from tests.support.redis import redis_server
+from tests.support.servers import free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACE = str(ROOT / "tests" / "fixtures" / "traces" / "swe_function_calling_simple.json")  # 1,964 tokens
+# A 4,000-token window: a budget of 3,000, which a forced compaction of TRACE masks and digests.
+CONFIG = 'models: {"*": {context_window: 4000}}\nstate: {url: "${INFLIGHT_STATE_URL}"}\narchive: {enabled: true}\n'
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Path:
+    path = tmp_path / "inflight.yaml"
+    path.write_text(CONFIG)
+    return path
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def offline_runs(capsys: pytest.CaptureFixture[str], config: Path, *state: str) -> list[tuple[int, str, str]]:
+    """`compact` twice, `count`, and `eval` twice, as an operator trying settings would run them."""
+    compact = ("compact", TRACE, "--config", str(config), "--no-llm", *state)
+    evaluate = ("eval", TRACE, "--window", "2000", "--config", str(config), "--json", *state)
+    count = ("count", TRACE, "--config", str(config), *state)
+    return [run(capsys, *argv) for argv in (compact, compact, count, evaluate, evaluate)]
+
+
+def sqlite_keys(path: Path) -> list[str]:
+    with sqlite3.connect(path) as db:
+        return [key for (key,) in db.execute("SELECT key FROM records")]
+
+
+def test_offline_commands_leave_the_configured_sqlite_store_alone_and_repeat_themselves(
+    tmp_path: Path, config: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The config's store (here from `INFLIGHT_STATE_URL`, the archive on) is the live proxy's: a forced
+    compaction's record written there would be served to the live conversation. Before, the second
+    `compact` found the first one's record and printed `summary-cached`."""
+    live = tmp_path / "live.db"
+    monkeypatch.setenv("INFLIGHT_STATE_URL", f"sqlite:///{live}")
+    first, second, counted, eval_first, eval_second = offline_runs(capsys, config)
+    assert first[0] == counted[0] == eval_first[0] == 0, (first, counted, eval_first)
+    assert "actions mask,fallback" in first[2] and first == second
+    assert "prompt tokens" in counted[1]
+    assert '"compacted_requests":5' in eval_first[1] and eval_first == eval_second
+    assert not live.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["inflight.yaml"]
+
+
+def test_offline_commands_leave_the_configured_redis_alone(
+    config: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with redis_server() as url:
+        monkeypatch.setenv("INFLIGHT_STATE_URL", url)
+        runs = offline_runs(capsys, config)
+        client = redis.Redis.from_url(url)
+        try:
+            untouched = client.dbsize()
+            offline_runs(capsys, config, "--state", url)  # asked for, they write there
+            written = client.dbsize()
+        finally:
+            client.close()
+    assert [code for code, _, _ in runs] == [0] * 5
+    assert untouched == 0 and written > 0
+
+
+def test_state_option_keeps_the_records_where_it_says(
+    tmp_path: Path, config: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    live, own = tmp_path / "live.db", tmp_path / "own.db"
+    monkeypatch.setenv("INFLIGHT_STATE_URL", f"sqlite:///{live}")
+    first, second, _, eval_first, _ = offline_runs(capsys, config, "--state", f"sqlite:///{own}")
+    assert "actions mask,fallback" in first[2]
+    assert "actions summary-cached" in second[2]  # the second run found the first one's record there
+    assert eval_first[0] == 0 and len(sqlite_keys(own)) > 1  # compact's record and eval's
+    assert not live.exists()
+
+
+def test_a_relative_state_path_resolves_under_the_data_directory(
+    tmp_path: Path, config: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    work, data = tmp_path / "work", tmp_path / "data"
+    work.mkdir()
+    data.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("INFLIGHT_STATE_URL", "memory://")
+    monkeypatch.setenv("INFLIGHT_DATA_DIR", str(data))
+    code, _, err = run(capsys, "compact", TRACE, "--config", str(config), "--no-llm", "--state", "sqlite:///own.db")
+    assert code == 0, err
+    assert len(sqlite_keys(data / "own.db")) == 1 and list(work.iterdir()) == []
+
+
+def test_help_names_every_command(capsys: pytest.CaptureFixture[str]) -> None:
+    parser = build_parser()
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--help"])
+    description = capsys.readouterr().out.split("\n\n")[1]  # the paragraph after the usage line
+    commands = next(action for action in parser._actions if action.dest == "command").choices
+    assert commands is not None and {"serve", "health", "count", "compact", "eval"} <= set(commands)
+    assert all(name in description for name in commands), description
+
+
+@pytest.fixture
+def listening(tmp_path: Path) -> Iterator[tuple[Path, int]]:
+    """A real `inflight serve` on the port its config names (no --port): yields the config and the port."""
+    port = free_port()
+    config = tmp_path / "serve.yaml"
+    config.write_text(f"listen: {{host: 0.0.0.0, port: {port}}}\nupstream: {{base_url: http://127.0.0.1:9/v1}}\n")
+    with process([sys.executable, "-m", "proxy", "serve", "--config", str(config)], port):
+        yield config, port
+
+
+def test_health_follows_the_port_the_config_names(
+    listening: tuple[Path, int], capsys: pytest.CaptureFixture[str]
+) -> None:
+    config, port = listening
+    code, out, _ = run(capsys, "health", "--config", str(config))
+    assert code == 0 and out.strip() == f"inflight: http://127.0.0.1:{port}/healthz: 200"  # 0.0.0.0: asked on loopback
+    assert run(capsys, "health", "--port", str(port))[0] == 0  # --port as serve takes it
+
+
+def test_health_fails_when_nothing_answers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "inflight.yaml"
+    config.write_text(f"listen: {{port: {free_port()}}}\n")
+    code, _, err = run(capsys, "health", "--config", str(config), "--timeout", "5")
+    assert code == 1 and "refused" in err.lower()
