@@ -7,16 +7,22 @@ COPY proxy ./proxy
 RUN pip install --no-cache-dir . && useradd --create-home --uid 10001 inflight \
     && mkdir -p /var/lib/inflight && chown inflight /var/lib/inflight
 COPY config/inflight.yaml /etc/inflight/config.yaml
-# Compaction records survive a restart of the container when this is a volume (state.url in the config).
-ENV INFLIGHT_STATE_URL=sqlite:////var/lib/inflight/inflight.db
+# A relative SQLite path in state.url (the example's sqlite:///inflight.db) resolves here, not under
+# /app (which the inflight user cannot write): compaction records, and the archive when it is on, go
+# to this volume and outlive the container. state.url may name Redis instead (INFLIGHT_STATE_URL).
+ENV INFLIGHT_DATA_DIR=/var/lib/inflight
 VOLUME /var/lib/inflight
 
 USER inflight
 EXPOSE 8787
-# The container listens on all interfaces; the file's default (127.0.0.1) is for local use. If your
-# config sets upstream.api_key, it must also set access.keys (the keys clients send), or the proxy
-# refuses to start: anyone who reaches the port would spend that key. Forwarding each client's own
-# key (upstream.api_key empty, the example's default) needs neither.
+# The container listens on all interfaces; the file's default (127.0.0.1) is for local use. On an
+# address other than loopback the proxy refuses to start in two cases, saying why: the config sets
+# upstream.api_key without access.keys (anyone who reaches the port would spend that key), or
+# archive.enabled without access.admin_keys or access.keys (anyone could read the conversations).
+# Forwarding each client's own key (upstream.api_key empty, the example's default) with the archive
+# off needs neither.
 CMD ["inflight", "serve", "--config", "/etc/inflight/config.yaml", "--host", "0.0.0.0"]
-HEALTHCHECK --interval=30s --timeout=3s --start-period=5s --retries=3 \
-  CMD python -c "import urllib.request,sys; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:8787/healthz', timeout=2).status == 200 else 1)"
+# `inflight health` reads the same config as the server (listen.port), so a mounted config with
+# another port keeps the check right; pass it the same --port if you give one to serve.
+HEALTHCHECK --interval=30s --timeout=5s --start-period=10s --retries=3 \
+  CMD ["inflight", "health", "--config", "/etc/inflight/config.yaml", "--timeout", "3"]
