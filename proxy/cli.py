@@ -25,7 +25,7 @@ from proxy.errors import BadRequest
 from proxy.formats import CHAT_COMPLETIONS
 from proxy.http.access import startup_problem
 from proxy.http.intake import parse_object
-from proxy.http.server import prepare_process, startup_line, uvicorn_options
+from proxy.http.server import prepare_process, startup_line, state_warning, uvicorn_options
 from proxy.http.workers import check_workers, serve_workers
 from proxy.pipeline.accounting import Counted
 from proxy.pipeline.engine import Options, Pipeline, build_pipeline
@@ -71,7 +71,10 @@ def serve(args: argparse.Namespace) -> int:
         raise ConfigError(problem)
     check_workers(settings, args.workers)
     prepare_process(settings)
-    logging.getLogger("inflight").info("%s", startup_line(settings, workers=args.workers))
+    log = logging.getLogger("inflight")
+    log.info("%s", startup_line(settings, workers=args.workers))
+    if (warning := state_warning(settings)) is not None:
+        log.warning("%s", warning)
     if args.workers > 1:
         return serve_workers(settings, args.workers)
     uvicorn.run(create_app(settings), host=settings.listen.host, port=settings.listen.port, **uvicorn_options(settings))

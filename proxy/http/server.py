@@ -41,6 +41,7 @@ import asyncio
 import contextlib
 import fcntl
 import logging
+import os
 import socket
 import struct
 import sys
@@ -369,6 +370,24 @@ def startup_line(settings: Settings, *, workers: int) -> str:
         f"inflight {__version__} listening on http://{host}:{listen.port}/v1 -> {settings.upstream.base_url}"
         f"{upstreams}; state {settings.state.redacted_url}; archive {'on' if settings.archive.enabled else 'off'}; "
         f"access: {access_summary(settings)}; workers {workers}"
+    )
+
+
+def state_warning(settings: Settings) -> str | None:
+    """Why a SQLite `state.url` will not be writable, said at startup rather than at the first compaction
+    (the store then keeps records in memory only: lost on restart, not shared by workers), or None."""
+    if settings.state.scheme != "sqlite":
+        return None
+    directory = os.path.dirname(os.path.abspath(settings.state.sqlite_path))
+    if not os.path.isdir(directory):
+        problem = "does not exist"
+    elif not os.access(directory, os.W_OK | os.X_OK):
+        problem = "is not writable by this user"
+    else:
+        return None
+    return (
+        f"state.url {settings.state.url}: the directory {directory} {problem}; compaction records will be kept "
+        "in this process's memory only (set INFLIGHT_DATA_DIR, or mount a volume there)"
     )
 
 

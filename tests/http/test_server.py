@@ -8,6 +8,8 @@ from pathlib import Path
 import httpx
 
 from proxy import __version__
+from proxy.config import load_settings
+from proxy.http.server import state_warning
 from tests.http.test_background import TOOLS, conversation_at
 from tests.support.processes import fake_upstream, inflight_process
 from tests.support.servers import free_port
@@ -74,3 +76,20 @@ def test_a_request_that_calls_the_summarizer_logs_its_one_line_and_no_library_li
     # Everything else is uvicorn's start and stop, and the startup line: no other line for the request.
     others = [line for line in lines if " INFO inflight: " not in line]
     assert all(line.startswith("INFO:     ") for line in others), others
+
+
+def test_a_sqlite_state_in_a_missing_directory_is_said_at_startup(tmp_path: Path) -> None:
+    """As in a container whose config names a directory that is not mounted: said as the proxy starts,
+    not first at the first compaction (which still gets its records, from memory)."""
+    log = tmp_path / "serve.log"
+    config = f"state: {{url: 'sqlite:///{tmp_path}/not-mounted/inflight.db'}}\n"
+    with inflight_process("http://127.0.0.1:9/v1", config, output=log):
+        startup_line(log)
+        wait_until(lambda: "WARNING" in log.read_text(), timeout=60)
+    warnings = [line for line in log.read_text().splitlines() if " WARNING " in line]
+    assert len(warnings) == 1 and f"the directory {tmp_path}/not-mounted does not exist" in warnings[0]
+
+
+def test_a_writable_state_directory_is_not_warned_about(tmp_path: Path) -> None:
+    settings = load_settings(None, overrides={"state": {"url": f"sqlite:///{tmp_path}/inflight.db"}})
+    assert state_warning(settings) is None and state_warning(load_settings(None)) is None
