@@ -33,13 +33,19 @@ def wait_for_port(port: int, timeout: float = 20.0) -> None:
 
 @contextmanager
 def process(
-    args: Sequence[str], port: int, *, env: dict[str, str] | None = None, output: Path | None = None
+    args: Sequence[str],
+    port: int,
+    *,
+    env: dict[str, str] | None = None,
+    output: Path | None = None,
+    cwd: Path = ROOT,
 ) -> Iterator[int]:
-    """Run a server subprocess until the block ends; yields its pid. Its output goes to `output`, else nowhere."""
+    """Run a server subprocess (in `cwd`) until the block ends; yields its pid. Its output goes to `output`,
+    else nowhere."""
     sink = open(output, "ab") if output is not None else subprocess.DEVNULL  # noqa: SIM115 (closed below)
     proc = subprocess.Popen(
         list(args),
-        cwd=ROOT,
+        cwd=cwd,
         env={**os.environ, **(env or {})},
         stdout=sink,
         stderr=sink,
