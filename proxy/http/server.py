@@ -366,10 +366,11 @@ def startup_line(settings: Settings, *, workers: int) -> str:
     listen = settings.listen
     host = f"[{listen.host}]" if ":" in listen.host else listen.host
     upstreams = "".join(f", {name} -> {upstream.base_url}" for name, upstream in settings.upstreams.items())
+    compaction = settings.compaction.mode if settings.compaction.enabled else "off"  # `models:` may override it
     return (
         f"inflight {__version__} listening on http://{host}:{listen.port}/v1 -> {settings.upstream.base_url}"
-        f"{upstreams}; state {settings.state.redacted_url}; archive {'on' if settings.archive.enabled else 'off'}; "
-        f"access: {access_summary(settings)}; workers {workers}"
+        f"{upstreams}; compaction {compaction}; state {settings.state.redacted_url}; "
+        f"archive {'on' if settings.archive.enabled else 'off'}; access: {access_summary(settings)}; workers {workers}"
     )
 
 

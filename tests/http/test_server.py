@@ -34,13 +34,15 @@ def test_the_startup_line_says_what_runs_and_hides_every_secret(tmp_path: Path) 
         "access: {keys: [client-key-secret], admin_keys: [admin-key-secret]}\n"
         f"state: {{url: '{redis_url}'}}\n"
         "archive: {enabled: true}\n"
+        "compaction: {mode: shadow}\n"
     )
     with inflight_process("http://127.0.0.1:9/v1", config, "--workers", "1", output=log) as (url, _):
         line = startup_line(log)
     port = url.removesuffix("/v1").rpartition(":")[2]
     assert line == (
         f"inflight {__version__} listening on http://127.0.0.1:{port}/v1 -> http://127.0.0.1:9/v1, "
-        f"messages -> https://anthropic.example/v1; state redis://:***@{redis_url.rpartition('@')[2]}; archive on; "
+        "messages -> https://anthropic.example/v1; compaction shadow; "
+        f"state redis://:***@{redis_url.rpartition('@')[2]}; archive on; "
         "access: keys required, admin keys required; workers 1"
     )
     assert "secret" not in log.read_text()
@@ -51,7 +53,7 @@ def test_the_startup_line_of_the_defaults(tmp_path: Path) -> None:
     with inflight_process("http://127.0.0.1:9/v1", "", output=log):
         line = startup_line(log)
     access = "access: no keys (each client's own key goes upstream), no admin keys"
-    assert line.endswith(f"; state memory://; archive off; {access}; workers 1")
+    assert line.endswith(f"; compaction active; state memory://; archive off; {access}; workers 1")
 
 
 def test_a_request_that_calls_the_summarizer_logs_its_one_line_and_no_library_lines(tmp_path: Path) -> None:
