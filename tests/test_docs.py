@@ -73,14 +73,16 @@ def split_command(line: str) -> list[str]:
     return [part.strip() for part in line.split("&&") if part.strip()]
 
 
+ASSIGNMENT = re.compile(r"""([A-Z_][A-Z0-9_]*)=(\$\([^)]*\)|'[^']*'|"[^"]*"|\S*)\s+""")
+
+
 def words_of(command: str) -> tuple[dict[str, str], list[str]]:
-    """The variables a command sets for itself (`A=b cmd`), and its words."""
-    words = shlex.split(command)
+    """The variables a command sets for itself (`A=b cmd`, `A=$(...) cmd`), and its words."""
     env: dict[str, str] = {}
-    while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", words[0]):
-        name, _, value = words.pop(0).partition("=")
-        env[name] = value
-    return env, words
+    while found := ASSIGNMENT.match(command):
+        env[found[1]] = found[2].strip("'\"")
+        command = command[found.end() :]
+    return env, shlex.split(command)
 
 
 def kind_of(command: str) -> str:
@@ -163,6 +165,22 @@ def test_each_agent_shown_is_one_the_tests_run(shown: Shown) -> None:
     _, words = words_of(shown.command)
     module = ROOT / AGENTS[words[0]]
     assert module.is_file() and "through" in module.read_text(encoding="utf-8"), shown
+
+
+DOCKER = [item for item in SHOWN if kind_of(item.command) == "docker"]
+# No Docker on these machines: what a docker command runs is exercised without it, by these tests.
+DOCKER_TESTS = {
+    "compose": ("docker-compose.yml", "tests/deploy/test_topology.py"),
+    "build": ("Dockerfile", "tests/deploy/test_image.py"),
+}
+
+
+@pytest.mark.parametrize("shown", DOCKER, ids=ids(DOCKER))
+def test_each_docker_command_is_one_a_test_runs_without_docker(shown: Shown) -> None:
+    _, words = words_of(shown.command)
+    assert words[1] in DOCKER_TESTS, f"{shown}: no test runs this without Docker"
+    used, test = DOCKER_TESTS[words[1]]
+    assert (ROOT / used).is_file() and used in (ROOT / test).read_text(encoding="utf-8"), shown
 
 
 BENCHMARKS = [item for item in SHOWN if kind_of(item.command) == "benchmark"]
