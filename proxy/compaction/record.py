@@ -108,6 +108,14 @@ def conversation_key(
     return f"{name}#{scope}" if scope or "#" in name else name
 
 
+def shadow_key(key: str) -> str:
+    """Where shadow mode keeps a conversation's records (`compaction.mode: shadow`): in its own scope, so that a plan
+    that was never sent (made with the ledger where no summarizer was asked) is never replayed by a turn sent in
+    earnest, and the live records never by a plan."""
+    name, _, scope = key.rpartition("#") if "#" in key else (key, "", "")
+    return f"{name}#{scope}.shadow" if scope else f"{name}#shadow"
+
+
 def best_record(records: Sequence[Record], digests: Sequence[bytes]) -> Record | None:
     """Of the records kept under a key, the one covering the longest prefix of these messages."""
     matching = [r for r in records if r.matches(digests)]

@@ -30,7 +30,7 @@ from proxy.http.relay import Relay, prepend, relay, tap
 from proxy.http.target import checked_path
 from proxy.pipeline.accounting import Accounting, Counted
 from proxy.pipeline.archiving import Archiver
-from proxy.pipeline.engine import Options, Pipeline
+from proxy.pipeline.engine import CLIENT_MODES, Options, Pipeline
 from proxy.pipeline.outgoing import Prepared
 from proxy.policy.refusals import EventBuffer
 from proxy.policy.retry import RetryAim
@@ -90,7 +90,7 @@ class ConversationHandler:
             options = options_of(request, self.wire)
             fetch_models = discovery(self.upstream, request)
             accounting = await self.pipeline.account(intake.counted, fetch_models, tenant=options.tenant)
-            if self.pipeline.asks_exact_count(intake.counted, accounting):
+            if self.pipeline.asks_exact_count(intake.counted, accounting, options):
                 accounting = await self.exact(request, exchange, intake.counted, accounting, options.tenant)
             exchange.note_all(accounting.log_fields())
             call = Call(request, exchange, intake.counted, accounting, options)
@@ -341,11 +341,17 @@ def discovery(upstream: UpstreamClient, request: Request) -> FetchModels:
     return fetch_models
 
 
+def client_mode(header: str) -> str:
+    """What a client's `x-inflight-compaction` asks: `off`, `force` or `shadow`; anything else, nothing."""
+    mode = header.strip().lower()
+    return mode if mode in CLIENT_MODES else ""
+
+
 def options_of(request: Request, wire: WireFormat) -> Options:
     """The `x-inflight-*` headers, and the format's own session header (the key uses it after the body's)."""
     hint = request.headers.get(wire.session_header) if wire.session_header is not None else None
     return Options(
-        mode=request.headers.get("x-inflight-compaction", "").strip().lower(),
+        mode=client_mode(request.headers.get("x-inflight-compaction", "")),
         session=request.headers.get("x-inflight-session"),
         session_hint=hint,
         credentials=[(name, value) for name, value in request.scope["headers"] if name in KEY_HEADERS],

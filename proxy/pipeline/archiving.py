@@ -92,7 +92,7 @@ class Archiver:
             tokens=accounting.prompt_tokens,
             sent=accounting.calibrated(sent),
             thresholds=thresholds_of(accounting, prepared, settings),
-            actions=headers.get("x-inflight-shadow-actions" if shadow else "x-inflight-actions", "none"),
+            actions=headers.get("x-inflight-shadow-actions" if prepared.shadow else "x-inflight-actions", "none"),
             compaction_id=outcome.compaction_id or None if outcome is not None else None,
             fresh=outcome is not None and outcome.fresh,
             recorded=outcome is not None and not outcome.record.bare,

@@ -20,6 +20,7 @@ from cachetools import LRUCache
 from proxy.compaction import Budget, Conversation, ConversationCompactions, Outcome, conversation_key, head_length
 from proxy.compaction.background.scheduler import BackgroundSummaries
 from proxy.compaction.prefix import CacheTurn, PrefixTracker, SentRequest, view_ids
+from proxy.compaction.record import shadow_key
 from proxy.config import Compaction, ModelSettings, Settings
 from proxy.formats import WireFormat
 from proxy.metrics.observer import NO_OBSERVER, Observer
@@ -47,7 +48,7 @@ class Options:
 
     # "off": forward untouched, never retry; "force": compact even if it fits; "shadow": forward untouched,
     # never retry, and plan the compaction only to say what it would have sent (`compaction.mode: shadow`);
-    # "active": compact as configured, even under a shadow config
+    # "active" (never from a client: `CLIENT_MODES`): compact as configured, even under a shadow config
     mode: str = ""
     session: str | None = None  # `x-inflight-session`: before any the body names
     session_hint: str | None = None  # the wire format's own session header: after the body's
@@ -62,9 +63,11 @@ class Options:
         return tenant_of(self.credentials)
 
 
-# What a client may ask of one request that a shadow config does not overrule (`x-inflight-compaction`): `active`
-# compacts as configured, in earnest (`inflight eval` asks it: it measures what compaction sends).
-OWN_MODES = frozenset({"force", "off", "active"})
+# What overrules a shadow config: a client's `off` (less than shadow: nothing planned), and `active`, which only
+# `inflight eval` asks (it measures what compaction sends). A client's `force` does not: the operator chose shadow
+# mode so that no byte changes.
+OVERRULE_SHADOW = frozenset({"off", "active"})
+CLIENT_MODES = frozenset({"off", "force", "shadow"})  # what a client may ask (`x-inflight-compaction`)
 PREFIX_SHARE = 4  # the requests sent last (`compaction.prefix`) may hold a quarter of the records' bytes
 
 
@@ -204,11 +207,14 @@ class Pipeline:
             asked = min(asked, reserve_for(None, reserve_tokens=reserve_tokens, context_window=context_window))
         return budget_for(asked, reserve_tokens=reserve_tokens, context_window=context_window)
 
-    def asks_exact_count(self, counted: Counted, accounting: Accounting) -> bool:
+    def asks_exact_count(self, counted: Counted, accounting: Accounting, options: Options) -> bool:
         """Whether to ask the upstream's exact count (`messages.count_tokens: near`): the format has one,
-        and our estimate is within `count_tokens_band` of the budget of a threshold it decides on."""
+        and our estimate is within `count_tokens_band` of the budget of a threshold it decides on. Never in
+        shadow mode: that would be a call on the client's key, and a wait, that the client did not make."""
         config = self.settings.messages
         if counted.wire.count_path is None or config.count_tokens != "near" or accounting.exact:
+            return False
+        if self.shadows(counted, options):
             return False
         settings = self.model_settings(counted.model).compaction
         points = [settings.prune_at, settings.summarize_at, 1.0, settings.summarize.background_at]
@@ -286,7 +292,7 @@ class Pipeline:
         the client asks nothing else of it (`force`, `off`, and the compact endpoint's own, still win)."""
         if options.mode == "shadow":
             return True
-        return options.mode not in OWN_MODES and self.model_settings(counted.model).compaction.mode == "shadow"
+        return options.mode not in OVERRULE_SHADOW and self.model_settings(counted.model).compaction.mode == "shadow"
 
     async def prepare(
         self,
@@ -337,27 +343,32 @@ class Pipeline:
             return untouched
         try:
             key = untouched.key = key_of(counted, options, max_chars=self._max_key_chars)
-            outcome = await self.compact(counted, accounting, options, key=key, retry=retry, shadow=shadow)
+            plan_key = shadow_key(key) if shadow else key  # the archive keeps the conversation's own key
+            outcome = await self.compact(counted, accounting, options, key=plan_key, retry=retry, shadow=shadow)
         except Exception as exc:  # a bug of ours must not cost the user the request
             model = self._model_key(accounting.model)
             log.exception("[compaction] failed for %s; forwarding the request unchanged", model)
             untouched.fields["compaction_error"] = type(exc).__name__
-            untouched.headers["x-inflight-shadow-actions" if shadow else "x-inflight-actions"] = "error"
+            if shadow:
+                untouched.fields["shadow"] = untouched.headers["x-inflight-shadow-actions"] = "error"
+            else:
+                untouched.headers["x-inflight-actions"] = "error"
             return untouched
         if outcome is None or (outcome.actions == ["none"] and outcome.fits):  # nothing changed: the client's bytes
-            return self.cache_figures(untouched, counted, None)
+            return self.cache_figures(untouched, counted, None, key=plan_key)
         if shadow:  # the client's bytes go; what would have gone instead is said, and measured for the cache
-            return self.cache_figures(shadowed(untouched, accounting, outcome), counted, outcome)
+            return self.cache_figures(shadowed(untouched, accounting, outcome), counted, outcome, key=plan_key)
         # Its body is written from what was kept: megabytes, when the compaction could not make it fit.
         prepared = await call_sized(
             lambda: rewritten(counted, accounting, outcome, limit=limit, key=key), outcome.tokens_after
         )
-        return self.cache_figures(prepared, counted, outcome)
+        return self.cache_figures(prepared, counted, outcome, key=key)
 
-    def cache_figures(self, prepared: Prepared, counted: Counted, outcome: Outcome | None) -> Prepared:
+    def cache_figures(self, prepared: Prepared, counted: Counted, outcome: Outcome | None, *, key: str) -> Prepared:
         """`prepared`, able to say what the upstream's prompt cache can serve of it against the conversation's
-        previous request (`proxy.compaction.prefix`): worked out when first asked, after the answer."""
-        key, prefixes = prepared.key, self._prefixes
+        previous request (`proxy.compaction.prefix`; shadow mode's plans against its previous plan, under their own
+        `key`): worked out when first asked, after the answer."""
+        prefixes = self._prefixes
 
         def measure() -> CacheTurn:
             return prefixes.observe(key, sent_request(counted, outcome))
@@ -394,10 +405,12 @@ class Pipeline:
         force = options.mode == "force"  # a retry needs no push: what it retries is over its limit
         summarizers = None if shadow and not settings.shadow_summaries else self._summarizers
         background = self._compactions.background and summarizers is not None
-        background = background and (settings.summarize.background_at is not None or shadow)
-        start_at = int(budget.limit * (settings.summarize.background_at or 1)) if background else budget.prune_at
+        background_at = settings.summarize.background_at
+        background = background and (background_at is not None or shadow)  # shadow mode never waits for a summary
+        start_at = int(budget.limit * background_at) if background and background_at is not None else budget.prune_at
         due = force or conversation.tokens > min(budget.prune_at, start_at)  # else no summary is near: no need to ask
-        summary_window = await self.summarizer_window(settings, accounting.model, ask=due)
+        # Shadow mode asks nothing of the summarizer's endpoint on a client's turn, not even its window.
+        summary_window = await self.summarizer_window(settings, accounting.model, ask=due and not shadow)
         # A client past its summarizer budget (or the proxy past its own) is not summarized: the ledger stands in.
         spent = self._budget is not None and due and not self._budget.allows(self.spender_of(options))
         parts = CompactionParts(

@@ -56,7 +56,9 @@ class Prepared:
         turn = self.cache
         if turn is None:
             return {}
-        return {"cached": f"{turn.share:.2f}", **({"rewrite": 1} if turn.rewrite else {})}
+        # In shadow mode, what the cache would have served of the plan: said apart, and kept out of the live metrics.
+        prefix = "shadow_" if self.shadow else ""
+        return {f"{prefix}cached": f"{turn.share:.2f}", **({f"{prefix}rewrite": 1} if turn.rewrite else {})}
 
     def follows(self, refused: Prepared) -> None:
         """This is the retry of `refused`: what its compaction dropped counts from before both attempts."""
