@@ -17,6 +17,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,7 @@ import httpx
 import pytest
 
 from proxy.cli import build_parser
+from proxy.config import load_settings
 from tests.support.servers import free_port
 from tests.support.waiting import wait_until
 
@@ -32,9 +34,12 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 SHELL_BLOCK = re.compile(r"^```(?:sh|bash|console|shell)\n(.*?)^```", re.MULTILINE | re.DOTALL)
 INLINE = re.compile(r"(?<!`)`([^`\n]+)`(?!`)")
-COMMAND_START = ("inflight ", "python -m benchmarks.", "pytest")
+COMMAND_START = ("inflight ", "python -m benchmarks.", "pytest", "pip ", "npm ", "apt-get ", "ruff ", "mypy ")
 # The real agents, which `tests/agents/` runs through inflight (pointed at it with the variables the documents show).
-AGENTS = {"claude": "tests/agents/test_claude_code.py", "codex": "tests/agents/test_codex.py"}
+AGENTS = {
+    "claude": ("tests/agents/claude_code.py", "ANTHROPIC_BASE_URL"),
+    "codex": ("tests/agents/codex.py", "base_url"),
+}
 # Set-up lines that only `.ci/run` runs (a fresh virtualenv, the install): they must be there, word for word.
 CI_RUN = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
 
@@ -62,7 +67,7 @@ def shown_commands() -> list[Shown]:
                     found.append(Shown(name, part, fenced=True))
         prose = SHELL_BLOCK.sub("", text)
         for span in INLINE.findall(prose):
-            if span.startswith(COMMAND_START):
+            if ASSIGNMENTS.sub("", span).startswith(COMMAND_START):
                 found += [Shown(name, part, fenced=False) for part in split_command(span)]
     return found
 
@@ -74,6 +79,7 @@ def split_command(line: str) -> list[str]:
 
 
 ASSIGNMENT = re.compile(r"""([A-Z_][A-Z0-9_]*)=(\$\([^)]*\)|'[^']*'|"[^"]*"|\S*)\s+""")
+ASSIGNMENTS = re.compile(rf"^(?:{ASSIGNMENT.pattern})*")
 
 
 def words_of(command: str) -> tuple[dict[str, str], list[str]]:
@@ -120,11 +126,7 @@ def test_each_command_is_one_something_exercises(shown: Shown) -> None:
     assert kind_of(shown.command) != "unknown", f"{shown}: nothing exercises this command; teach tests/test_docs.py"
 
 
-CI_COMMANDS = [
-    item
-    for item in SHOWN
-    if kind_of(item.command) == "ci" and (item.fenced or words_of(item.command)[1][0] == "pytest")
-]
+CI_COMMANDS = [item for item in SHOWN if kind_of(item.command) == "ci"]
 
 
 @pytest.mark.parametrize("shown", CI_COMMANDS, ids=ids(CI_COMMANDS))
@@ -141,9 +143,15 @@ def test_set_up_and_test_commands_are_run_by_ci(shown: Shown) -> None:
             timeout=120,
             env={**os.environ, **env},
         )
-        assert collected.returncode == 0 and re.search(r"^\d+ tests? collected", collected.stdout, re.M), shown
+        assert collected.returncode == 0 and re.search(r"^\d+(/\d+)? tests? collected", collected.stdout, re.M), shown
         return
-    assert shown.command in CI_RUN.replace("\\\n", " "), f"{shown}: not in .ci/run"
+    if shown.fenced:
+        assert shown.command in CI_RUN.replace("\\\n", " "), f"{shown}: not in .ci/run"
+        return
+    # Quoted in the text, often shortened: a line of .ci/run runs it with every word it shows.
+    wanted = [word for word in words if not word.startswith("-")]
+    lines = CI_RUN.replace("\\\n", " ").splitlines()
+    assert any(all(word in line.split() for word in wanted) for line in lines), f"{shown}: not in .ci/run"
 
 
 EXPORTS = [item for item in SHOWN if kind_of(item.command) == "export"]
@@ -163,8 +171,9 @@ AGENT_RUNS = [item for item in SHOWN if kind_of(item.command) == "agent"]
 @pytest.mark.parametrize("shown", AGENT_RUNS, ids=ids(AGENT_RUNS))
 def test_each_agent_shown_is_one_the_tests_run(shown: Shown) -> None:
     _, words = words_of(shown.command)
-    module = ROOT / AGENTS[words[0]]
-    assert module.is_file() and "through" in module.read_text(encoding="utf-8"), shown
+    module, pointed_with = AGENTS[words[0]]
+    source = (ROOT / module).read_text(encoding="utf-8")
+    assert pointed_with in source and "subprocess.run(" in source, f"{shown}: {module} does not run it so"
 
 
 DOCKER = [item for item in SHOWN if kind_of(item.command) == "docker"]
@@ -205,7 +214,7 @@ def inflight_commands() -> dict[str, argparse.ArgumentParser]:
 
 
 def options_of(words: list[str]) -> list[str]:
-    return [word.split("=")[0] for word in words if word.startswith("--")]
+    return [word.lstrip("[").split("=")[0].rstrip("]") for word in words if word.lstrip("[").startswith("--")]
 
 
 QUOTED = [item for item in SHOWN if kind_of(item.command) == "inflight" and not item.fenced]
@@ -269,3 +278,40 @@ def answers(port: int) -> bool:
         return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def blocks(language: str) -> list[tuple[str, str]]:
+    """The fenced blocks of `language` in README.md and docs/: (document, text)."""
+    pattern = re.compile(rf"^```{language}\n(.*?)^```", re.MULTILINE | re.DOTALL)
+    return [
+        (path.relative_to(ROOT).as_posix(), text) for path in DOCUMENTS for text in pattern.findall(path.read_text())
+    ]
+
+
+YAML = blocks("yaml")
+
+
+@pytest.mark.parametrize("document, text", YAML, ids=[f"{d}:{t[:40]}" for d, t in YAML])
+def test_each_yaml_block_is_a_config_inflight_loads(document: str, text: str, tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(text, encoding="utf-8")
+    load_settings(str(config))  # raises, naming the key, on anything it does not take
+
+
+TOML = blocks("toml")
+
+
+@pytest.mark.parametrize("document, text", TOML, ids=[f"{d}:{t[:40]}" for d, t in TOML])
+def test_each_codex_provider_shown_is_configured_as_the_codex_test_configures_it(document: str, text: str) -> None:
+    """The provider's keys are the ones `tests/agents/codex.py` gives the real Codex CLI, with the same values
+    where they are not names (its `base_url` is the proxy's, its key variable its own)."""
+    shown = tomllib.loads(text)
+    source = (ROOT / AGENTS["codex"][0]).read_text(encoding="utf-8")
+    start = source.index("[model_providers.")
+    tested = tomllib.loads(source[start : source.index('"""', start)].replace("{base_url}", "x"))
+    [tested_provider] = tested["model_providers"].values()
+    for provider in shown["model_providers"].values():
+        assert set(provider) == set(tested_provider), document
+        for key in ("wire_api", "supports_websockets"):
+            assert provider[key] == tested_provider[key], (document, key)
+    assert shown["model_provider"] in shown["model_providers"], document
