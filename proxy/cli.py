@@ -21,6 +21,7 @@ from proxy import __version__
 from proxy.app import create_app
 from proxy.compaction.prefix import CacheFigures
 from proxy.config import ConfigError, Settings, load_settings
+from proxy.demo import DemoError, DemoOptions, run_demo
 from proxy.errors import BadRequest
 from proxy.formats import CHAT_COMPLETIONS
 from proxy.http.access import startup_problem
@@ -254,6 +255,15 @@ def add_state_option(command: argparse.ArgumentParser) -> None:
     )
 
 
+def demo(args: argparse.Namespace) -> int:
+    """A recorded conversation through a real proxy and a scripted upstream, on loopback (`proxy.demo`)."""
+    try:
+        options = DemoOptions(window=args.window, port=args.port, turns=args.turns, config=args.config, serve=args.serve)
+        return asyncio.run(run_demo(options))
+    except DemoError as exc:
+        raise CommandError(str(exc)) from exc
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="inflight", description="A proxy that keeps agent conversations in context.")
     parser.add_argument("--version", action="version", version=f"inflight {__version__}")
@@ -308,6 +318,19 @@ def build_parser() -> argparse.ArgumentParser:
     eval_cmd.add_argument("--json", action="store_true", help="print the totals as one JSON object")
     add_state_option(eval_cmd)
     eval_cmd.set_defaults(run=evaluate)
+
+    demo_cmd = commands.add_parser(
+        "demo", help="replay a recorded agent conversation through inflight and a scripted upstream (no key)"
+    )
+    demo_cmd.add_argument("--window", type=int, default=8000, help="the model's context window (default 8000)")
+    demo_cmd.add_argument("--turns", type=int, help="replay only the first N turns (default: all 14)")
+    demo_cmd.add_argument("--config", help="YAML config file (compaction settings to try; state stays in memory)")
+    demo_cmd.add_argument("--port", type=int, default=0, help="the proxy's port on 127.0.0.1 (default: a free one)")
+    demo_cmd.add_argument(
+        "--serve", action="store_true", help="keep both servers running after the replay, with the viewer on"
+    )
+    demo_cmd.set_defaults(run=demo)
+
     # `inflight --help` names every command, whichever were added above.
     parser.description = f"{parser.description} Commands: {', '.join(commands.choices)}."
     return parser

@@ -1,7 +1,7 @@
 """The layout's promises, checked on the source: layers that import only downwards, and no cycles.
 
 Layers, from the top:
-- the edge (`proxy.app`, `proxy.cli`, `proxy.http`): HTTP and the command line; may use anything;
+- the edge (`proxy.app`, `proxy.cli`, `proxy.demo`, `proxy.http`): HTTP and the command line; may use anything;
 - the pipeline (`proxy.pipeline`): count, account, compact, send, learn; never the edge;
 - the wire formats (`proxy.formats`) and the upstream transport (`proxy.upstream`): used by the
   pipeline and the edge; a format uses only the core, the transport only its settings and errors;
@@ -26,6 +26,7 @@ EDGE, PIPELINE, FORMATS, UPSTREAM, CORE = "edge", "pipeline", "formats", "upstre
 LAYER_OF = {
     "proxy.app": EDGE,
     "proxy.cli": EDGE,
+    "proxy.demo": EDGE,  # `inflight demo`: a proxy and a scripted upstream served here, and a client
     "proxy.__main__": EDGE,
     "proxy.http": EDGE,
     "proxy.pipeline": PIPELINE,

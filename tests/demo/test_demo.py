@@ -1,0 +1,104 @@
+"""`inflight demo` as a user runs it: a subprocess that replays the shipped conversation, and `--serve`."""
+
+from __future__ import annotations
+
+import json
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import httpx
+
+from proxy.demo.run import load_trace
+from tests.support.waiting import wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+([\d,]+)\*?\s+([\d,]+)\s+(\d+%)?\s+(\S.*)$")
+TOTAL = re.compile(r"^total (\d+) turns: the client sent ([\d,]+) tokens, inflight sent ([\d,]+) upstream")
+SUMMARIES = re.compile(r"^summarizer calls: (\d+) ")
+TURNS = "6"  # enough for the conversation to pass the 8,000-token window's thresholds, and quick
+
+
+def number(text: str) -> int:
+    return int(text.replace(",", ""))
+
+
+def demo(*args: str) -> list[str]:
+    command = [sys.executable, "-m", "proxy", "demo", *args]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=300, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    return result.stdout.splitlines()
+
+
+def test_the_demo_replays_the_conversation_through_the_proxy_and_compacts_it() -> None:
+    lines = demo("--turns", TURNS)
+    rows = [match.groups() for match in map(ROW.match, lines) if match]
+    assert [int(row[0]) for row in rows] == list(range(1, int(TURNS) + 1))
+    messages = [int(row[1]) for row in rows]
+    assert messages == sorted(messages) and len(set(messages)) == len(messages)  # each turn adds to the last
+    client, sent = [number(row[2]) for row in rows], [number(row[3]) for row in rows]
+    assert client == sorted(client)
+    compacted = [i for i in range(len(rows)) if sent[i] < client[i]]
+    assert compacted, "no turn was compacted"
+    assert all(rows[i][4] and rows[i][5] != "none" for i in compacted)  # a saving, and what was done
+    assert rows[0][5] == "none" and sent[0] == client[0]  # the task alone is far below the window
+    totals = next(match for match in map(TOTAL.match, lines) if match)
+    assert (int(totals[1]), number(totals[2]), number(totals[3])) == (len(rows), sum(client), sum(sent))
+    assert int(next(match for match in map(SUMMARIES.match, lines) if match)[1]) >= 1
+
+
+def test_the_window_decides_when_it_compacts() -> None:
+    """At a window larger than the whole conversation nothing is done to it."""
+    lines = demo("--turns", TURNS, "--window", "100000")
+    rows = [match.groups() for match in map(ROW.match, lines) if match]
+    assert len(rows) == int(TURNS)
+    assert all(row[2] == row[3] and row[5] == "none" for row in rows)
+    assert int(next(match for match in map(SUMMARIES.match, lines) if match)[1]) == 0
+
+
+def test_serve_keeps_the_proxy_and_its_viewer_up_until_interrupted() -> None:
+    command = [sys.executable, "-m", "proxy", "demo", "--serve", "--turns", TURNS]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines: queue.Queue[str] = queue.Queue()
+    assert process.stdout is not None
+    stdout = process.stdout
+
+    def read() -> None:
+        for line in stdout:
+            lines.put(line)
+
+    threading.Thread(target=read, daemon=True).start()
+    try:
+        viewer = None
+        while viewer is None:
+            line = lines.get(timeout=120)  # a guard against a demo that hangs, not a measure
+            found = re.search(r"The viewer: (http://127\.0\.0\.1:\d+)/inflight/ui", line)
+            viewer = found.group(1) if found else None
+        with httpx.Client(base_url=viewer) as client:
+            assert client.get("/inflight/ui").status_code == 200  # on loopback, without a key
+
+            def archived() -> bool:
+                conversations = client.get("/inflight/conversations").json()["conversations"]
+                return any(c["label"] == "inflight-demo" and c["turn_count"] == int(TURNS) for c in conversations)
+
+            wait_until(archived, timeout=60)
+            answer = client.post(
+                "/v1/chat/completions", json={"model": "gpt-4o", "messages": [{"role": "user", "content": "hello"}]}
+            )
+            assert answer.status_code == 200 and answer.headers["x-inflight-actions"] == "none"
+            assert "demo upstream" in answer.json()["choices"][0]["message"]["content"]
+    finally:
+        process.send_signal(signal.SIGINT)
+        stderr = process.communicate(timeout=60)[1]
+    assert process.returncode == 0, stderr
+    assert "Traceback" not in stderr
+
+
+def test_the_shipped_conversation_is_the_one_the_tests_replay() -> None:
+    fixture = ROOT / "tests" / "fixtures" / "traces" / "swe_marshmallow_function_calling_replace.json"
+    assert load_trace() == json.loads(fixture.read_text())
