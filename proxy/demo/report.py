@@ -23,7 +23,6 @@ class Row:
     messages: int
     client_tokens: int  # the request as the client sent it, as the proxy counted it
     sent_tokens: int  # the request as it went upstream
-    upstream_tokens: int | None  # the upstream's own count of what arrived (its `usage.prompt_tokens`)
     actions: str
     budget: int  # the window less the room kept for the reply
     problem: str | None = None  # the answer was not a 200: its status and message
@@ -81,25 +80,31 @@ def render(rows: Sequence[Row], totals: Totals, *, proxy: str, upstream: str, wi
 
 
 def summary(totals: Totals, window: int) -> list[str]:
+    """The totals as a row under the columns, then what the upstream saw."""
     seen = totals.upstream
-    saved = 100 * (1 - totals.sent_tokens / totals.client_tokens) if totals.client_tokens else 0.0
+    saved = f"{100 * (1 - totals.sent_tokens / totals.client_tokens):.0f}%" if totals.client_tokens else ""
     lines = [
-        f"total {counted(totals.turns, 'turn')}: the client sent {totals.client_tokens:,} tokens, inflight sent "
-        f"{totals.sent_tokens:,} upstream ({saved:.0f}% fewer); {counted(totals.compacted, 'turn')} compacted",
+        f"{'all':>4}  {'':>4}  {totals.client_tokens:>10,}   {totals.sent_tokens:>13,}  {saved:>5}  "
+        f"{totals.compacted} of {counted(totals.turns, 'turn')} compacted",
+        "",
     ]
     if totals.over_window:
         lines.append(
-            f"  * {counted(totals.over_window, 'turn')} over the {window:,}-token window: refused without inflight"
+            f"* over the {window:,}-token window: without inflight the upstream refuses {them(totals.over_window)}"
         )
     lines.append(
         f"summarizer calls: {seen.summaries} (answered by the scripted upstream: {seen.summary_prompt_tokens:,} "
         f"tokens in, {seen.summary_completion_tokens:,} out)"
     )
     lines.append(
-        f"the upstream counted {seen.prompt_tokens:,} prompt tokens in {counted(seen.requests, 'request')} and refused "
-        f"{seen.refused}" + (f"; {counted(totals.failed, 'turn')} FAILED" if totals.failed else "")
+        f"the upstream counted {seen.prompt_tokens:,} prompt tokens in {counted(seen.requests, 'request')} and "
+        f"refused {seen.refused}" + (f"; {counted(totals.failed, 'turn')} FAILED" if totals.failed else "")
     )
     return lines
+
+
+def them(n: int) -> str:
+    return "it" if n == 1 else "them"
 
 
 def counted(n: int, noun: str) -> str:

@@ -26,11 +26,12 @@ from starlette.types import ASGIApp
 
 from proxy.app import create_app
 from proxy.compaction.summary_job import load_prompt
-from proxy.config import Settings, load_settings
+from proxy.config import ConfigError, Settings, load_settings
 from proxy.config import Upstream as UpstreamSettings
 from proxy.demo.report import Row, Totals, render
 from proxy.demo.summary import PROMPT_OPENING
 from proxy.demo.upstream import ScriptedUpstream
+from proxy.errors import ProxyError
 from proxy.http.server import prepare_process, uvicorn_options
 from proxy.pipeline.evaluation import turns
 from proxy.upstream.client import UpstreamClient
@@ -150,11 +151,13 @@ async def send_turn(client: UpstreamClient, request: dict[str, Any], host: bytes
     response = await client.open("POST", b"/v1/chat/completions", headers=headers, content=orjson.dumps(request))
     status, body = await client.read_whole(response)
     named = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in response.headers}
-    return status, named, orjson.loads(body) if body else None
+    try:
+        return status, named, orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return status, named, None
 
 
 def row_of(turn: int, request: dict[str, Any], status: int, headers: dict[str, str], answer: Any) -> Row:
-    usage = answer.get("usage") if isinstance(answer, dict) else None
     problem = None
     if status != 200:
         error = answer.get("error") if isinstance(answer, dict) else None
@@ -164,7 +167,6 @@ def row_of(turn: int, request: dict[str, Any], status: int, headers: dict[str, s
         messages=len(request["messages"]),
         client_tokens=int(headers.get("x-inflight-tokens-before", 0)),
         sent_tokens=int(headers.get("x-inflight-tokens-after", 0)),
-        upstream_tokens=int(usage["prompt_tokens"]) if isinstance(usage, dict) else None,
         actions=headers.get("x-inflight-actions", "-"),
         budget=int(headers.get("x-inflight-budget", 0)),
         problem=problem,
@@ -194,7 +196,10 @@ async def replay(proxy_url: str, trace: dict[str, Any], limit: int | None) -> li
     try:
         for turn, end in enumerate(ends, start=1):
             request = {**trace, "messages": messages[:end]}
-            status, headers, answer = await send_turn(client, request, host)
+            try:
+                status, headers, answer = await send_turn(client, request, host)
+            except ProxyError as exc:  # the proxy did not answer at all: nothing to show for this turn
+                raise DemoError(f"turn {turn}: no answer from the proxy ({exc.message})") from exc
             rows.append(row_of(turn, request, status, headers, answer))
             await settled(client, host)
     finally:
@@ -206,16 +211,26 @@ async def run_demo(options: DemoOptions) -> int:
     """Start both servers, replay, print the table; with `serve`, keep them running until SIGINT or SIGTERM."""
     trace = load_trace()
     model = str(trace["model"])
-    upstream_sock, proxy_sock = bound_socket(0), bound_socket(options.port)
+    upstream_sock = bound_socket(0)
+    try:
+        proxy_sock = bound_socket(options.port)
+    except DemoError:
+        upstream_sock.close()
+        raise
     upstream_url = f"http://127.0.0.1:{upstream_sock.getsockname()[1]}"
     proxy_url = f"http://127.0.0.1:{proxy_sock.getsockname()[1]}"
-    settings = demo_settings(
-        options.config,
-        upstream_url=f"{upstream_url}/v1",
-        port=proxy_sock.getsockname()[1],
-        window=options.window,
-        model=model,
-    )
+    try:
+        settings = demo_settings(
+            options.config,
+            upstream_url=f"{upstream_url}/v1",
+            port=proxy_sock.getsockname()[1],
+            window=options.window,
+            model=model,
+        )
+    except ConfigError:
+        upstream_sock.close()
+        proxy_sock.close()
+        raise
     prepare_process(settings)
     inflight_log = logging.getLogger("inflight")
     inflight_log.setLevel(logging.WARNING)  # the table says what each request did
