@@ -258,7 +258,9 @@ def add_state_option(command: argparse.ArgumentParser) -> None:
 def demo(args: argparse.Namespace) -> int:
     """A recorded conversation through a real proxy and a scripted upstream, on loopback (`proxy.demo`)."""
     try:
-        options = DemoOptions(window=args.window, port=args.port, turns=args.turns, config=args.config, serve=args.serve)
+        options = DemoOptions(
+            window=args.window, port=args.port, turns=args.turns, config=args.config, serve=args.serve
+        )
         return asyncio.run(run_demo(options))
     except DemoError as exc:
         raise CommandError(str(exc)) from exc

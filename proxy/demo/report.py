@@ -7,6 +7,7 @@ columns, with long action lists wrapped under their column.
 
 from __future__ import annotations
 
+import re
 import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -69,7 +70,8 @@ def render(rows: Sequence[Row], totals: Totals, *, proxy: str, upstream: str, wi
         over = "*" if row.client_tokens > window else " "
         saved = f"{100 * (1 - row.sent_tokens / row.client_tokens):.0f}%" if row.compacted else ""
         what = row.actions if row.problem is None else f"FAILED {row.problem}"
-        wrapped = textwrap.wrap(what.replace(",", ", "), ACTIONS_WIDTH, break_on_hyphens=False) or [""]
+        spaced = re.sub(r",(?=[^\d ])", ", ", what)  # between actions, not inside a number
+        wrapped = textwrap.wrap(spaced, ACTIONS_WIDTH, break_on_hyphens=False) or [""]
         lines.append(
             f"{row.turn:>4}  {row.messages:>4}  {row.client_tokens:>10,}{over}  {row.sent_tokens:>13,}  {saved:>5}  "
             f"{wrapped[0]}"

@@ -167,10 +167,19 @@ def row_of(turn: int, request: dict[str, Any], status: int, headers: dict[str, s
         messages=len(request["messages"]),
         client_tokens=int(headers.get("x-inflight-tokens-before", 0)),
         sent_tokens=int(headers.get("x-inflight-tokens-after", 0)),
-        actions=headers.get("x-inflight-actions", "-"),
+        actions=actions_of(headers),
         budget=int(headers.get("x-inflight-budget", 0)),
         problem=problem,
     )
+
+
+def actions_of(headers: dict[str, str]) -> str:
+    """What the proxy did (`x-inflight-actions`); in shadow mode, what it would have done and sent instead."""
+    shadow = headers.get("x-inflight-shadow-actions")
+    if shadow is not None and shadow != "none":
+        would = int(headers.get("x-inflight-shadow-tokens-after", 0))
+        return f"shadow, would send {would:,}: {shadow}"
+    return headers.get("x-inflight-actions", "-")
 
 
 async def settled(client: UpstreamClient, host: bytes) -> None:

@@ -62,6 +62,16 @@ def test_the_window_decides_when_it_compacts() -> None:
     assert int(next(match for match in map(SUMMARIES.match, lines) if match)[1]) == 0
 
 
+def test_under_a_shadow_config_it_shows_what_would_have_been_sent(tmp_path: Path) -> None:
+    config = tmp_path / "shadow.yaml"
+    config.write_text("compaction: {mode: shadow}\n")
+    lines = demo("--turns", TURNS, "--config", str(config))
+    rows = [match.groups() for match in map(ROW.match, lines) if match]
+    assert len(rows) == int(TURNS)
+    assert all(row[2] == row[3] for row in rows)  # the client's request went upstream as it came
+    assert any(row[5].startswith("shadow, would send ") for row in rows)
+
+
 def test_serve_keeps_the_proxy_and_its_viewer_up_until_interrupted() -> None:
     command = [sys.executable, "-m", "proxy", "demo", "--serve", "--turns", TURNS]
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
