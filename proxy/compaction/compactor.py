@@ -90,7 +90,8 @@ class Compactor:
         outcome.tokens_after = total
         outcome.record = draft.freeze(conversation)
         outcome.fits = total <= budget.limit
-        changed = record is None or outcome.record != record  # a compaction now, not a record replayed
+        # A compaction now (something taken off on this run, and a record it did not replay) may churn.
+        changed = bool(outcome.actions) and (record is None or outcome.record != record)
         if changed and work.depth is not None and work.depth.churns(total):
             say_churn(outcome, work.depth, total)
         outcome.actions = list(dict.fromkeys(outcome.actions)) or ["none"]

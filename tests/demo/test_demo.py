@@ -47,6 +47,8 @@ def test_the_demo_replays_the_conversation_through_the_proxy_and_compacts_it() -
     assert compacted, "no turn was compacted"
     assert all(rows[i][4] and rows[i][5] != "none" for i in compacted)  # a saving, and what was done
     assert rows[0][5] == "none" and sent[0] == client[0]  # the task alone is far below the window
+    # A turn that took nothing off made no compaction: it cannot have come too soon after the last (`churn`).
+    assert all(sent[i] < client[i] for i in range(len(rows)) if "churn" in rows[i][5]), rows
     totals = next(match for match in map(TOTAL.match, lines) if match)
     assert (number(totals[1]), number(totals[2])) == (sum(client), sum(sent))
     assert (int(totals[3]), int(totals[4])) == (len(compacted), len(rows))
