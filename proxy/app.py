@@ -137,7 +137,7 @@ def item_secret(settings: Settings) -> bytes:
         return hashlib.sha256(b"inflight compaction items\0" + key.encode()).digest()
     if settings.responses.compact_fallback:
         logging.getLogger("inflight").info(
-            "inflight: compaction items are sealed with a key of this process only (set responses.item_key "
+            "compaction items are sealed with a key of this process only (set responses.item_key "
             "to read them after a restart or in another worker)"
         )
     return os.urandom(32)

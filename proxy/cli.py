@@ -250,7 +250,7 @@ def add_state_option(command: argparse.ArgumentParser) -> None:
     command.add_argument(
         "--state",
         metavar="URL",
-        help="keep its compaction records here, e.g. sqlite:///inflight.db (default: memory, never the config's "
+        help="keep its compaction records here, e.g. sqlite:///offline.db (default: memory, never the config's "
         "state.url, which a running proxy serves from)",
     )
 
@@ -264,12 +264,29 @@ def demo(args: argparse.Namespace) -> int:
         return asyncio.run(run_demo(options))
     except DemoError as exc:
         raise CommandError(str(exc)) from exc
+    except KeyboardInterrupt:  # Ctrl-C during the replay: both servers are stopped with the event loop
+        print("inflight demo: interrupted", file=sys.stderr)
+        return 130
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="inflight", description="A proxy that keeps agent conversations in context.")
     parser.add_argument("--version", action="version", version=f"inflight {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
+
+    demo_cmd = commands.add_parser(
+        "demo", help="replay a recorded agent conversation through inflight and a scripted upstream (no key)"
+    )
+    demo_cmd.add_argument("--window", type=int, default=8000, help="the model's context window (default 8000)")
+    demo_cmd.add_argument("--turns", type=int, help="replay only the first N turns (default: all 14)")
+    demo_cmd.add_argument("--config", help="YAML config file (compaction settings to try; state stays in memory)")
+    demo_cmd.add_argument("--port", type=int, default=0, help="the proxy's port on 127.0.0.1 (default: a free one)")
+    demo_cmd.add_argument(
+        "--serve", action="store_true", help="keep both servers running after the replay, with the viewer on"
+    )
+    demo_cmd.set_defaults(run=demo)
+
+    # `inflight --help` names every command, whichever were added above.
 
     serve_cmd = commands.add_parser("serve", help="run the proxy")
     serve_cmd.add_argument("--config", help="YAML config file (default: built-in defaults)")
@@ -321,19 +338,6 @@ def build_parser() -> argparse.ArgumentParser:
     add_state_option(eval_cmd)
     eval_cmd.set_defaults(run=evaluate)
 
-    demo_cmd = commands.add_parser(
-        "demo", help="replay a recorded agent conversation through inflight and a scripted upstream (no key)"
-    )
-    demo_cmd.add_argument("--window", type=int, default=8000, help="the model's context window (default 8000)")
-    demo_cmd.add_argument("--turns", type=int, help="replay only the first N turns (default: all 14)")
-    demo_cmd.add_argument("--config", help="YAML config file (compaction settings to try; state stays in memory)")
-    demo_cmd.add_argument("--port", type=int, default=0, help="the proxy's port on 127.0.0.1 (default: a free one)")
-    demo_cmd.add_argument(
-        "--serve", action="store_true", help="keep both servers running after the replay, with the viewer on"
-    )
-    demo_cmd.set_defaults(run=demo)
-
-    # `inflight --help` names every command, whichever were added above.
     parser.description = f"{parser.description} Commands: {', '.join(commands.choices)}."
     return parser
 

@@ -3,6 +3,7 @@ against a real server."""
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import sys
 from collections.abc import Iterator
@@ -108,13 +109,33 @@ def test_a_relative_state_path_resolves_under_the_data_directory(
     assert len(sqlite_keys(data / "own.db")) == 1 and list(work.iterdir()) == []
 
 
-def test_help_names_every_command(capsys: pytest.CaptureFixture[str]) -> None:
+def test_offline_commands_never_read_the_configured_store(
+    tmp_path: Path, config: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The live store holds this conversation's record (as a live proxy, or a `--state` run, leaves it): a
+    `compact` that reads it says `summary-cached`, one that does not compacts afresh."""
+    live = tmp_path / "live.db"
+    compact = ("compact", TRACE, "--config", str(config), "--no-llm")
+    monkeypatch.setenv("INFLIGHT_STATE_URL", "memory://")
+    filled = run(capsys, *compact, "--state", f"sqlite:///{live}")
+    control = run(capsys, *compact, "--state", f"sqlite:///{live}")  # one that reads the store: the record
+    monkeypatch.setenv("INFLIGHT_STATE_URL", f"sqlite:///{live}")
+    offline = run(capsys, *compact)
+    assert sqlite_keys(live) and "summary-cached" in control[2], control
+    assert "summary-cached" not in offline[2] and offline == filled
+
+
+def test_help_names_every_command_with_what_it_does(capsys: pytest.CaptureFixture[str]) -> None:
+    """Each command is in the description and has its line of help (a command added without `help=` has none:
+    `eval` once went missing so)."""
     parser = build_parser()
     with pytest.raises(SystemExit):
         parser.parse_args(["--help"])
-    description = capsys.readouterr().out.split("\n\n")[1]  # the paragraph after the usage line
-    commands = next(action for action in parser._actions if action.dest == "command").choices
-    assert commands is not None and {"serve", "health", "count", "compact", "eval"} <= set(commands)
+    shown = capsys.readouterr().out
+    description = shown.split("\n\n")[1]  # the paragraph after the usage line
+    helped = set(re.findall(r"^    (\w+) +\S", shown, re.MULTILINE))
+    commands = {"demo", "serve", "health", "count", "compact", "eval"}
+    assert helped == commands, helped
     assert all(name in description for name in commands), description
 
 

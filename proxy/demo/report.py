@@ -49,7 +49,7 @@ class Totals:
             turns=len(rows),
             client_tokens=sum(row.client_tokens for row in rows),
             sent_tokens=sum(row.sent_tokens for row in rows),
-            compacted=sum(row.compacted for row in rows),
+            compacted=sum(row.compacted and row.problem is None for row in rows),
             over_window=sum(row.client_tokens > window for row in rows),
             failed=sum(row.problem is not None for row in rows),
             upstream=seen,

@@ -67,11 +67,14 @@ def test_the_window_decides_when_it_compacts() -> None:
 def test_under_a_shadow_config_it_shows_what_would_have_been_sent(tmp_path: Path) -> None:
     config = tmp_path / "shadow.yaml"
     config.write_text("compaction: {mode: shadow}\n")
-    lines = demo("--turns", TURNS, "--config", str(config))
+    lines = demo("--config", str(config))  # every turn: those over the window are refused, and it still exits 0
     rows = [match.groups() for match in map(ROW.match, lines) if match]
-    assert len(rows) == int(TURNS)
+    assert len(rows) == 14
     assert all(row[2] == row[3] for row in rows)  # the client's request went upstream as it came
     assert any(row[5].startswith("shadow, would send ") for row in rows)
+    refused = [row for row in rows if row[5].startswith("FAILED")]
+    assert refused and all(number(row[2]) > 8_000 for row in refused)  # the upstream's own refusals, as without
+    assert any(line.startswith("shadow mode: every request went as the client sent it") for line in lines)
 
 
 def test_serve_keeps_the_proxy_and_its_viewer_up_until_interrupted() -> None:
