@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import fnmatch
+import re
 from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any, Literal
@@ -144,6 +145,25 @@ class Access(Section):
 DATA_DIR = "data_dir"  # the validation context's key for the directory relative paths resolve under
 
 
+# A query parameter whose name says it may hold a credential (`?password=`, `?api-key=`, `?sig=`, `?token=`).
+CREDENTIAL_NAME = re.compile(r"key|token|secret|pass|sig|auth|cred", re.IGNORECASE)
+
+
+def redacted_url(url: str) -> str:
+    """`url` fit for a log line: a password (`redis://:secret@host`) and the value of a query parameter that may hold
+    a credential as `***`; a URL with neither as it is."""
+    parts = urlsplit(url)
+    if parts.password is None and not parts.query:
+        return url
+    netloc = parts.netloc
+    if parts.password is not None:
+        userinfo, _, host = netloc.rpartition("@")
+        netloc = f"{userinfo.partition(':')[0]}:***@{host}"
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    query = urlencode([(k, "***" if CREDENTIAL_NAME.search(k) else v) for k, v in pairs], safe="*")
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
+
+
 class State(Section):
     """Where compaction records and background summaries are kept (`proxy.records`).
 
@@ -174,17 +194,10 @@ class State(Section):
 
     @property
     def redacted_url(self) -> str:
-        """The URL fit for a log line: a password (`redis://:secret@host`, or a `password=` query) as `***`."""
+        """The URL fit for a log line (`redacted_url`)."""
         if self.scheme not in ("redis", "rediss"):
             return self.url  # memory:// and a file path hold no credentials
-        parts = urlsplit(self.url)
-        netloc = parts.netloc
-        if parts.password is not None:
-            userinfo, _, host = netloc.rpartition("@")
-            netloc = f"{userinfo.partition(':')[0]}:***@{host}"
-        pairs = parse_qsl(parts.query, keep_blank_values=True)
-        query = urlencode([(k, "***" if "pass" in k.lower() else v) for k, v in pairs], safe="*")
-        return urlunsplit(parts._replace(netloc=netloc, query=query))
+        return redacted_url(self.url)
 
     @property
     def scheme(self) -> str:

@@ -42,25 +42,23 @@ import contextlib
 import fcntl
 import logging
 import os
-import re
 import socket
 import struct
 import sys
 import termios
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from proxy import __version__
 from proxy.config import Limits, Settings
+from proxy.config.settings import redacted_url
 from proxy.http.disconnect import SEND_TIMED_OUT
 from proxy.http.error_response import error_body
 from proxy.http.exchange import clean
 
 log = logging.getLogger("inflight")
-CREDENTIAL_NAME = re.compile(r"key|token|secret|pass|sig|auth|cred", re.IGNORECASE)
 
 GIL_SWITCH_INTERVAL_S = 0.0005
 # Linux's SIOCOUTQ (the same number): the bytes of a TCP socket's send queue its peer has not acknowledged.
@@ -364,28 +362,18 @@ def prepare_process(settings: Settings) -> None:
 def startup_line(settings: Settings, *, workers: int) -> str:
     """The one line `inflight serve` logs as it starts: what runs, where its state goes, who may use it.
 
-    Credentials never appear: the state URL's password is starred, and an upstream's `user:password@`
-    was taken out of its URL when the config was read."""
+    Credentials never appear: a password or a credential-like query parameter in a URL is starred
+    (`redacted_url`), and an upstream's `user:password@` was taken out of its URL when the config was read."""
     listen = settings.listen
     host = f"[{listen.host}]" if ":" in listen.host else listen.host
-    upstreams = "".join(f", {name} -> {loggable(upstream.base_url)}" for name, upstream in settings.upstreams.items())
+    upstream = redacted_url(settings.upstream.base_url)
+    upstreams = "".join(f", {name} -> {redacted_url(own.base_url)}" for name, own in settings.upstreams.items())
     compaction = settings.compaction.mode if settings.compaction.enabled else "off"  # `models:` may override it
     return (
-        f"inflight {__version__} listening on http://{host}:{listen.port}/v1 -> {loggable(settings.upstream.base_url)}"
+        f"inflight {__version__} listening on http://{host}:{listen.port}/v1 -> {upstream}"
         f"{upstreams}; compaction {compaction}; state {settings.state.redacted_url}; "
         f"archive {'on' if settings.archive.enabled else 'off'}; access: {access_summary(settings)}; workers {workers}"
     )
-
-
-def loggable(url: str) -> str:
-    """An upstream URL fit for the log: a query parameter that may hold a credential (`?api-key=`, `?sig=`,
-    `?token=`) as `***`. (Its `user:password@` was taken out when the config was read.)"""
-    parts = urlsplit(url)
-    if not parts.query:
-        return url
-    pairs = parse_qsl(parts.query, keep_blank_values=True)
-    starred = [(k, "***" if CREDENTIAL_NAME.search(k) else v) for k, v in pairs]
-    return urlunsplit(parts._replace(query=urlencode(starred, safe="*")))
 
 
 def state_warning(settings: Settings) -> str | None:
