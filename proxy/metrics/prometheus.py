@@ -226,26 +226,29 @@ class Metrics:
         self._child(self.requests, route_of(path), "401").inc()
 
     def _compacted(self, actions: list[str], headers: dict[str, str]) -> None:
-        for action in actions:
-            if action != "none":
-                self._child(self.compactions, action).inc()
+        after = headers.get("x-inflight-tokens-after")
+        self._actions(actions, headers, after, counter=self.compactions, tokens=self.tokens)
         if "fallback" in actions:
             self.fallbacks.inc()
         if headers.get("x-inflight-retried") == "1":
             self.retries.inc()
-        before, after = headers.get("x-inflight-tokens-before"), headers.get("x-inflight-tokens-after")
-        if before is not None and after is not None and not NOT_COMPACTIONS.issuperset(actions):
-            self._child(self.tokens, "before").observe(int(before))
-            self._child(self.tokens, "after").observe(int(after))
 
     def _shadowed(self, actions: list[str], headers: dict[str, str]) -> None:
         """What shadow mode planned and did not send: its actions, and the tokens it would have sent."""
+        after = headers.get("x-inflight-shadow-tokens-after")
+        self._actions(actions, headers, after, counter=self.shadow_compactions, tokens=self.shadow_tokens)
+
+    def _actions(
+        self, actions: list[str], headers: dict[str, str], after: str | None, *, counter: Counter, tokens: Histogram
+    ) -> None:
+        """Each action but `none` counted, and, for a request compacted, its tokens before and `after`."""
         for action in actions:
-            self._child(self.shadow_compactions, action).inc()
-        before, after = headers.get("x-inflight-tokens-before"), headers.get("x-inflight-shadow-tokens-after")
+            if action != "none":
+                self._child(counter, action).inc()
+        before = headers.get("x-inflight-tokens-before")
         if before is not None and after is not None and not NOT_COMPACTIONS.issuperset(actions):
-            self._child(self.shadow_tokens, "before").observe(int(before))
-            self._child(self.shadow_tokens, "after").observe(int(after))
+            self._child(tokens, "before").observe(int(before))
+            self._child(tokens, "after").observe(int(after))
 
     def record_lookup(self, *, hit: bool) -> None:
         self._child(self.lookups, "hit" if hit else "miss").inc()
