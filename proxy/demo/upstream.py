@@ -25,6 +25,7 @@ from starlette.routing import Route
 
 from proxy.compaction.conversation import Message
 from proxy.demo.summary import PROMPT_OPENING, handoff_note, is_summary_request
+from proxy.formats.seam import openai_error
 from proxy.tokens import TokenCounter
 
 ENCODING = "o200k_base"
@@ -48,8 +49,8 @@ class Seen:
 
 
 def error(message: str, *, status: int, code: str | None = None, param: str | None = None) -> Response:
-    body = {"error": {"message": message, "type": "invalid_request_error", "param": param, "code": code}}
-    return Response(orjson.dumps(body), status_code=status, media_type="application/json")
+    body = openai_error(message, error_type="invalid_request_error", param=param, code=code)
+    return Response(body, status_code=status, media_type="application/json")
 
 
 def completion(model: str, message: Message, *, prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
