@@ -286,8 +286,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo_cmd.set_defaults(run=demo)
 
-    # `inflight --help` names every command, whichever were added above.
-
     serve_cmd = commands.add_parser("serve", help="run the proxy")
     serve_cmd.add_argument("--config", help="YAML config file (default: built-in defaults)")
     serve_cmd.add_argument("--host", help="address to listen on (default: listen.host, 127.0.0.1)")

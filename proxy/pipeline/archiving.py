@@ -84,8 +84,7 @@ class Archiver:
         conversation = conversation_id(key)
         headers = prepared.headers
         # A shadow turn is archived as what it would have sent (the viewer marks it): that is what it measures.
-        shadow = prepared.shadow and outcome is not None
-        sent = outcome.tokens_after if shadow and outcome is not None else prepared.sent_tokens
+        sent = outcome.tokens_after if prepared.shadow and outcome is not None else prepared.sent_tokens
         turn = turn_entry(
             time=now,
             model=accounting.model,
@@ -114,6 +113,6 @@ class Archiver:
                 messages=counted.request.messages,
                 previous=outcome.previous,
                 record=outcome.record,
-                shadow=shadow,
+                shadow=prepared.shadow,
             )
         self.writer.add(TurnWrite(conversation, conversation_label(key), turn), compaction)
