@@ -3,8 +3,10 @@
 `.ci/run` installs the pinned package under `.cache/agents/`; `INFLIGHT_CODEX` may name another
 binary. Each run gets a fresh `CODEX_HOME` whose `config.toml` points a custom provider at the
 given base URL (`wire_api = "responses"`, no WebSocket, a dummy key), keeps Codex's own
-auto-compaction out of reach and its tool outputs whole, and runs with approvals and the sandbox
-off in an empty temporary directory.
+auto-compaction out of reach unless a run asks for it (a context window and an auto-compaction limit)
+and its tool outputs whole, and runs with approvals and the sandbox off in an empty temporary
+directory. With a custom provider Codex compacts by itself through the Responses API: the whole
+history, then a user message that opens "You are performing a CONTEXT CHECKPOINT COMPACTION".
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from tests.agents.installed import agent_binary
 
 VERSION = "0.169.0"  # .ci/run installs this one
 DEFAULT_MODEL = "gpt-6.1-sol"  # what Codex picks when the config names none: its tools go in an input item
+OUT_OF_REACH_WINDOW = 10_000_000  # a window and a compaction limit no test's task reaches
+OUT_OF_REACH_LIMIT = 9_000_000
 
 
 def codex_binary() -> str | None:
@@ -31,15 +35,28 @@ class CodexRun:
     output: str
 
 
-def run_codex(binary: str, base_url: str, prompt: str, *, model: str | None, timeout_s: float = 600) -> CodexRun:
-    """`codex exec PROMPT` against `base_url`; `model` None: Codex's default (code mode)."""
+def run_codex(
+    binary: str,
+    base_url: str,
+    prompt: str,
+    *,
+    model: str | None,
+    context_window: int | None = None,
+    auto_compact_limit: int | None = None,
+    timeout_s: float = 600,
+) -> CodexRun:
+    """`codex exec PROMPT` against `base_url`; `model` None: Codex's default (code mode). `context_window` and
+    `auto_compact_limit` (tokens) are what Codex believes the window is and where it compacts by itself;
+    None keeps each out of reach."""
+    window = OUT_OF_REACH_WINDOW if context_window is None else context_window
+    limit = OUT_OF_REACH_LIMIT if auto_compact_limit is None else auto_compact_limit
     with tempfile.TemporaryDirectory() as home, tempfile.TemporaryDirectory() as workdir:
         config = f'model = "{model}"\n' if model else ""
         config += f"""model_provider = "inflight-test"
 approval_policy = "never"
 sandbox_mode = "danger-full-access"
-model_context_window = 10000000
-model_auto_compact_token_limit = 9000000
+model_context_window = {window}
+model_auto_compact_token_limit = {limit}
 tool_output_token_limit = 100000
 
 [model_providers.inflight-test]

@@ -8,7 +8,9 @@
 - Counts the request its own way (o200k_base over the tools, the system text and each content
   block's JSON, thinking signatures left out) and, past the model's window, refuses as Anthropic
   does: a 400 `invalid_request_error` "prompt is too long: N tokens > M maximum", or
-  (`counts_max_tokens`) "input length and `max_tokens` exceed context limit: A + B > C, ...".
+  (`counts_max_tokens`) "input length and `max_tokens` exceed context limit: A + B > C, ...", or
+  (`refusal_in_stream`, to a streaming request) the same words in an `error` event that opens a 200
+  event stream.
 - Validates as the API does and refuses with its words: the first turn is the user's, every
   `tool_use` is answered at the head of the next user turn and every `tool_result` answers one of
   the previous assistant turn, at most 4 `cache_control` blocks, thinking blocks signed by it and
@@ -16,11 +18,13 @@
   messages inside `messages` (unless `system_messages`, under Claude Code's beta for them), no
   `context_management` unless `supports_context_management`.
 - Issues a signed thinking block before each tool call when the request enables thinking.
-- Simulates the prompt cache: an entry per `cache_control` breakpoint (the prefix of tools, system
-  and messages up to that block, per model); a request reads the longest entry that ends at a
-  block boundary up to 20 blocks before one of its breakpoints, and creates the rest up to its
+- Simulates Anthropic's prompt cache: an entry per `cache_control` breakpoint (the prefix of tools,
+  system and messages up to that block, per model); a request reads the longest entry that ends at
+  a block boundary up to 20 blocks before one of its breakpoints, and creates the rest up to its
   last breakpoint (usage: `cache_read_input_tokens`, `cache_creation_input_tokens`, `input_tokens`).
   Claude Code's billing-header system block is neither counted nor cached, as Anthropic reads it.
+  Each answered request is a line of `bill` (reads, writes, uncached input, output), Claude Code's
+  own compaction requests billed as such.
 - Plays an agent (`MessagesTaskAgent`): the same task as the Responses fake's `TaskAgent`, each
   step a command through the request's shell tool (Claude Code's `Bash`), reading its progress
   from the latest `tool_result` only. It answers Claude Code's own compaction request with a summary
@@ -43,6 +47,7 @@ import tiktoken
 
 from proxy.tokens import load_encoding
 from proxy.tokens.media import image_size
+from tests.support.billing import Bill
 from tests.support.responses import STEP_DONE, TASK_MARKER, TaskAgent, sign, verified
 
 MAX_BREAKPOINTS = 4
@@ -267,6 +272,7 @@ class FakeMessages:
     agent: MessagesTaskAgent | None = None
     windows: dict[str, int] = field(default_factory=dict)
     counts_max_tokens: bool = False  # refuse as "input length and `max_tokens` exceed context limit"
+    refusal_in_stream: bool = False  # a streaming request over the window: a 200 stream opening with an `error` event
     supports_context_management: bool = True  # False: the field is refused, as a gateway refuses an unknown one
     # True: `system` messages inside `messages` are taken under SYSTEM_MESSAGES_BETA. False: refused with the
     # words Claude Code recognises, and it sends them again as user text (its newer models try them first)
@@ -279,6 +285,7 @@ class FakeMessages:
     cache_read_tokens: int = 0
     cache_creation_tokens: int = 0
     refused: int = 0
+    bill: Bill = field(default_factory=Bill)
     rejected: list[str] = field(default_factory=list)  # why a request was refused as malformed
     _encoding: tiktoken.Encoding | None = None
     _counted: dict[bytes, int] = field(default_factory=dict)
@@ -383,6 +390,7 @@ class FakeMessages:
         max_tokens = int(payload["max_tokens"])
         if window is not None and tokens + (max_tokens if self.counts_max_tokens else 0) > window:
             self.refused += 1
+            self.bill.refuse()
             if self.counts_max_tokens:
                 message = (
                     f"input length and `max_tokens` exceed context limit: {tokens} + {max_tokens} > {window}, "
@@ -390,11 +398,15 @@ class FakeMessages:
                 )
             else:
                 message = f"prompt is too long: {tokens} tokens > {window} maximum"
+            if self.refusal_in_stream and payload.get("stream") is True:
+                return 200, None, [error_body(message)]
             return 400, error_body(message), None
         cached = self.read_and_write(model, prompt)
         self.prompt_tokens += tokens
         self.cache_read_tokens += cached.read
         self.cache_creation_tokens += cached.created_5m + cached.created_1h
+        messages = payload["messages"]
+        own = bool(messages) and COMPACTION_REQUEST in text_of(messages[-1].get("content"))
         serial = next(self.serial)
         agent = self.agent
         content = agent.next_content(payload, serial) if agent is not None else [text_block(self.reply_text)]
@@ -403,6 +415,13 @@ class FakeMessages:
         if cut:  # Claude Code's probes ask for one token ("quota", "test"): the answer stops there
             content, output_tokens = [text_block(content[0]["text"].split(" ")[0])], max_tokens
         usage = {**cached.usage(), "output_tokens": output_tokens, "service_tier": "standard"}
+        self.bill.add(
+            "own compaction" if own else "agent",
+            uncached=cached.uncached,
+            cache_read=cached.read,
+            cache_write=cached.created_5m + cached.created_1h,
+            output=output_tokens,
+        )
         reply = message_object(f"msg_{serial:06d}", model, content, usage)
         if cut:
             reply["stop_reason"] = "max_tokens"

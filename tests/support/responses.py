@@ -9,12 +9,17 @@
   and `param: input`, or (`refusal_in_stream`) a stream that fails after `response.created`.
 - Issues reasoning items whose `encrypted_content` is signed, and refuses any request carrying one
   it did not issue, or one edited ("could not be verified").
-- Simulates the prompt cache: the tokens of the longest run of leading items equal to the last
-  request with the same `prompt_cache_key` are reported as cached.
+- Simulates OpenAI's prompt cache: automatic prefix caching per `prompt_cache_key` (the model when
+  there is none). The prompt is the instructions and tools, then each item; the cached count is the
+  longest prefix of whole items that any earlier request of the key began with, rounded down to a
+  multiple of 128 tokens, and nothing under 1,024 tokens is cached. There is no write premium: what
+  the cache does not serve is billed as uncached input (`bill`, with the output's tokens).
 - Plays an agent (`TaskAgent`): a task of N steps, each a shell command through the request's own
   shell tool (`exec_command`, `shell`, a custom `exec` tool, or `local_shell`), reading its
   progress from the latest tool output, so it finishes only if the conversation stays valid and
-  the latest turns survive compaction.
+  the latest turns survive compaction. It answers Codex's own compaction request (its "CONTEXT
+  CHECKPOINT COMPACTION" prompt) with a summary that quotes the task and says which step is next,
+  and reads its progress from that summary when no tool output follows it.
 """
 
 from __future__ import annotations
@@ -32,16 +37,25 @@ import orjson
 import tiktoken
 
 from proxy.tokens import load_encoding
+from tests.support.billing import Bill, Kind
 
 SECRET = b"fake-upstream-reasoning-key"
+OUTPUT_TOKENS = 20  # what every answer is said to cost
 OVERFLOW_MESSAGE = "Your input exceeds the context window of this model. Please adjust your input and try again."
 STEP_DONE = re.compile(r"STEP (\d+) DONE")
+# How Codex's own compaction asks for a summary (its last user message), and how the agent's summary says where
+# the task stands (Codex starts its history again from that summary, with no tool output after it)
+CHECKPOINT = "CONTEXT CHECKPOINT COMPACTION"
+PROGRESS = re.compile(r"steps 1 to (\d+) are done")
+CACHE_MINIMUM = 1_024  # OpenAI caches no shorter prompt
+CACHE_STEP = 128  # and counts what it serves in steps of this many tokens
 
 
 def last_step(text: str, steps: int) -> int:
-    """The highest of `steps` steps whose output is in `text` (a request the upstream got): how far the
-    agent got."""
-    return max((n for n in range(steps + 1) if f"STEP {n} DONE" in text), default=0)
+    """The highest of `steps` steps whose output, or a summary saying it is done, is in `text` (a request the
+    upstream got): how far the agent got."""
+    summarized = max((int(n) for n in PROGRESS.findall(text)), default=0)
+    return max((n for n in range(steps + 1) if f"STEP {n} DONE" in text or n <= summarized), default=0)
 
 
 TASK_MARKER = "FAKE-TASK"
@@ -75,8 +89,9 @@ def overflow_error() -> dict[str, Any]:
 class TaskAgent:
     """A scripted agent: `steps` shell commands, each printing `output_lines` lines, then a final answer.
 
-    It finds the step it is at from the latest tool output (`STEP n DONE`), so it needs the latest
-    turn, not the whole history; it fails loudly (a message saying so) if the task is gone."""
+    It finds the step it is at from the latest tool output (`STEP n DONE`), or from its own summary when
+    that comes later, so it needs the latest turn, not the whole history; it fails loudly (a message
+    saying so) if the task is gone."""
 
     steps: int = 30
     output_lines: int = 200
@@ -92,8 +107,9 @@ class TaskAgent:
         text = orjson.dumps(items).decode()
         if TASK_MARKER not in text:
             return [assistant_message(f"I no longer know my task ({TASK_MARKER} is gone).", serial)]
-        done = [int(n) for n in STEP_DONE.findall(latest_output(items))]
-        step = (max(done) if done else 0) + 1
+        step = steps_done(items) + 1
+        if CHECKPOINT in last_user_text(items):
+            return [assistant_message(self.summary(items, step), serial)]
         outputs: list[dict[str, Any]] = []
         if self.reasoning:
             outputs.append(reasoning_item(step, serial))
@@ -101,6 +117,56 @@ class TaskAgent:
             return [*outputs, assistant_message(f"All {self.steps} steps are done. FINISHED", serial)]
         outputs.append(shell_call(tools, self.command(step), step, serial))
         return outputs
+
+    def summary(self, items: list[Any], step: int) -> str:
+        """What a model answers Codex's compaction request: the task, quoted, and where it stands."""
+        asked = next(
+            (
+                line
+                for item in items
+                if isinstance(item, dict) and item.get("role") == "user"
+                for line in message_text(item).split("\n")
+                if TASK_MARKER in line and CHECKPOINT not in line and not PROGRESS.search(line)
+            ),
+            f"The {TASK_MARKER}, run step by step.",  # the task was asked where no user text says it
+        )
+        return (
+            f"Task (the user's words): {asked.strip()}\n"
+            f"Progress: steps 1 to {step - 1} are done; step {step} is next. "
+            f"Each of the {self.steps} steps is one shell command, run one at a time."
+        )
+
+
+def message_text(item: dict[str, Any]) -> str:
+    """The text of a message item: a string content, or its text parts joined."""
+    content = item.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+    return ""
+
+
+def last_user_text(items: list[Any]) -> str:
+    """The text of the last user message."""
+    for item in reversed(items):
+        if isinstance(item, dict) and item.get("role") == "user":
+            return message_text(item)
+    return ""
+
+
+def steps_done(items: list[Any]) -> int:
+    """The steps done, from whichever comes last: a tool output (its `STEP n DONE`) or the agent's own summary
+    of a compaction ("steps 1 to n are done")."""
+    for item in reversed(items):
+        if not isinstance(item, dict):
+            continue
+        if str(item.get("type", "")).endswith("_call_output"):
+            done = [int(n) for n in STEP_DONE.findall(latest_output([item]))]
+            return max(done, default=0)
+        if item.get("role") == "user" and (found := PROGRESS.search(message_text(item))):
+            return int(found[1])
+    return 0
 
 
 def latest_output(items: list[Any]) -> str:
@@ -190,7 +256,8 @@ class FakeResponses:
     knows_context_management: bool = True  # False: a request with the field is refused, as vLLM refuses it
     reply_text: str = "Hello from the Responses API."
     serial: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
-    last_input: dict[str, list[Any]] = field(default_factory=dict)  # per prompt_cache_key: the previous input
+    seen: dict[str, set[bytes]] = field(default_factory=dict)  # per prompt_cache_key: digests of prompts' prefixes
+    bill: Bill = field(default_factory=Bill)
     input_tokens: int = 0  # over all answered requests
     cached_tokens: int = 0
     refused: int = 0
@@ -242,12 +309,15 @@ class FakeResponses:
         response_id = f"resp_{serial:06d}"
         if window is not None and tokens > window:
             self.refused += 1
+            self.bill.refuse()
             if stream and self.refusal_in_stream:
                 return 200, None, failed_stream(response_id, model)
             return 400, overflow_error(), None
         cached = self.cached(payload, items, per_item)
         self.input_tokens += tokens
         self.cached_tokens += cached
+        kind: Kind = "own compaction" if CHECKPOINT in last_user_text(items) else "agent"
+        self.bill.add(kind, uncached=tokens - cached, cache_read=cached, output=OUTPUT_TOKENS)
         tools = offered_tools(payload, items)
         if self.agent is not None:
             output = self.agent.next_output(items, tools, serial)
@@ -256,25 +326,31 @@ class FakeResponses:
         usage = {
             "input_tokens": tokens,
             "input_tokens_details": {"cached_tokens": cached},
-            "output_tokens": 20,
+            "output_tokens": OUTPUT_TOKENS,
             "output_tokens_details": {"reasoning_tokens": 10},
-            "total_tokens": tokens + 20,
+            "total_tokens": tokens + OUTPUT_TOKENS,
         }
         response = response_object(response_id, model, "completed", output, usage)
         return 200, (None if stream else response), (completed_stream(response) if stream else None)
 
     def cached(self, payload: dict[str, Any], items: list[Any], per_item: list[int]) -> int:
-        """The tokens of the prompt's longest prefix that the last request of its cache key began with:
-        the instructions and tools, then whole items (the prompt as rendered, in that order)."""
+        """The tokens the cache serves: the prompt's longest prefix (the instructions and tools, then whole
+        items, as rendered in that order) that any earlier request of its cache key began with, rounded
+        down to a multiple of 128; none below 1,024."""
         key = str(payload.get("prompt_cache_key") or payload.get("model"))
-        prompt = [[payload.get("instructions"), payload.get("tools")], *items]
-        previous, self.last_input[key] = self.last_input.get(key, []), prompt
-        same = 0
-        for before, now in zip(previous, prompt, strict=False):
-            if before != now:
-                break
-            same += 1
-        return sum(per_item[:same])
+        seen = self.seen.setdefault(key, set())
+        running = hashlib.sha256()
+        shared, tokens = 0, 0
+        for part, count in zip([[payload.get("instructions"), payload.get("tools")], *items], per_item, strict=True):
+            running.update(hashlib.sha256(orjson.dumps(part, option=orjson.OPT_SORT_KEYS)).digest())
+            digest = running.copy().digest()
+            tokens += count
+            if digest in seen:  # a digest covers the whole prefix: the shorter ones were seen with it
+                shared = tokens
+            seen.add(digest)
+        if shared < CACHE_MINIMUM:
+            return 0
+        return shared // CACHE_STEP * CACHE_STEP
 
 
 def response_object(

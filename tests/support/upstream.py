@@ -5,6 +5,8 @@ It is a raw ASGI app so that what it sends is exactly what it records. Tests ste
 `Scripted` replies for the next chat completions. It can enforce a context window per model,
 refusing like OpenAI does, and it answers the proxy's summarizer calls. The Responses API and
 Anthropic's Messages API have their own fakes (`responses.py`, `messages.py`), each with its agent.
+`bill` has a line for every request those two fakes answer and for every summary answered (its prompt
+counted as the fake of its API counts, all uncached; the reply's text as output).
 
 Benchmarks run it in its own process: `python -m tests.support.upstream --port N [--window M=T]`;
 `GET /_upstream/stats` then tells them what it saw.
@@ -27,6 +29,7 @@ from typing import Any
 import orjson
 
 from proxy.tokens import TokenCounter
+from tests.support.billing import Bill
 from tests.support.messages import FakeMessages, beta_names, error_body, message_object, text_of
 from tests.support.responses import FakeResponses, assistant_message, response_object, sse_event
 from tests.support.servers import read_body
@@ -220,8 +223,10 @@ class UpstreamApp:
         # A summarizer call whose body holds one of these texts is answered only once the test sets its event:
         # a summary that is still being made for as long as a test needs, however slow the machine.
         self.summarizer_holds: dict[str, threading.Event] = {}
-        self.responses = FakeResponses(windows=self.windows)  # POST /v1/responses
-        self.messages = FakeMessages(windows=self.windows)  # POST /v1/messages and /v1/messages/count_tokens
+        self.bill = Bill()  # what the Responses and Messages APIs and the summaries would cost
+        self.responses = FakeResponses(windows=self.windows, bill=self.bill)  # POST /v1/responses
+        # POST /v1/messages and /v1/messages/count_tokens
+        self.messages = FakeMessages(windows=self.windows, bill=self.bill)
         self.compact_reply: Any = None  # POST /v1/responses/compact, as OpenAI answers it (None: 404)
         # When each of the latest POSTs arrived (wall clock, at its headers), its size and whether it was a
         # summary: what a benchmark measures the proxy's own time by, from outside.
@@ -466,6 +471,7 @@ class UpstreamApp:
             return
         if self.summarizer_reply is not None:
             text, finish_reason = self.summarizer_reply
+            self.bill_summary(record, text, api)
             await self.respond(record, send, 200, summary_body(model, text, finish_reason, api), "application/json")
             return
         text = (
@@ -474,7 +480,22 @@ class UpstreamApp:
             "## Commands, tests and results\n- `pytest -q`: 3 passed.\n"
             "## Errors and approaches ruled out\n- none.\n## Next step\nRun the full suite."
         )
+        self.bill_summary(record, text, api)
         await self.respond(record, send, 200, summary_body(model, text, "stop", api), "application/json")
+
+    def bill_summary(self, record: Recorded, text: str, api: str) -> None:
+        """A line of the bill for an answered summary: its prompt as the fake of its API counts it, never
+        cached, and the reply's text as output."""
+        payload = record.json()
+        if api == "messages":
+            prompt = self.messages.count(payload)
+        elif api == "responses":
+            source = payload.get("input")
+            items = [{"type": "message", "role": "user", "content": source}] if isinstance(source, str) else source
+            prompt = self.responses.count(payload, list(items or []))[0]
+        else:
+            prompt = self.counter.count_request(payload, "o200k_base").total
+        self.bill.add("summary", uncached=prompt, output=self.messages.tokens(text))
 
     async def held(self, record: Recorded, limit_s: float = 60.0) -> None:
         """Wait while a hold names this summarizer call (`summarizer_holds`), at most `limit_s`."""
