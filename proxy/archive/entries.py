@@ -65,6 +65,8 @@ def turn_entry(
     cached: int | None = None,
     rewrite: bool = False,
     shadow: bool = False,
+    cost: int | None = None,
+    client_cost: int | None = None,
 ) -> dict[str, Any]:
     """One chat request: the client's tokens, what was sent, against which limits, and what was done. A `shadow`
     turn (`compaction.mode: shadow`) sent the client's request as it was: `sent`, `actions` and `cached` are
@@ -92,6 +94,10 @@ def turn_entry(
         "cached": cached,
         "rewrite": rewrite,
         "shadow": shadow,
+        # The prompt's estimated cost at the `pricing:` prices (units of one uncached input token), and what the
+        # client's own request would have cost had the upstream taken it.
+        "cost": cost,
+        "cost_client": client_cost,
     }
 
 

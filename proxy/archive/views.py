@@ -49,6 +49,9 @@ def cache_figures(turns: Sequence[dict[str, Any]]) -> CacheFigures:
         cached = turn.get("cached")
         if cached is not None:
             figures.add(CacheTurn(int(turn.get("sent") or 0), int(cached), bool(turn.get("rewrite"))))
+        if turn.get("cost") is not None and turn.get("cost_client") is not None:
+            figures.cost += float(turn["cost"])
+            figures.client_cost += float(turn["cost_client"])
     return figures
 
 
@@ -72,6 +75,8 @@ def conversation_view(meta: dict[str, Any], turns: list[dict[str, Any]]) -> dict
         "average_growth": round(growth, 1) if growth is not None else None,
         "rewrites_per_100_turns": round(per_100, 1) if per_100 is not None else None,
         "cached_share": round(share, 3) if share is not None else None,
+        "cost": round(cache.cost) if cache.client_cost else None,
+        "cost_client": round(cache.client_cost) if cache.client_cost else None,
         "turns_left": turns_left(turns, growth),
         "compactions": compactions,
         "turns": turns,

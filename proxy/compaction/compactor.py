@@ -75,6 +75,9 @@ class Compactor:
         work.prune = force or work.tokens > recompact_at(budget, record)
         if self.spacing is not None and budget.spaced and (work.prune or draft.fallback):  # a compaction may come
             work.depth = depth_of(work, self.spacing)
+            if work.depth.schedule is not None:
+                work.budget = budget = priced(budget, work.depth, record)
+                work.prune = force or work.tokens > recompact_at(budget, record)
         for stage in self.stages:
             await stage.run(work)
         if count_exactly(work) and work.tokens > budget.limit:  # the estimates fell short: once more, counted
@@ -130,6 +133,15 @@ def say_churn(outcome: Outcome, depth: Depth, tokens: int) -> None:
     outcome.notes["floor"] = str(depth.floor)
 
 
+def priced(budget: Budget, depth: Depth, record: Record | None) -> Budget:
+    """The budget with its next compaction where it costs least per turn (`Depth.plan`): a request that fits and
+    is under that point goes as it is (its record replayed), though it is past `prune_at` or `summarize_at`."""
+    trigger = min(depth.trigger, budget.limit)
+    if record is None or record.bare:  # the first compaction: no earlier than prune_at
+        return replace(budget, prune_at=max(budget.prune_at, trigger), summarize_at=max(budget.summarize_at, trigger))
+    return replace(budget, summarize_at=max(budget.summarize_at, trigger))
+
+
 def recompact_at(budget: Budget, record: Record | None) -> int:
     """Where truncate and mask run again (down to the aim, `proxy.compaction.depth`). Without a record, at
     prune_at. With one, only once the rewritten request crosses summarize_at: masking one more result
@@ -148,12 +160,12 @@ def build_compactor(
     summarize: Summarize | None,
     summarizer_input_tokens: int,
     background: bool = False,
-    summary_costs: bool | None = None,
+    spacing: Spacing | None = None,
 ) -> Compactor:
     """A compactor with the stages one model's `compaction:` settings call for.
 
-    `summary_costs`: whether a summary is a summarizer call (None: whether `summarize` is given); with summaries
-    made in the background, the caller says (no summarizer, or the client's budget spent: the ledger is free)."""
+    `spacing`: how far apart compactions go and what a summary costs (None: by the thresholds, a summary a
+    summarizer call when `summarize` is given)."""
     stages = build_stages(
         settings,
         summarize=summarize,
@@ -162,15 +174,17 @@ def build_compactor(
         background=background,
     )
     observation = observation_regex(settings.mask.observation_pattern)
+    if spacing is None:
+        spacing = Spacing(
+            settings.summarize,
+            settings.min_turns_between,
+            summary_costs=summarize is not None,
+            summaries_ahead=background,
+        )
     return Compactor(
         stages,
         count_message=count_message,
         estimate_message=estimate_message,
         observation=observation,
-        spacing=Spacing(
-            settings.summarize,
-            settings.min_turns_between,
-            summary_costs=summarize is not None if summary_costs is None else summary_costs,
-            summaries_ahead=background,
-        ),
+        spacing=spacing,
     )

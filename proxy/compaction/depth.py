@@ -25,7 +25,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from proxy.compaction.conversation import Message
+from proxy.config import Prices
 from proxy.config import Summarize as SummarizeSettings
+from proxy.policy.cost import Schedule, summary_cost
 
 RECENT_TURNS = 8  # the growth a compaction plans for: the mean of this many latest turns
 
@@ -42,6 +44,9 @@ class Spacing:
     # below summarize_at none is asked for unless the next turn would compact again (the ledger standing in, a
     # wait for the job, a second rewrite when it lands, cost more than the turns it buys).
     summaries_ahead: bool = False
+    # The upstream's prices: compactions come when, and go as deep as, costs least per turn (`proxy.policy.cost`),
+    # never before `prune_at` (the first) and `summarize_at` (the next). None: by those thresholds alone.
+    prices: Prices | None = None
 
 
 @dataclass(frozen=True)
@@ -54,8 +59,28 @@ class Depth:
     summarize_at: int  # where the next compaction comes (a record in use waits for it)
     spacing: Spacing
 
+    schedule: Schedule | None = None  # the conversation priced, when compactions are scheduled by cost
+    trigger: int = 0  # priced: where a compaction costs least per turn, whatever the thresholds say
+
     @classmethod
-    def plan(cls, *, growth: int, floor: int, target: int, summarize_at: int, spacing: Spacing) -> Depth:
+    def plan(
+        cls,
+        *,
+        growth: int,
+        floor: int,
+        target: int,
+        summarize_at: int,
+        spacing: Spacing,
+        limit: int = 0,
+        fixed: int = 0,
+    ) -> Depth:
+        """Priced (`spacing.prices`), a compaction goes to its floor (what it keeps costs a write now and a read
+        every turn after) and the next comes where the cost per turn is least, past `summarize_at`, within `limit`.
+        Else it goes deep enough that `min_turns` turns reach `summarize_at`, no deeper than `target` needs."""
+        if spacing.prices is not None and growth > 0 and limit > 0:
+            schedule = Schedule(spacing.prices, growth, fixed)
+            trigger = schedule.best_trigger(kept=floor, limit=limit)
+            return cls(growth, floor, floor, max(summarize_at, trigger), spacing, schedule, trigger)
         spaced = summarize_at - spacing.min_turns * growth  # from here, `min_turns` turns reach summarize_at
         return cls(growth, floor, max(min(target, spaced), floor), summarize_at, spacing)
 
@@ -76,6 +101,8 @@ class Depth:
         (the ledger stands in), whenever it gives more turns. Never without spacing (`min_turns` 0, or no
         growth yet): then a summary waits for `summarize_at`, as it always did."""
         spacing = self.spacing
+        if self.schedule is not None:
+            return self.summary_cheaper(tokens)
         if spacing.min_turns <= 0 or self.growth <= 0:
             return False
         spaced = self.summarize_at - spacing.min_turns * self.growth
@@ -85,6 +112,21 @@ class Depth:
         if masked < 1 <= floor:  # else the very next turn compacts again
             return True
         return not spacing.summaries_ahead and (self.floor <= spaced or floor >= 2 * masked)
+
+    def summary_cheaper(self, tokens: int) -> bool:
+        """Priced: whether a summary down to the floor costs less per turn, its call included, than keeping the
+        `tokens` masking left (or the very next turn would compact again without it)."""
+        assert self.schedule is not None
+        if self.turns_left(tokens) < 1 <= self.turns_left(self.floor):
+            return True
+        call = 0.0
+        if self.spacing.summary_costs and not self.spacing.summaries_ahead:  # made ahead, it is paid for already
+            room = self.spacing.summarize.max_summary_tokens
+            call = summary_cost(
+                self.schedule.prices, input_tokens=max(tokens - self.floor, 0) + room, output_tokens=room
+            )
+        summarized = self.schedule.per_turn(kept=self.floor, trigger=self.summarize_at, summary=call)
+        return summarized < self.schedule.per_turn(kept=tokens, trigger=self.summarize_at)
 
 
 def growth_per_turn(messages: Sequence[Message], sizes: Sequence[int], *, head_len: int) -> int:

@@ -47,7 +47,13 @@ def depth_of(work: Work, spacing: Spacing) -> Depth:
     growth = growth_per_turn(conversation.messages, sizes, head_len=draft.head_len)
     budget = work.budget
     return Depth.plan(
-        growth=growth, floor=floor, target=budget.target, summarize_at=budget.summarize_at, spacing=spacing
+        growth=growth,
+        floor=floor,
+        target=budget.target,
+        summarize_at=budget.summarize_at,
+        spacing=spacing,
+        limit=budget.limit,
+        fixed=conversation.fixed_tokens + sum(t for _, t, o in view if o is not None and o < draft.head_len),
     )
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import accumulate
 
 import xxhash
@@ -28,6 +28,8 @@ from cachetools import LRUCache
 
 from proxy.compaction.draft import ViewItem
 from proxy.compaction.record import Replacement
+from proxy.config import Prices
+from proxy.policy.cost import prompt_cost
 
 ENTRY_OVERHEAD_BYTES = 600  # a conversation's entry beyond its messages: objects, key, the LRU's links
 ID_BYTES = 16  # a message's identity: its digest (xxh3-128 of its canonical JSON), or of what replaced it
@@ -72,15 +74,26 @@ class LastSent:
 
 @dataclass(frozen=True)
 class CacheTurn:
-    """What the cache makes of one request, against the one sent before it in its conversation."""
+    """What the cache makes of one request, against the one sent before it in its conversation; and of the
+    client's own request against the client's previous one (what it would have cost without compaction)."""
 
     tokens: int
     cached: int  # the common prefix's tokens (0 for a conversation's first request this process sees)
     rewrite: bool  # the proxy changed what it had sent before
+    client_tokens: int = 0
+    client_cached: int = 0
 
     @property
     def share(self) -> float:
         return self.cached / self.tokens if self.tokens else 0.0
+
+    def cost(self, prices: Prices) -> float:
+        """What the upstream bills for this prompt, in units of one uncached input token (an estimate)."""
+        return prompt_cost(prices, tokens=self.tokens, cached=self.cached)
+
+    def client_cost(self, prices: Prices) -> float:
+        """What the client's own request would have been billed, had the upstream taken it."""
+        return prompt_cost(prices, tokens=self.client_tokens, cached=self.client_cached)
 
 
 def view_ids(view: Iterable[ViewItem], digests: Sequence[bytes], replaced: Mapping[int, Replacement]) -> bytes:
@@ -130,7 +143,14 @@ class PrefixTracker:
     def __init__(self, max_bytes: int) -> None:
         self._last: LRUCache[str, tuple[LastSent, int]] = LRUCache(maxsize=max_bytes, getsizeof=lambda kept: kept[1])
 
-    def observe(self, key: str, sent: SentRequest) -> CacheTurn:
+    def observe(self, key: str, sent: SentRequest, client: SentRequest | None = None) -> CacheTurn:
+        """`sent` against the conversation's request sent before it; and `client` (the client's own request, when
+        it differs from what is sent) against the client's previous one, kept under a key of its own."""
+        turn = self._compare(key, sent)
+        theirs = turn if client is None else self._compare(f"client:{key}", client)
+        return replace(turn, client_tokens=theirs.tokens, client_cached=theirs.cached)
+
+    def _compare(self, key: str, sent: SentRequest) -> CacheTurn:
         kept = self._last.get(key)
         turn = compare(kept[0] if kept is not None else None, sent)
         last = LastSent.of(sent)
@@ -142,12 +162,15 @@ class PrefixTracker:
 
 @dataclass
 class CacheFigures:
-    """A conversation's (or a replay's) turns, as the figures people read: rewrites per 100 turns, cached share."""
+    """A conversation's (or a replay's) turns, as the figures people read: rewrites per 100 turns, cached share,
+    and the estimated cost of what was sent beside what the client's own requests would have cost."""
 
     turns: int = 0
     rewrites: int = 0
     tokens: int = 0
     cached: int = 0
+    cost: float = 0.0  # in units of one uncached input token
+    client_cost: float = 0.0
 
     @classmethod
     def total(cls, many: Iterable[CacheFigures]) -> CacheFigures:
@@ -155,13 +178,22 @@ class CacheFigures:
         for figures in many:
             every.turns, every.rewrites = every.turns + figures.turns, every.rewrites + figures.rewrites
             every.tokens, every.cached = every.tokens + figures.tokens, every.cached + figures.cached
+            every.cost, every.client_cost = every.cost + figures.cost, every.client_cost + figures.client_cost
         return every
 
-    def add(self, turn: CacheTurn) -> None:
+    def add(self, turn: CacheTurn, prices: Prices | None = None) -> None:
         self.turns += 1
         self.rewrites += turn.rewrite
         self.tokens += turn.tokens
         self.cached += turn.cached
+        if prices is not None:
+            self.cost += turn.cost(prices)
+            self.client_cost += turn.client_cost(prices)
+
+    @property
+    def cost_ratio(self) -> float | None:
+        """What was sent cost, against what the client's requests would have cost (below 1: inflight saved)."""
+        return self.cost / self.client_cost if self.client_cost else None
 
     @property
     def rewrites_per_100_turns(self) -> float | None:

@@ -7,6 +7,7 @@ sections (which `models:` entries may override per model), `loading` reads the f
 
 from proxy.config.compaction import OBSERVATION_PATTERN, Cache, Compaction, Mask, Summarize, Truncate
 from proxy.config.loading import interpolate_env, load_settings
+from proxy.config.pricing import Prices, Pricing
 from proxy.config.section import Section
 from proxy.config.settings import (
     Access,
@@ -36,6 +37,8 @@ __all__ = [
     "Mask",
     "ModelEntry",
     "ModelSettings",
+    "Prices",
+    "Pricing",
     "Responses",
     "Section",
     "Settings",

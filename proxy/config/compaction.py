@@ -114,6 +114,10 @@ class Compaction(Section):
     # A compaction goes deep enough that the conversation, growing as its recent turns did, crosses
     # summarize_at again no sooner than this many turns later (each compaction costs the prompt cache).
     min_turns_between: int = Field(4, ge=0)
+    # "cost": past prune_at (the first) and summarize_at (the next), a compaction comes when, and goes as deep as,
+    # costs least per turn at the upstream's prices (`pricing:`); "thresholds": at prune_at and summarize_at,
+    # deep enough for min_turns_between turns.
+    schedule: Literal["cost", "thresholds"] = "cost"
     truncate: Truncate = Truncate()
     mask: Mask = Mask()
     summarize: Summarize = Summarize()

@@ -17,6 +17,7 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 from pydantic import Field, PrivateAttr, ValidationError, ValidationInfo, field_validator, model_validator
 
 from proxy.config.compaction import Compaction
+from proxy.config.pricing import Pricing
 from proxy.config.section import Section
 
 
@@ -288,6 +289,7 @@ class Settings(Section):
     discover_context_window: bool = True
     models: dict[str, ModelEntry] = Field(default_factory=dict)
     compaction: Compaction = Compaction()
+    pricing: Pricing = Pricing()  # what the upstream bills: the cost figures and when to compact
     state: State = State()
     archive: Archive = Archive()
     responses: Responses = Responses()

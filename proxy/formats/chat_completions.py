@@ -50,6 +50,11 @@ class ChatCompletions(OpenAIShape):
         tokens = usage.get("prompt_tokens") if isinstance(usage, dict) else None
         return tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None
 
+    def output_tokens(self, document: object) -> int | None:
+        usage = document.get("usage") if isinstance(document, dict) else None
+        tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
+        return tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None
+
     def take_over(self, payload: dict[str, Any], *, prompt_tokens: int, count: Callable[[str], int]) -> TakenOver:
         return TakenOver(payload)  # Chat Completions has none
 

@@ -50,6 +50,7 @@ Block = dict[str, Any]
 THINKING = ("thinking", "redacted_thinking")
 KNOWN_ASSISTANT_BLOCKS = ("text", "tool_use", *THINKING)
 MAX_BREAKPOINTS = 4
+UNMARKABLE = frozenset({"thinking", "redacted_thinking"})  # Anthropic takes no `cache_control` on these
 OPAQUE, OBSERVATION = "opaque", "observation"  # what `views_of` says of a view
 # What `count_tokens` takes of a request: its prompt (`max_tokens`, `stream`, `metadata` are the reply's).
 COUNTED_FIELDS = ("model", "system", "messages", "tools", "tool_choice", "thinking", "mcp_servers")
@@ -126,6 +127,7 @@ class Messages:
         out = written.messages()
         budget = MAX_BREAKPOINTS - breakpoints_of(payload.get("system")) - breakpoints_of(payload.get("tools"))
         place_breakpoints(out, originals, written, budget)
+        mark_head(out, written, budget, preceding=last_mark(payload.get("system")) or last_mark(payload.get("tools")))
         return orjson.dumps({**payload, "messages": out})
 
     def refusal(self, status: int, body: bytes, *, content_encoding: bytes | None) -> Refusal | None:
@@ -147,6 +149,14 @@ class Messages:
             return None  # `message_delta` may carry only the output's count
         keys = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
         return sum(part for key in keys if isinstance(part := usage.get(key), int) and is_count(part))
+
+    def output_tokens(self, document: object) -> int | None:
+        """The reply's count: `message_delta` carries the final one (a body, or `message_start`, its own)."""
+        if isinstance(document, dict) and isinstance(document.get("message"), dict):
+            document = document["message"]
+        usage = document.get("usage") if isinstance(document, dict) else None
+        tokens = usage.get("output_tokens") if isinstance(usage, dict) else None
+        return tokens if isinstance(tokens, int) and is_count(tokens) else None
 
     def error_body(self, message: str, *, error_type: str, param: str | None, code: str | None) -> bytes:
         kind = ERROR_CODES.get(code or "") or ERROR_TYPES.get(error_type, error_type)
@@ -514,6 +524,40 @@ def place_breakpoints(
     order += [spot for spot in spots[:-1] if spot == written.summary_at] + spots[-1:]
     for spot in order[: max(len(spots) - max(budget, 0), 0)]:
         out[spot[0]] = without_mark(out[spot[0]], spot[1:])
+
+
+def mark_head(out: list[dict[str, Any]], written: Written, budget: int, *, preceding: Any) -> None:
+    """A breakpoint at the end of the head, just before the summary, when the request has one to spare and the
+    client caches its system or tools (`preceding`, whose `cache_control` it copies: a TTL never longer than one
+    before it). The head, the system and the tools then stay read from the cache across compactions, where
+    otherwise each compaction writes them again after the summary that changed."""
+    if written.summary_at is None or preceding is None:
+        return
+    spots = [spot for i, message in enumerate(out) for spot, _ in marks_of(message.get("content"), (i,))]
+    if len(spots) >= budget:
+        return
+    index, position = written.summary_at
+    if position == 0:
+        index -= 1
+        content = out[index].get("content") if index >= 0 else None
+        if not isinstance(content, list) or not content:
+            return
+        position = len(content)
+    content = list(out[index]["content"])
+    block = content[position - 1]
+    if not isinstance(block, dict) or block.get("cache_control") is not None or block.get("type") in UNMARKABLE:
+        return
+    content[position - 1] = {**block, "cache_control": preceding}
+    out[index] = {**out[index], "content": content}
+
+
+def last_mark(field: object) -> Any:
+    """The `cache_control` of the last breakpoint in `system` or `tools` (None: none there)."""
+    found = None
+    for item in field if isinstance(field, list) else []:
+        if isinstance(item, dict) and item.get("cache_control") is not None:
+            found = item["cache_control"]
+    return found
 
 
 def marks_of(content: object, path: Spot) -> list[tuple[Spot, Any]]:

@@ -209,6 +209,13 @@ class Responses(OpenAIShape):
         tokens = usage.get("input_tokens") if isinstance(usage, dict) else None
         return tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None
 
+    def output_tokens(self, document: object) -> int | None:
+        if isinstance(document, dict) and isinstance(document.get("response"), dict):
+            document = document["response"]
+        usage = document.get("usage") if isinstance(document, dict) else None
+        tokens = usage.get("output_tokens") if isinstance(usage, dict) else None
+        return tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None
+
     def take_over(self, payload: dict[str, Any], *, prompt_tokens: int, count: Callable[[str], int]) -> TakenOver:
         return TakenOver(self.without_server_compaction(payload))
 

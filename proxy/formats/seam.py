@@ -153,6 +153,10 @@ class WireFormat(Protocol):
         """The upstream's count of the prompt in a parsed JSON body or stream event (None: not there)."""
         ...
 
+    def output_tokens(self, document: object) -> int | None:
+        """The upstream's count of the reply in a parsed JSON body or stream event (None: not there)."""
+        ...
+
     def error_body(self, message: str, *, error_type: str, param: str | None, code: str | None) -> bytes:
         """One of the proxy's own errors, in this format's error shape."""
         ...

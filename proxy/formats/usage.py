@@ -1,4 +1,4 @@
-"""Reading the upstream's prompt count off a response as it is relayed, for calibration.
+"""Reading the upstream's prompt and reply counts off a response as it is relayed, for calibration and the reserve.
 
 The body goes to the client byte for byte; a copy of what passes (inflated when gzip or deflate)
 is scanned: a JSON body once it is complete (up to `MAX_JSON_BODY`), a stream line by line, and
@@ -40,6 +40,7 @@ class UsageReader:
         self.max_event_bytes = max_event_bytes
         self.max_inflate_bytes = max_inflate_bytes
         self.prompt_tokens: int | None = None
+        self.output_tokens: int | None = None  # the reply's count, where the upstream says it
         self._inflate = zlib.decompressobj(wbits=47) if content_encoding in (b"gzip", b"deflate") else None
         self._inflated = 0  # bytes inflated so far
         self._unreadable = content_encoding not in (None, b"", b"identity", b"gzip", b"deflate")
@@ -111,3 +112,6 @@ class UsageReader:
         tokens = self.wire.prompt_tokens(parsed)
         if tokens is not None:
             self.prompt_tokens = tokens
+        output = self.wire.output_tokens(parsed)
+        if output is not None:
+            self.output_tokens = output

@@ -230,7 +230,10 @@ class ConversationHandler:
             actual = reader.finish()
             if actual is not None and not prepared.approximate:  # an estimate from samples calibrates nothing
                 estimate, fixed = prepared.sent_tokens, prepared.sent_fixed
-                pipeline.record_usage(model, estimate=estimate, actual=actual, fixed=fixed, tenant=tenant)
+                output = reader.output_tokens
+                pipeline.record_usage(
+                    model, estimate=estimate, actual=actual, fixed=fixed, tenant=tenant, output=output
+                )
 
         answer = relay(response, call.exchange, chunks=tap(chunks, reader.feed, calibrate))
         if prepared.report is None:

@@ -86,6 +86,8 @@ class Metrics:
             self._child(self.summarizer_calls, outcome)
         for result in ("hit", "miss"):
             self._child(self.lookups, result)
+        for side in ("sent", "client"):
+            self._child(self.cost, side)
         self.jobs_changed(queued=0, running=0)
         self.exposed = self.registry
         directory = multiprocess_directory()
@@ -184,6 +186,13 @@ class Metrics:
             buckets=SHARE_BUCKETS,
             registry=registry,
         )
+        self.cost = Counter(
+            "inflight_cost_units",
+            "Estimated prompt cost of compactable requests, in units of one uncached input token at the `pricing:` "
+            "prices: what was sent, and what the client's own request would have cost (side=client).",
+            ["side"],
+            registry=registry,
+        )
         self.store_errors = Counter(
             "inflight_store_errors",
             "Failed calls to the shared record store (sqlite, redis) or the archive.",
@@ -214,6 +223,10 @@ class Metrics:
             self.cached_share.observe(float(cached))
         if "rewrite" in exchange.fields:
             self.rewrites.inc()
+        for side, name in (("sent", "cost"), ("client", "cost_client")):
+            units = exchange.fields.get(name)  # the log line's text
+            if units is not None:
+                self._child(self.cost, side).inc(float(units))
         actions = exchange.headers.get("x-inflight-actions")
         if actions is not None and actions != "none":
             self._compacted(actions.split(","), exchange.headers)

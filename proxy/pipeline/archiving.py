@@ -99,6 +99,7 @@ class Archiver:
             cached=accounting.calibrated(prepared.cache.cached) if prepared.cache is not None else None,
             rewrite=prepared.cache is not None and prepared.cache.rewrite,
             shadow=prepared.shadow,
+            **costs_of(prepared, accounting),
         )
         compaction = None
         if outcome is not None and outcome.fresh:
@@ -116,3 +117,14 @@ class Archiver:
                 shadow=prepared.shadow,
             )
         self.writer.add(TurnWrite(conversation, conversation_label(key), turn), compaction)
+
+
+def costs_of(prepared: Prepared, accounting: Accounting) -> dict[str, int | None]:
+    """The turn's estimated prompt cost and the client's request's, in the upstream's units (None: not measured)."""
+    turn, prices = prepared.cache, prepared.prices
+    if turn is None or prices is None:
+        return {"cost": None, "client_cost": None}
+    return {
+        "cost": accounting.calibrated(round(turn.cost(prices))),
+        "client_cost": accounting.calibrated(round(turn.client_cost(prices))),
+    }

@@ -21,15 +21,17 @@ from proxy.compaction import Budget, Conversation, ConversationCompactions, Outc
 from proxy.compaction.background.scheduler import BackgroundSummaries
 from proxy.compaction.prefix import CacheTurn, PrefixTracker, SentRequest, view_ids
 from proxy.compaction.record import shadow_key
-from proxy.config import Compaction, ModelSettings, Settings
+from proxy.config import Compaction, ModelSettings, Prices, Settings
 from proxy.formats import WireFormat
 from proxy.metrics.observer import NO_OBSERVER, Observer
 from proxy.offload import call_sized
 from proxy.pipeline.accounting import Accounting, Counted
 from proxy.pipeline.outgoing import Prepared, as_sent, rewritten, shadowed, translated
 from proxy.pipeline.parts import CompactionParts, SummarizerFactory, summarizer_window
+from proxy.policy.bracket import WindowBrackets
 from proxy.policy.calibration import Calibration, Ratios
 from proxy.policy.refusals import Refusal
+from proxy.policy.reserve import OutputSizes
 from proxy.policy.retry import RetryAim, retry_limit
 from proxy.policy.tenants import BUDGET_ACTION, SummaryBudget, bounded_key, tenant_of
 from proxy.policy.windows import ContextRegistry, FetchModels, budget_for, reserve_for
@@ -101,6 +103,10 @@ class Pipeline:
         self._output_counted: LRUCache[str, bool] = LRUCache(maxsize=4096)
         # Each conversation's request sent last, to tell what the next one's prompt cache serves.
         self._prefixes = PrefixTracker(settings.compaction.cache.max_bytes // PREFIX_SHARE)
+        # The largest prompt each model answered and the smallest it refused without numbers, per client.
+        self._brackets = WindowBrackets(self._max_key_chars)
+        # The output tokens of each model's recent answers, per client: the reply's reserve where it is not binding.
+        self._outputs = OutputSizes(self._max_key_chars)
 
     def model_settings(self, model: str) -> ModelSettings:
         """The config for `model` (a glob walk, so cached: it is asked several times a request)."""
@@ -120,13 +126,28 @@ class Pipeline:
         return {
             "calibration": self._calibration.report(),
             "learned_windows": self._registry.learned(),
+            "window_brackets": self._brackets.report(),
             "summary_jobs": self._compactions.job_stats(),
         }
 
-    def record_usage(self, model: str, *, estimate: int, actual: int, fixed: int = 0, tenant: str = "") -> None:
-        """The upstream counted `actual` prompt tokens where we counted `estimate` (`fixed` of it tool definitions
-        and reply priming, `Prepared.sent_fixed`): calibrate `model` for the client's `tenant` (`Options.tenant`)."""
+    def record_usage(
+        self,
+        model: str,
+        *,
+        estimate: int,
+        actual: int,
+        fixed: int = 0,
+        tenant: str = "",
+        output: int | None = None,
+    ) -> None:
+        """The upstream answered: it counted `actual` prompt tokens where we counted `estimate` (`fixed` of it tool
+        definitions and reply priming, `Prepared.sent_fixed`), and wrote `output` tokens. Calibrates `model` for the
+        client's `tenant` (`Options.tenant`), and says the window holds at least that prompt and the reply
+        needs about that room."""
         self._calibration.record(model, estimate=estimate, actual=actual, fixed=fixed, tenant=tenant)
+        self._brackets.accepted(model, actual, tenant=tenant)
+        if output is not None:
+            self._outputs.record(model, output, tenant=tenant)
 
     async def aclose(self) -> None:
         """Stop the background summaries and close the record store."""
@@ -135,6 +156,10 @@ class Pipeline:
     async def summarizer_window(self, settings: Compaction, model: str, *, ask: bool = True) -> int:
         """The window of the model that summarizes `model`'s conversations (see `parts.summarizer_window`)."""
         return await summarizer_window(self._summarizers, self._registry, settings, model, ask=ask)
+
+    def prices(self, counted: Counted) -> Prices:
+        """What the upstream bills for this request's prompt tokens (`pricing:`, by its format and model)."""
+        return self.settings.pricing.for_request(counted.wire.name, counted.model)
 
     def text_tokens(self, model: str, text: str) -> int:
         """`text` counted with `model`'s encoding (estimated from its size where the tokenizer fails)."""
@@ -178,7 +203,7 @@ class Pipeline:
         else:
             limits = await self._registry.resolve_async(model, fetch_models)
         settings = self.model_settings(model).compaction
-        budget = self.budget(counted, limits.context_window)
+        budget = self.budget(counted, limits.context_window, tenant=tenant)
         ratios = Ratios() if counted.encoding.exact else self._calibration.ratios(model, tenant=tenant)
         if self.takes_over_server_compaction(counted) and counted.request.compact_at is not None:
             # The client's threshold is where it wants its context compacted: where inflight summarizes.
@@ -197,15 +222,22 @@ class Pipeline:
             fixed_ratio=ratios.fixed,
         )
 
-    def budget(self, counted: Counted, context_window: int) -> int:
-        """The prompt's budget in `context_window`: the window less the reply's reserve (what the request
-        asks, capped at the configured reserve when the upstream need not fit it, until it says it must)."""
+    def budget(self, counted: Counted, context_window: int, *, tenant: str = "") -> int:
+        """The prompt's budget in `context_window`: the window less the reply's reserve, and no more than the
+        largest prompt answered below a refusal without numbers (`proxy.policy.bracket`). The reserve is what
+        the request asks when the upstream counts it against the window; else (it asks none, or the upstream
+        stops the reply at the window) what this client's answers from the model have needed (`OutputSizes`),
+        at most the configured reserve."""
         reserve_tokens = self.model_settings(counted.model).compaction.reserve_tokens
         asked = counted.request.output_limit
         binding = counted.request.output_limit_binding or self._model_key(counted.model) in self._output_counted
-        if asked is not None and not binding:
-            asked = min(asked, reserve_for(None, reserve_tokens=reserve_tokens, context_window=context_window))
-        return budget_for(asked, reserve_tokens=reserve_tokens, context_window=context_window)
+        if asked is None or not binding:  # the reply's room is ours to guess: the configured one, or what was needed
+            reserve = reserve_for(None, reserve_tokens=reserve_tokens, context_window=context_window)
+            needed = self._outputs.reserve(counted.model, tenant=tenant)
+            asked = min(asked or reserve, reserve if needed is None else min(needed, reserve))
+        budget = budget_for(asked, reserve_tokens=reserve_tokens, context_window=context_window)
+        ceiling = self._brackets.ceiling(counted.model, tenant=tenant)
+        return budget if ceiling is None else min(budget, ceiling)
 
     def asks_exact_count(self, counted: Counted, accounting: Accounting, options: Options) -> bool:
         """Whether to ask the upstream's exact count (`messages.count_tokens: near`): the format has one,
@@ -371,9 +403,11 @@ class Pipeline:
         prefixes = self._prefixes
 
         def measure() -> CacheTurn:
-            return prefixes.observe(key, sent_request(counted, outcome))
+            client = sent_request(counted, None)
+            return prefixes.observe(key, sent_request(counted, outcome) if outcome is not None else client, client)
 
         prepared.measure_cache = measure
+        prepared.prices = self.prices(counted)
         return prepared
 
     async def compact(
@@ -423,6 +457,7 @@ class Pipeline:
             wire=counted.wire,
             budget=self._budget,
             spender=self.spender_of(options),
+            prices=self.prices(counted) if settings.schedule == "cost" else None,
         )
         # No job for a retry (the turn it retries saw to that), nor for a request under every threshold.
         wanted = background and due and not retry
@@ -443,21 +478,25 @@ class Pipeline:
         """Record what the refusal says (its count calibrates the client `tenant`'s ratio); the (calibrated)
         budget to compact the retry against."""
         learned_budget = None
+        sent = accounting.calibrated(prepared.sent_tokens)
         if refusal.counts_output:  # this upstream wants the reply's whole room: from now on, it gets it
             self._output_counted[self._model_key(accounting.model)] = True
         if refusal.context_window:
             self._registry.learn(accounting.model, refusal.context_window)
-            learned_budget = self.budget(counted, refusal.context_window)
+            learned_budget = self.budget(counted, refusal.context_window, tenant=tenant)
+        elif not refusal.prompt_tokens and sent:  # no numbers: what was sent and what was answered bracket the window
+            self._brackets.refused(accounting.model, sent, tenant=tenant)
         if refusal.prompt_tokens and prepared.sent_tokens and not prepared.approximate:  # a count, not samples
             estimate, fixed, actual = prepared.sent_tokens, prepared.sent_fixed, refusal.prompt_tokens
             self._calibration.record(accounting.model, estimate=estimate, actual=actual, fixed=fixed, tenant=tenant)
         previous = accounting.budget if not prepared.rewritten else prepared.limit
-        return retry_limit(
-            previous=previous,
-            learned_budget=learned_budget,
-            sent=accounting.calibrated(prepared.sent_tokens),
-            upstream_prompt=refusal.prompt_tokens,
+        aim = retry_limit(
+            previous=previous, learned_budget=learned_budget, sent=sent, upstream_prompt=refusal.prompt_tokens
         )
+        answered = self._brackets.ceiling(accounting.model, tenant=tenant)
+        if aim.blind and answered is not None and aim.limit < answered < sent:  # a larger prompt was answered
+            return RetryAim(answered, blind=True)
+        return aim
 
     def _model_key(self, model: str) -> str:
         return bounded_key(model, self._max_key_chars)

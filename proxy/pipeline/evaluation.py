@@ -12,7 +12,8 @@ was compacted it reports tokens before and after, the actions, and what survived
 - summarizer requests larger than the summarizer's window.
 
 And for every turn, compacted or not, what the upstream's prompt cache could serve of it: prefix
-rewrites per 100 turns and the cached share (`proxy.compaction.prefix`).
+rewrites per 100 turns and the cached share (`proxy.compaction.prefix`), and the prompt's estimated cost at the
+`pricing:` prices beside what the client's own requests would have cost.
 """
 
 from __future__ import annotations
@@ -186,7 +187,7 @@ async def compacted_turns(
         accounting = await pipeline.account(counted, None)
         prepared = await pipeline.prepare(counted, accounting, Options(mode="active", session=session))
         if cache is not None and prepared.cache is not None:
-            cache.add(prepared.cache)
+            cache.add(prepared.cache, prepared.prices)
         if prepared.outcome is not None and prepared.rewritten:
             yield ReplayedTurn(turn, request, counted, accounting, prepared, prepared.outcome)
 
@@ -255,6 +256,8 @@ def cache_totals(caches: Mapping[str, CacheFigures]) -> dict[str, Any]:
             "rewrites": figures.rewrites,
             "rewrites_per_100_turns": round(per_100, 1) if per_100 is not None else None,
             "cached_share": round(share, 3) if share is not None else None,
+            "cost": round(figures.cost),
+            "cost_client": round(figures.client_cost),
         }
 
     return {"cache": shown(every), "cache_per_trace": {name: shown(figures) for name, figures in caches.items()}}
@@ -306,13 +309,17 @@ def report(
     t = totals(results, caches)
     lines += [
         "",
-        "| trace | turns | prefix rewrites | per 100 turns | cached share (estimated) |",
-        "|---|---|---|---|---|",
+        "| trace | turns | prefix rewrites | per 100 turns | cached share (estimated) | prompt cost (estimated) "
+        "| without inflight |",
+        "|---|---|---|---|---|---|---|",
     ]
     for name, figures in [*t["cache_per_trace"].items(), ("all", t["cache"])]:
         per_100 = "-" if figures["rewrites_per_100_turns"] is None else f"{figures['rewrites_per_100_turns']:.1f}"
+        cost, client = figures["cost"], figures["cost_client"]
+        ratio = f" ({percent(cost / client)})" if client else ""
         lines.append(
-            f"| {name} | {figures['turns']} | {figures['rewrites']} | {per_100} | {percent(figures['cached_share'])} |"
+            f"| {name} | {figures['turns']} | {figures['rewrites']} | {per_100} | {percent(figures['cached_share'])} "
+            f"| {cost:,}{ratio} | {client:,} |"
         )
     lines.append("")
     lines.append(

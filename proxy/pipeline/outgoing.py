@@ -9,6 +9,7 @@ from typing import Any
 
 from proxy.compaction import Outcome
 from proxy.compaction.prefix import CacheTurn
+from proxy.config import Prices
 from proxy.pipeline.accounting import Accounting, Counted
 
 log = logging.getLogger("inflight")
@@ -38,6 +39,7 @@ class Prepared:
     # before it: worked out when first asked (after the answer, for the log line), once.
     measure_cache: Callable[[], CacheTurn] | None = field(default=None, repr=False)
     _cache: CacheTurn | None = field(default=None, repr=False)
+    prices: Prices | None = None  # what the upstream bills for it (`pricing:`), for the cost figures
 
     @property
     def cache(self) -> CacheTurn | None:
@@ -58,7 +60,13 @@ class Prepared:
             return {}
         # In shadow mode, what the cache would have served of the plan: said apart, and kept out of the live metrics.
         prefix = "shadow_" if self.shadow else ""
-        return {f"{prefix}cached": f"{turn.share:.2f}", **({f"{prefix}rewrite": 1} if turn.rewrite else {})}
+        fields: dict[str, object] = {f"{prefix}cached": f"{turn.share:.2f}"}
+        if turn.rewrite:
+            fields[f"{prefix}rewrite"] = 1
+        if self.prices is not None:  # estimated, in units of one uncached input token: sent, and without inflight
+            fields[f"{prefix}cost"] = round(turn.cost(self.prices))
+            fields[f"{prefix}cost_client"] = round(turn.client_cost(self.prices))
+        return fields
 
     def follows(self, refused: Prepared) -> None:
         """This is the retry of `refused`: what its compaction dropped counts from before both attempts."""

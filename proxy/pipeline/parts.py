@@ -15,7 +15,7 @@ from proxy.compaction.conversation import Message, observation_regex
 from proxy.compaction.depth import Spacing
 from proxy.compaction.stages import SummarizeStage
 from proxy.compaction.summary_job import SummaryBudgetSpent
-from proxy.config import Compaction
+from proxy.config import Compaction, Prices
 from proxy.formats import WireFormat
 from proxy.offload import on_home_loop
 from proxy.pipeline.accounting import Accounting
@@ -65,6 +65,17 @@ class CompactionParts:
     wire: WireFormat | None = None  # the request's format: the upstream's own model is asked in it
     budget: SummaryBudget | None = None  # the summarizer calls clients may cause (None: no bound)
     spender: str = ""  # whose budget this request's summaries spend, background jobs' included
+    prices: Prices | None = None  # the upstream's prices, when compactions are scheduled by cost
+
+    def spacing(self, *, summaries_ahead: bool) -> Spacing:
+        """How far apart compactions go, for the compactor and the background job alike."""
+        return Spacing(
+            self.settings.summarize,
+            self.settings.min_turns_between,
+            summary_costs=self.summarizers is not None,
+            summaries_ahead=summaries_ahead,
+            prices=self.prices,
+        )
 
     def summarize(self) -> Summarize | None:
         if self.summarizers is None:
@@ -95,7 +106,7 @@ class CompactionParts:
             summarize=None if background else self.summarize(),
             summarizer_input_tokens=self.summarizer_input_tokens,
             background=background,
-            summary_costs=self.summarizers is not None,
+            spacing=self.spacing(summaries_ahead=background),
         )
 
     def ahead(self, budget: Budget, start_at: int, tools: object) -> SummaryAhead | None:
@@ -118,7 +129,7 @@ class CompactionParts:
             observation=observation_regex(self.settings.mask.observation_pattern),
             in_place_model=self.accounting.model if own_model else None,
             tools=tools,
-            spacing=Spacing(settings, self.settings.min_turns_between, summaries_ahead=True),
+            spacing=self.spacing(summaries_ahead=True),
         )
 
 

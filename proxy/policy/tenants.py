@@ -51,6 +51,12 @@ def bounded_key(text: str, max_chars: int) -> str:
     return f"{text[: max(max_chars - len(digest) - 1, 0)]}~{digest}"
 
 
+def tenant_model_key(model: str, tenant: str, max_chars: int) -> str:
+    """What keys a client's own figures for a model (its window bracket, its answers' sizes): one client's
+    requests never move another's."""
+    return f"{tenant}:{bounded_key(model, max_chars)}"
+
+
 class Bucket:
     """A token bucket: `capacity` at most, refilled at `capacity` per `period_s`; capacity 0: no bound."""
 

@@ -129,6 +129,10 @@ async function showConversation(id, stale) {
   const growth = view.average_growth == null ? "–" : `${number(view.average_growth)} tokens a turn`;
   const rewrites = view.rewrites_per_100_turns == null ? "–" : number(view.rewrites_per_100_turns);
   const cached = view.cached_share == null ? "–" : `${Math.round(view.cached_share * 100)}%`;
+  const cost =
+    view.cost == null
+      ? "–"
+      : `${number(view.cost)} (without inflight ${number(view.cost_client)}, ${Math.round((100 * view.cost) / view.cost_client)}%)`;
   const churned = view.compactions.filter((c) => churns(c)).length;
   const shadows = view.compactions.filter((c) => c.shadow).length;
   const fact = (name, value) => h("span", {}, h("span", { class: "muted" }, name), " ", h("b", {}, value));
@@ -145,6 +149,7 @@ async function showConversation(id, stale) {
       fact("turns to the next compaction", left),
       fact("prefix rewrites per 100 turns", rewrites),
       fact("cached share (estimated)", cached),
+      fact("prompt cost in input tokens (estimated)", cost),
       churned > 0 && fact("churn", `${number(churned)} compactions left too few turns before the next`),
       shadows > 0 && fact("shadow", `${number(shadows)} compactions planned, not sent`),
       fact("last seen", when(view.last)),

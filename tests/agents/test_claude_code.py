@@ -128,13 +128,14 @@ def breakpoints(body: dict[str, Any]) -> int:
 
 
 @pytest.mark.parametrize(
-    ("model", "told", "own_compaction", "context_management"),
+    ("model", "told", "own_compaction", "context_management", "in_stream"),
     [
-        (MODEL, False, False, True),
-        (MODEL, True, False, True),
-        (MODEL, False, True, True),
-        (NEWER_MODEL, True, True, True),
-        (MODEL, False, False, False),
+        (MODEL, False, False, True, False),
+        (MODEL, True, False, True, False),
+        (MODEL, False, True, True, False),
+        (NEWER_MODEL, True, True, True, False),
+        (MODEL, False, False, False, False),
+        (MODEL, False, False, True, True),
     ],
     ids=[
         "learned",
@@ -142,16 +143,19 @@ def breakpoints(body: dict[str, Any]) -> int:
         "learned-own-compaction-on",
         "newer-model-told-own-compaction-on",
         "learned-upstream-without-context-management",
+        "learned-refusal-in-the-stream",
     ],
 )
 def test_claude_code_finishes_every_step_through_inflight(
-    start_proxy: ProxyFactory, model: str, told: bool, own_compaction: bool, context_management: bool
+    start_proxy: ProxyFactory, model: str, told: bool, own_compaction: bool, context_management: bool, in_stream: bool
 ) -> None:
     """Compacted before any refusal reaches it, with its own compaction off or on; over an upstream that
-    refuses the `context_management` Claude Code always sends, inflight takes the field over."""
+    refuses the `context_management` Claude Code always sends, inflight takes the field over; a refusal that
+    comes as the stream's `error` event is learned from as one over HTTP."""
     assert BINARY is not None
     app = fake_upstream(model, WINDOW, system_messages=model == NEWER_MODEL)
     app.messages.supports_context_management = context_management
+    app.messages.refusal_in_stream = in_stream
     models = {model: {"context_window": WINDOW}} if told else {}
     with serve(app) as url, start_proxy(f"{url}/v1", models=models) as proxy_url:
         run = run_claude(

@@ -77,6 +77,8 @@ def test_codex_finishes_every_step_through_inflight(
     assert f"All {STEPS} steps are done. FINISHED" in run.output
     assert steps_done(app) == STEPS
     assert app.responses.rejected == []  # every reasoning item verbatim, every call with its output
+    # Told, no refusal; learning, one: a refusal without numbers still brackets the window (`policy.bracket`).
+    assert app.responses.refused == (0 if told else 1)
     cached = app.responses.cached_tokens / app.responses.input_tokens
     print(
         f"\n{model} refusal={'stream' if in_stream else 'http'} told={told}: "

@@ -8,6 +8,7 @@ turn whose messages do not begin with the previous turn's as sent.
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 from functools import cache
 from typing import Any
 
@@ -17,8 +18,9 @@ from proxy.compaction import Budget, Record
 from proxy.compaction.depth import Depth, Spacing, growth_per_turn
 from proxy.compaction.stages.digest import LATER_NOTE, NO_SUMMARY_NOTE
 from proxy.compaction.summary_job import written_part
-from proxy.config import Compaction, Summarize
-from tests.compaction.test_compactor import ENCODING, Engine, compactor, conversation_of
+from proxy.config import Compaction, Prices, Summarize
+from proxy.policy.cost import prompt_cost, summary_cost
+from tests.compaction.test_compactor import COUNTER, ENCODING, Engine, compactor, conversation_of
 
 LIMIT = 24_000
 SUMMARIZE = Summarize()
@@ -216,3 +218,87 @@ async def test_a_digest_after_a_summary_says_the_summary_covers_the_earlier_mess
     assert third is not None
     text = written_part(third.record.summary or {})
     assert text.count(LATER_NOTE) == 1 and NO_SUMMARY_NOTE not in text  # never repeated
+
+
+def priced(settings: Compaction, prices: Prices, *, summarizer: bool = True) -> Engine:
+    """A compactor as the proxy builds it under `compaction.schedule: cost`, at `prices`."""
+    engine = compactor(settings, summarizer=summarizer)
+    assert engine.compactor.spacing is not None
+    engine.compactor.spacing = replace(engine.compactor.spacing, prices=prices)
+    return engine
+
+
+async def billed(messages: list[dict[str, Any]], engine: Engine, prices: Prices) -> tuple[float, int, list[str]]:
+    """Each turn through the compactor as in `replay`, billed as the provider would: the prefix shared with the
+    turn before read, the rest written; with the summarizer's calls at their price. The cost, the rewrites, the
+    actions."""
+    budget = Budget.of(LIMIT, engine.settings)
+    record: Record | None = None
+    previous: list[dict[str, Any]] = []
+    cost, rewrites, actions = 0.0, 0, []
+    for end in range(4, len(messages) + 1, 2):
+        request = messages[:end]
+        outcome = await engine.run(conversation_of(request), budget=budget, record=record)
+        sent = outcome.messages if outcome is not None else request
+        record = outcome.record if outcome is not None else record
+        counts = [COUNTER.count_message(m, ENCODING) for m in sent]
+        shared = next((i for i, (a, b) in enumerate(zip(previous, sent, strict=False)) if a != b), None)
+        shared = min(len(previous), len(sent)) if shared is None else shared
+        rewrites += bool(previous) and shared < len(previous)
+        cost += prompt_cost(prices, tokens=sum(counts), cached=sum(counts[:shared]))
+        actions.append(",".join(outcome.actions) if outcome is not None else "none")
+        previous = sent
+    for job in engine.calls:
+        cost += summary_cost(prices, input_tokens=job.input_tokens, output_tokens=job.max_tokens)
+    return cost, rewrites, actions
+
+
+@pytest.mark.parametrize("prices", [Prices(cache_write=1.25), Prices()], ids=["anthropic", "openai"])
+async def test_scheduled_by_cost_a_conversation_costs_less_than_by_thresholds(prices: Prices) -> None:
+    """The same conversation, each turn a twentieth of the budget: compacting later and to the floor bills less
+    than compacting at `prune_at` and `summarize_at` to where `min_turns_between` turns fit, in no more rewrites."""
+    messages = growing(40, [int(LIMIT * 0.05)])
+    by_cost, cost_rewrites, actions = await billed(messages, priced(Compaction(), prices), prices)
+    by_thresholds, threshold_rewrites, _ = await billed(messages, compactor(Compaction()), prices)
+    assert by_cost < 0.95 * by_thresholds, (by_cost, by_thresholds, actions)
+    assert 0 < cost_rewrites <= threshold_rewrites
+
+
+async def test_scheduled_by_cost_a_request_that_fits_waits_past_prune_at() -> None:
+    """Past `prune_at` but under the cheapest trigger, the request goes as it came; a request over the limit is
+    compacted, to its floor."""
+    settings = Compaction()
+    engine = priced(settings, Prices(cache_write=1.25))
+    budget = Budget.of(LIMIT, settings)
+    messages = growing(40, [int(LIMIT * 0.1)])  # big turns: a compaction pays only further on
+    sizes = [(end, sum(conversation_of(messages[:end]).counts)) for end in range(4, len(messages) + 1, 2)]
+    past_prune = next(end for end, tokens in sizes if budget.prune_at < tokens < budget.summarize_at)
+    waited = await engine.run(conversation_of(messages[:past_prune]), budget=budget, record=None)
+    assert waited is None or waited.actions == ["none"]
+    over = next(end for end, tokens in sizes if tokens > budget.limit)
+    outcome = await engine.run(conversation_of(messages[:over]), budget=budget, record=None)
+    assert outcome is not None and outcome.fits and outcome.tokens_after < budget.target
+
+
+def test_priced_a_compaction_goes_to_its_floor_and_the_next_comes_where_it_costs_least() -> None:
+    spacing = Spacing(SUMMARIZE, 4, prices=Prices(cache_write=1.25))
+    depth = Depth.plan(
+        growth=2_000, floor=5_000, target=12_000, summarize_at=20_400, spacing=spacing, limit=24_000, fixed=3_000
+    )
+    assert depth.aim == 5_000 and depth.schedule is not None
+    assert 20_400 <= depth.summarize_at <= 24_000
+    assert depth.summarize_at == max(20_400, depth.schedule.best_trigger(kept=5_000, limit=24_000))
+
+
+def test_priced_a_summary_is_made_when_its_call_costs_less_than_keeping_what_masking_left() -> None:
+    spacing = Spacing(SUMMARIZE, 4, prices=Prices(cache_write=1.25))
+    depth = Depth.plan(
+        growth=1_000, floor=4_000, target=12_000, summarize_at=20_000, spacing=spacing, limit=24_000, fixed=3_000
+    )
+    assert not depth.summary_pays(5_000)  # masking came near the floor: a call would not pay
+    assert depth.summary_pays(19_500)  # masking left it a turn below the next compaction
+    ahead = replace(spacing, summaries_ahead=True)
+    made = Depth.plan(
+        growth=1_000, floor=4_000, target=12_000, summarize_at=20_000, spacing=ahead, limit=24_000, fixed=3_000
+    )
+    assert made.summary_pays(9_000)  # made ahead, it is paid for: anything it saves is worth it

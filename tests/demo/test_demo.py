@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+([\d,]+)\*?\s+([\d,]+)\s+(\d+%)?\s+(\S.*)$")
 TOTAL = re.compile(r"^\s*all\s+([\d,]+)\s+([\d,]+)\s+(?:\d+%)?\s+(\d+) of (\d+) turns compacted$")
 SUMMARIES = re.compile(r"^summarizer calls: (\d+) ")
-TURNS = "6"  # enough for the conversation to pass the 8,000-token window's thresholds, and quick
+TURNS = "6"  # at a 6,000-token window, enough for the conversation to outgrow its budget, and quick
 
 
 def number(text: str) -> int:
@@ -36,7 +36,7 @@ def demo(*args: str) -> list[str]:
 
 
 def test_the_demo_replays_the_conversation_through_the_proxy_and_compacts_it() -> None:
-    lines = demo("--turns", TURNS)
+    lines = demo("--turns", TURNS, "--window", "6000")
     rows = [match.groups() for match in map(ROW.match, lines) if match]
     assert [int(row[0]) for row in rows] == list(range(1, int(TURNS) + 1))
     messages = [int(row[1]) for row in rows]

@@ -81,7 +81,8 @@ def test_a_masked_result_keeps_its_block_and_a_summary_joins_the_user_turn_befor
     assert out[0] == {
         "role": "user",
         "content": [
-            {"type": "text", "text": "Fix the parser."},
+            # The head's end: a breakpoint of its own (a copy of the system's), read from the cache after any summary
+            {"type": "text", "text": "Fix the parser.", "cache_control": EPHEMERAL},
             {"type": "text", "text": summary["content"], "cache_control": EPHEMERAL},  # "Done."'s, dropped
         ],
     }
@@ -317,3 +318,44 @@ def test_a_document_counts_as_a_file_and_is_never_cut_as_text() -> None:
     parts = request.messages[2]["content"]
     assert [p["type"] for p in parts] == ["file", "file"]  # never text for truncation to cut
     assert base64.b64decode(parts[1]["file"]["file_data"]) == b"notes " * 100
+
+
+def test_the_heads_end_gets_a_breakpoint_when_one_is_to_spare_and_the_client_caches() -> None:
+    """After a summary the head is cached on its own, with the TTL of the system's last breakpoint; never past
+    four breakpoints, never on a request whose client caches nothing."""
+    hour = {"type": "ephemeral", "ttl": "1h"}
+
+    def written(system: list[dict[str, Any]], marks: int) -> list[dict[str, Any]]:
+        turns = [
+            message
+            for n in range(4)
+            for message in (
+                {"role": "assistant", "content": [{"type": "tool_use", "id": f"t{n}", "name": "Bash", "input": {}}]},
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "tool_result", "tool_use_id": f"t{n}", "content": f"out {n}"}
+                        | ({"cache_control": EPHEMERAL} if n >= 4 - marks else {})
+                    ],
+                },
+            )
+        ]
+        body = {"model": "m", "max_tokens": 100, "system": system, "messages": [HEAD, *turns]}
+        request = MESSAGES.read(body)
+        assert request is not None
+        instructions, head, *rest = request.messages  # the system is the core's first message
+        summary: dict[str, Any] = {"role": "user", "content": "[summary]"}
+        kept = [instructions, head, summary, *rest[4:]]  # steps 0 and 1 summarized
+        return list(orjson.loads(MESSAGES.write(body, request, kept))["messages"])
+
+    head_text = {"type": "text", "text": "Do the task."}
+    cached_system = [{"type": "text", "text": "You code.", "cache_control": hour}]
+    out = written(cached_system, marks=1)
+    assert out[0]["content"] == [{**head_text, "cache_control": hour}, {"type": "text", "text": "[summary]"}]
+    full = written([*cached_system, {"type": "text", "text": "More.", "cache_control": EPHEMERAL}], marks=2)
+    assert "cache_control" not in full[0]["content"][0]  # system 2 + messages 2: no room for a fifth
+    uncached = written([{"type": "text", "text": "You code."}], marks=1)
+    assert "cache_control" not in uncached[0]["content"][0]  # the client asked for no caching of its prefix
+
+
+HEAD: dict[str, Any] = {"role": "user", "content": [{"type": "text", "text": "Do the task."}]}

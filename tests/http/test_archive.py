@@ -215,7 +215,10 @@ def test_a_retried_turn_archives_what_both_attempts_dropped(
     app, url = upstream
     refusal = REFUSALS[0]  # OpenAI's context_length_exceeded
     app.script.append(Scripted(status=refusal.status, body=orjson.dumps(refusal.body)))
-    with start_proxy(url, **SETTINGS) as proxy_url:
+    # By thresholds: the first attempt stops at `target`, so the retry has further to go (by cost it goes to its
+    # floor at once, and the retry can only send it again).
+    settings = {**SETTINGS, "compaction": {**SETTINGS["compaction"], "schedule": "thresholds"}}
+    with start_proxy(url, **settings) as proxy_url:
         (response,) = replay(proxy_url, range(60, 61))
         assert response.headers["x-inflight-retried"] == "1"
         entry = archived(proxy_url, f"/inflight/compactions/{response.headers['x-inflight-compaction-id']}")

@@ -15,7 +15,8 @@ from tests.support.upstream import UpstreamApp
 # Summaries made on the crossing turn (not in the background), so that the turn waits on one.
 CONFIG: dict[str, Any] = {
     "models": {"gpt-4o": {"context_window": 8000}},
-    "compaction": {"summarize": {"background_at": None, "keepalive_after_s": 0.3}},
+    # By thresholds: masking alone would bring it under its floor, and the test needs a summary to wait on.
+    "compaction": {"schedule": "thresholds", "summarize": {"background_at": None, "keepalive_after_s": 0.3}},
 }
 
 

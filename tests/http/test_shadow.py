@@ -27,7 +27,8 @@ from tests.support.waiting import wait_until
 
 # Budget 3000 (a quarter of the window is reserved for the reply).
 WINDOW: dict[str, Any] = {"models": {"gpt-4o": {"context_window": 4000}}}
-SHADOW: dict[str, Any] = {**WINDOW, "compaction": {"mode": "shadow"}}
+# By thresholds: these tests plan a compaction on turns that fit, which the cost schedule would leave for later.
+SHADOW: dict[str, Any] = {**WINDOW, "compaction": {"mode": "shadow", "schedule": "thresholds"}}
 # The upstream's answer as it wrote it: odd spacing and key order that a re-serialization would lose.
 ANSWER = b'{ "id":"chatcmpl-1",  "object":"chat.completion","model":"gpt-4o","choices":[{"index":0,' + (
     b'"message":{"role":"assistant","content":"ok \\u00e9"},"finish_reason":"stop"}],"usage":{"prompt_tokens":9} }'
@@ -274,7 +275,7 @@ def test_shadow_mode_asks_nothing_of_a_summarizer_of_its_own(
     app, url = upstream
     summarizer = UpstreamApp()
     with serve(summarizer) as summarizer_url:
-        compaction = {"mode": "shadow", "summarize": {"base_url": summarizer_url + "/v1"}}
+        compaction = {"mode": "shadow", "schedule": "thresholds", "summarize": {"base_url": summarizer_url + "/v1"}}
         with start_proxy(url, **{**WINDOW, "compaction": compaction}) as proxy_url:
             responses = [post(proxy_url, body_of(n)) for n in (120, 121)]
             started = jobs(proxy_url)["started"]
