@@ -76,7 +76,7 @@ class Compactor:
         if self.spacing is not None and budget.spaced and (work.prune or draft.fallback):  # a compaction may come
             work.depth = depth_of(work, self.spacing)
             if work.depth.schedule is not None:
-                work.budget = budget = priced(budget, work.depth, record)
+                work.budget = budget = schedule_by_cost(budget, work.depth, record)
                 work.prune = force or work.tokens > recompact_at(budget, record)
         for stage in self.stages:
             await stage.run(work)
@@ -133,7 +133,7 @@ def say_churn(outcome: Outcome, depth: Depth, tokens: int) -> None:
     outcome.notes["floor"] = str(depth.floor)
 
 
-def priced(budget: Budget, depth: Depth, record: Record | None) -> Budget:
+def schedule_by_cost(budget: Budget, depth: Depth, record: Record | None) -> Budget:
     """The budget with its next compaction where it costs least per turn (`Depth.plan`): a request that fits and
     is under that point goes as it is (its record replayed), though it is past `prune_at` or `summarize_at`."""
     trigger = min(depth.trigger, budget.limit)

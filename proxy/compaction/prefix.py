@@ -144,14 +144,20 @@ class PrefixTracker:
         self._last: LRUCache[str, tuple[LastSent, int]] = LRUCache(maxsize=max_bytes, getsizeof=lambda kept: kept[1])
 
     def observe(self, key: str, sent: SentRequest, client: SentRequest | None = None) -> CacheTurn:
-        """`sent` against the conversation's request sent before it; and `client` (the client's own request, when
-        it differs from what is sent) against the client's previous one, kept under a key of its own."""
-        turn = self._compare(key, sent)
-        theirs = turn if client is None else self._compare(f"client:{key}", client)
+        """`sent` against the conversation's request sent before it; and `client`, the client's own request when
+        compaction changed it, against the client's previous one. Only a compacted conversation keeps that second
+        entry: before its first compaction the client's previous request is the one sent."""
+        previous = self._last.get(key)
+        turn = self._compare(key, previous, sent)
+        own = f"client:{key}"
+        if client is None:
+            if own in self._last:  # compacted before, sent as it came now: the client's entry follows
+                self._compare(own, self._last.get(own), sent)
+            return replace(turn, client_tokens=turn.tokens, client_cached=turn.cached)
+        theirs = self._compare(own, self._last.get(own, previous), client)
         return replace(turn, client_tokens=theirs.tokens, client_cached=theirs.cached)
 
-    def _compare(self, key: str, sent: SentRequest) -> CacheTurn:
-        kept = self._last.get(key)
+    def _compare(self, key: str, kept: tuple[LastSent, int] | None, sent: SentRequest) -> CacheTurn:
         turn = compare(kept[0] if kept is not None else None, sent)
         last = LastSent.of(sent)
         size = last.size(key)

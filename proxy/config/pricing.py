@@ -44,14 +44,19 @@ DEFAULT_FORMAT_PRICES: dict[str, Prices] = {
 
 
 class Pricing(Section):
-    formats: dict[FormatName, Prices] = Field(default_factory=dict)
+    """What the upstream bills: a format's defaults, some of them changed per format, then per model glob."""
+
+    formats: dict[FormatName, PriceOverride] = Field(default_factory=dict)
     models: dict[str, PriceOverride] = Field(default_factory=dict)
 
     def for_request(self, wire: str, model: str) -> Prices:
-        """The prices of one request: its format's list, with the first `models:` glob that matches applied."""
-        base = self.formats.get(wire) or DEFAULT_FORMAT_PRICES.get(wire) or Prices()  # type: ignore[call-overload]
+        """The prices of one request: its format's list, then the first `models:` glob that matches."""
+        prices = DEFAULT_FORMAT_PRICES.get(wire) or Prices()
+        own: PriceOverride | None = self.formats.get(wire)  # type: ignore[call-overload]
+        if own is not None:
+            prices = prices.model_copy(update=own.model_dump(exclude_none=True))
         name = model.lower()
         for pattern, override in self.models.items():
             if fnmatch.fnmatchcase(name, pattern.lower()):
-                return base.model_copy(update=override.model_dump(exclude_none=True))
-        return base
+                return prices.model_copy(update=override.model_dump(exclude_none=True))
+        return prices

@@ -42,6 +42,7 @@ from typing import Any
 
 import orjson
 
+from proxy.compaction.summary_job import SUMMARY_PREFIX
 from proxy.formats.context_editing import apply_edits, asks_edits
 from proxy.formats.seam import CoreRequest, Message, TakenOver, event_name, is_comment, refuses_field, text_of_parts
 from proxy.policy.refusals import Refusal, detect, detect_event
@@ -127,7 +128,7 @@ class Messages:
         out = written.messages()
         budget = MAX_BREAKPOINTS - breakpoints_of(payload.get("system")) - breakpoints_of(payload.get("tools"))
         place_breakpoints(out, originals, written, budget)
-        mark_head(out, written, budget, preceding=last_mark(payload.get("system")) or last_mark(payload.get("tools")))
+        mark_head(out, written, budget, marks=[*marks_in(payload.get("tools")), *marks_in(payload.get("system"))])
         return orjson.dumps({**payload, "messages": out})
 
     def refusal(self, status: int, body: bytes, *, content_encoding: bytes | None) -> Refusal | None:
@@ -415,6 +416,7 @@ class Written:
         self.originals = originals
         self.entries: list[Entry] = []
         self.summary_at: tuple[int, int] | None = None  # (message, block) of the summary written
+        self.summarized = False  # that first new message is a summary (not a message the last resort cut)
 
     def original(self, origin: tuple[int, ...]) -> None:
         index = origin[0]
@@ -455,7 +457,8 @@ class Written:
         else:
             self.entries.append(Entry(None, "user", {"role": "user", "content": [block]}))
             spot = (len(self.entries) - 1, 0)
-        self.summary_at = self.summary_at or spot  # the first new turn is the summary (the head comes before it)
+        if self.summary_at is None:  # the first new turn is the summary (the head comes before it)
+            self.summary_at, self.summarized = spot, text.startswith(SUMMARY_PREFIX)
 
     def messages(self) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
@@ -526,14 +529,14 @@ def place_breakpoints(
         out[spot[0]] = without_mark(out[spot[0]], spot[1:])
 
 
-def mark_head(out: list[dict[str, Any]], written: Written, budget: int, *, preceding: Any) -> None:
-    """A breakpoint at the end of the head, just before the summary, when the request has one to spare and the
-    client caches its system or tools (`preceding`, whose `cache_control` it copies: a TTL never longer than one
-    before it). The head, the system and the tools then stay read from the cache across compactions, where
-    otherwise each compaction writes them again after the summary that changed."""
-    if written.summary_at is None or preceding is None:
+def mark_head(out: list[dict[str, Any]], written: Written, budget: int, *, marks: list[Any]) -> None:
+    """A breakpoint at the end of the head, just before a summary, when the request has one to spare and the
+    client caches its tools or system (`marks`, in order). It copies the breakpoint before it, so no TTL is
+    longer than one before it (Anthropic refuses a 1h breakpoint after a 5m one). The head, the system and the
+    tools then stay read from the cache across compactions, where otherwise each one writes them again."""
+    if written.summary_at is None or not written.summarized or not marks:
         return
-    spots = [spot for i, message in enumerate(out) for spot, _ in marks_of(message.get("content"), (i,))]
+    spots = [(spot, mark) for i, message in enumerate(out) for spot, mark in marks_of(message.get("content"), (i,))]
     if len(spots) >= budget:
         return
     index, position = written.summary_at
@@ -543,21 +546,23 @@ def mark_head(out: list[dict[str, Any]], written: Written, budget: int, *, prece
         if not isinstance(content, list) or not content:
             return
         position = len(content)
+    head_end = (index, position - 1)
+    preceding = [mark for spot, mark in spots if spot < head_end]
     content = list(out[index]["content"])
     block = content[position - 1]
     if not isinstance(block, dict) or block.get("cache_control") is not None or block.get("type") in UNMARKABLE:
         return
-    content[position - 1] = {**block, "cache_control": preceding}
+    content[position - 1] = {**block, "cache_control": (preceding or marks)[-1]}
     out[index] = {**out[index], "content": content}
 
 
-def last_mark(field: object) -> Any:
-    """The `cache_control` of the last breakpoint in `system` or `tools` (None: none there)."""
-    found = None
-    for item in field if isinstance(field, list) else []:
-        if isinstance(item, dict) and item.get("cache_control") is not None:
-            found = item["cache_control"]
-    return found
+def marks_in(field: object) -> list[Any]:
+    """The `cache_control` of each breakpoint in `system` or `tools`, in order."""
+    return [
+        item["cache_control"]
+        for item in (field if isinstance(field, list) else [])
+        if isinstance(item, dict) and item.get("cache_control") is not None
+    ]
 
 
 def marks_of(content: object, path: Spot) -> list[tuple[Spot, Any]]:

@@ -18,6 +18,7 @@ from proxy.config import Compaction
 from proxy.pipeline.accounting import Accounting, Counted
 from proxy.pipeline.engine import Options, key_of
 from proxy.pipeline.outgoing import Prepared
+from proxy.policy.cost import prompt_cost
 
 
 def thresholds_of(accounting: Accounting, prepared: Prepared, settings: Compaction) -> Thresholds:
@@ -99,7 +100,7 @@ class Archiver:
             cached=accounting.calibrated(prepared.cache.cached) if prepared.cache is not None else None,
             rewrite=prepared.cache is not None and prepared.cache.rewrite,
             shadow=prepared.shadow,
-            **costs_of(prepared, accounting),
+            **turn_costs(prepared, accounting),
         )
         compaction = None
         if outcome is not None and outcome.fresh:
@@ -119,12 +120,12 @@ class Archiver:
         self.writer.add(TurnWrite(conversation, conversation_label(key), turn), compaction)
 
 
-def costs_of(prepared: Prepared, accounting: Accounting) -> dict[str, int | None]:
+def turn_costs(prepared: Prepared, accounting: Accounting) -> dict[str, int | None]:
     """The turn's estimated prompt cost and the client's request's, in the upstream's units (None: not measured)."""
     turn, prices = prepared.cache, prepared.prices
     if turn is None or prices is None:
         return {"cost": None, "client_cost": None}
-    return {
-        "cost": accounting.calibrated(round(turn.cost(prices))),
-        "client_cost": accounting.calibrated(round(turn.client_cost(prices))),
-    }
+    sent = prompt_cost(prices, tokens=accounting.calibrated(turn.tokens), cached=accounting.calibrated(turn.cached))
+    theirs = accounting.calibrated(turn.client_tokens)
+    client = prompt_cost(prices, tokens=theirs, cached=accounting.calibrated(turn.client_cached))
+    return {"cost": round(sent), "client_cost": round(client)}

@@ -157,6 +157,12 @@ class Pipeline:
         """The window of the model that summarizes `model`'s conversations (see `parts.summarizer_window`)."""
         return await summarizer_window(self._summarizers, self._registry, settings, model, ask=ask)
 
+    def scheduled_by_cost(self, counted: Counted, settings: Compaction) -> bool:
+        """Whether this request's compactions come when they cost least: by its config, unless the client named
+        its own compaction point (`context_management`'s `compact_threshold`), which is where inflight summarizes."""
+        named = self.takes_over_server_compaction(counted) and counted.request.compact_at is not None
+        return settings.schedule == "cost" and not named
+
     def prices(self, counted: Counted) -> Prices:
         """What the upstream bills for this request's prompt tokens (`pricing:`, by its format and model)."""
         return self.settings.pricing.for_request(counted.wire.name, counted.model)
@@ -404,7 +410,9 @@ class Pipeline:
 
         def measure() -> CacheTurn:
             client = sent_request(counted, None)
-            return prefixes.observe(key, sent_request(counted, outcome) if outcome is not None else client, client)
+            if outcome is None:
+                return prefixes.observe(key, client)
+            return prefixes.observe(key, sent_request(counted, outcome), client)
 
         prepared.measure_cache = measure
         prepared.prices = self.prices(counted)
@@ -457,7 +465,7 @@ class Pipeline:
             wire=counted.wire,
             budget=self._budget,
             spender=self.spender_of(options),
-            prices=self.prices(counted) if settings.schedule == "cost" else None,
+            prices=self.prices(counted) if self.scheduled_by_cost(counted, settings) else None,
         )
         # No job for a retry (the turn it retries saw to that), nor for a request under every threshold.
         wanted = background and due and not retry

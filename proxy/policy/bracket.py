@@ -4,12 +4,15 @@ OpenAI's Responses API and some servers refuse an over-long prompt without sayin
 prompt's count. Each such refusal still says the window is below what was sent, and each answered
 request says it is at least what was sent: per model and client, the largest prompt answered and the
 smallest refused bracket the window. Once a refusal has been seen, requests aim at the largest size
-answered below it (or a quarter below the refusal when nothing that large was answered), so a
-conversation meets at most one refusal.
+answered below it, less a margin for our count's error (or a quarter below the refusal when nothing
+that large was answered), so a conversation meets at most one refusal. A refusal is forgotten after
+an hour, and at once when a larger prompt is answered: the upstream's window may have grown, or the
+refusal may have been a passing fault.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from cachetools import LRUCache
@@ -18,6 +21,8 @@ from proxy.policy.retry import BLIND_SHRINK
 from proxy.policy.tenants import tenant_model_key
 
 MAX_ENTRIES = 4096  # models and clients whose sizes are kept (the least recent forgotten)
+REFUSAL_TTL_S = 3600.0  # a refusal bounds requests this long, then the window is found again
+MARGIN = 0.98  # aim this far below the largest size answered: our count of a compacted request may be a little low
 
 
 @dataclass
@@ -26,13 +31,14 @@ class Bracket:
 
     accepted: int = 0
     refused: int = 0
+    refused_at: float = 0.0  # time.monotonic() of the refusal
 
-    def ceiling(self) -> int | None:
-        """What to aim at, once a refusal has been seen (None: none has)."""
-        if not self.refused:
+    def ceiling(self, now: float) -> int | None:
+        """What to aim at, while a refusal holds (None: none does)."""
+        if not self.refused or now - self.refused_at > REFUSAL_TTL_S:
             return None
         below = int(self.refused * BLIND_SHRINK)
-        return max(self.accepted, below) if self.accepted < self.refused else below
+        return max(int(self.accepted * MARGIN), below) if self.accepted < self.refused else below
 
 
 class WindowBrackets:
@@ -48,15 +54,18 @@ class WindowBrackets:
         bracket = self._brackets.get(key)
         if bracket is None:
             self._brackets[key] = Bracket(accepted=tokens)
-        elif tokens > bracket.accepted and (not bracket.refused or tokens < bracket.refused):
+        elif bracket.refused and tokens >= bracket.refused:  # answered at the size refused: the refusal is stale
+            bracket.accepted, bracket.refused = tokens, 0
+        elif tokens > bracket.accepted:
             bracket.accepted = tokens
 
     def refused(self, model: str, tokens: int, *, tenant: str = "") -> Bracket:
         """The upstream refused a prompt of `tokens` without numbers. Returns the bracket as it now stands."""
         key = tenant_model_key(model, tenant, self._max_key_chars)
         bracket = self._brackets.get(key) or Bracket()
-        if tokens > 0 and (not bracket.refused or tokens < bracket.refused):
-            bracket.refused = tokens
+        now = time.monotonic()
+        if tokens > 0 and (bracket.ceiling(now) is None or tokens < bracket.refused):
+            bracket.refused, bracket.refused_at = tokens, now
         if bracket.accepted >= bracket.refused:  # counts that drifted: the refusal is the newer fact
             bracket.accepted = 0
         self._brackets[key] = bracket
@@ -65,7 +74,7 @@ class WindowBrackets:
     def ceiling(self, model: str, *, tenant: str = "") -> int | None:
         """The largest prompt to send `model` for this client (None: no refusal without numbers seen)."""
         bracket = self._brackets.get(tenant_model_key(model, tenant, self._max_key_chars))
-        return bracket.ceiling() if bracket is not None else None
+        return bracket.ceiling(time.monotonic()) if bracket is not None else None
 
     def report(self) -> dict[str, dict[str, int]]:
         """The brackets a refusal closed (the rest only say what was answered), for `/inflight/stats`."""

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from proxy.compaction.summary_job import SUMMARY_PREFIX
 from proxy.config import Settings
 from proxy.formats import MESSAGES
 from proxy.formats.messages import MAX_BREAKPOINTS
@@ -74,7 +75,7 @@ def test_a_masked_result_keeps_its_block_and_a_summary_joins_the_user_turn_befor
     request = MESSAGES.read(BODY)
     assert request is not None
     messages = request.messages
-    summary = {"role": "user", "content": "[summary] the parser was fixed"}
+    summary = {"role": "user", "content": f"{SUMMARY_PREFIX}\nthe parser was fixed"}
     masked = {**messages[3], "content": "[output masked]"}
     written = orjson.loads(MESSAGES.write(BODY, request, [messages[0], messages[1], summary, messages[2], masked]))
     out = written["messages"]
@@ -321,11 +322,15 @@ def test_a_document_counts_as_a_file_and_is_never_cut_as_text() -> None:
 
 
 def test_the_heads_end_gets_a_breakpoint_when_one_is_to_spare_and_the_client_caches() -> None:
-    """After a summary the head is cached on its own, with the TTL of the system's last breakpoint; never past
-    four breakpoints, never on a request whose client caches nothing."""
+    """After a summary the head is cached on its own, with the TTL of the breakpoint before it (Anthropic refuses
+    a longer one after a shorter); never past four breakpoints, never on a request whose client caches nothing,
+    never after a message the last resort cut rather than a summary."""
     hour = {"type": "ephemeral", "ttl": "1h"}
+    summary_text = f"{SUMMARY_PREFIX}\nsteps 0 and 1"
 
-    def written(system: list[dict[str, Any]], marks: int) -> list[dict[str, Any]]:
+    def written(
+        system: list[dict[str, Any]], marks: int, *, head: dict[str, Any] | None = None, text: str = summary_text
+    ) -> list[dict[str, Any]]:
         turns = [
             message
             for n in range(4)
@@ -340,22 +345,27 @@ def test_the_heads_end_gets_a_breakpoint_when_one_is_to_spare_and_the_client_cac
                 },
             )
         ]
-        body = {"model": "m", "max_tokens": 100, "system": system, "messages": [HEAD, *turns]}
+        body = {"model": "m", "max_tokens": 100, "system": system, "messages": [head or HEAD, *turns]}
         request = MESSAGES.read(body)
         assert request is not None
-        instructions, head, *rest = request.messages  # the system is the core's first message
-        summary: dict[str, Any] = {"role": "user", "content": "[summary]"}
-        kept = [instructions, head, summary, *rest[4:]]  # steps 0 and 1 summarized
+        instructions, first, *rest = request.messages  # the system is the core's first message
+        summary: dict[str, Any] = {"role": "user", "content": text}
+        kept = [instructions, first, summary, *rest[4:]]  # steps 0 and 1 summarized
         return list(orjson.loads(MESSAGES.write(body, request, kept))["messages"])
 
-    head_text = {"type": "text", "text": "Do the task."}
     cached_system = [{"type": "text", "text": "You code.", "cache_control": hour}]
     out = written(cached_system, marks=1)
-    assert out[0]["content"] == [{**head_text, "cache_control": hour}, {"type": "text", "text": "[summary]"}]
+    assert out[0]["content"] == [{**HEAD["content"][0], "cache_control": hour}, {"type": "text", "text": summary_text}]
+    marked_head = {"role": "user", "content": [{"type": "text", "text": "Rules.", "cache_control": EPHEMERAL}, TASK]}
+    out = written(cached_system, marks=1, head=marked_head)
+    assert out[0]["content"][1] == {**TASK, "cache_control": EPHEMERAL}  # the 5m before it, not the system's 1h
     full = written([*cached_system, {"type": "text", "text": "More.", "cache_control": EPHEMERAL}], marks=2)
     assert "cache_control" not in full[0]["content"][0]  # system 2 + messages 2: no room for a fifth
     uncached = written([{"type": "text", "text": "You code."}], marks=1)
     assert "cache_control" not in uncached[0]["content"][0]  # the client asked for no caching of its prefix
+    cut = written(cached_system, marks=1, text="a message the last resort cut")
+    assert "cache_control" not in cut[0]["content"][0]
 
 
-HEAD: dict[str, Any] = {"role": "user", "content": [{"type": "text", "text": "Do the task."}]}
+TASK: dict[str, Any] = {"type": "text", "text": "Do the task."}
+HEAD: dict[str, Any] = {"role": "user", "content": [TASK]}

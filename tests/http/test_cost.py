@@ -96,3 +96,43 @@ def budget(client: anthropic.Anthropic, text: str) -> int:
         for _ in response.iter_lines():
             pass
         return int(response.headers["x-inflight-budget"])
+
+
+def conversation(task: str, turns: int) -> list[dict[str, object]]:
+    """A Responses-API conversation: the task, then `turns` shell calls with their outputs (about 400 tokens each)."""
+    items: list[dict[str, object]] = [{"type": "message", "role": "user", "content": task}]
+    for n in range(turns):
+        call = f"call_{n}"
+        items.append({"type": "function_call", "call_id": call, "name": "shell", "arguments": f'{{"cmd": "cat {n}"}}'})
+        output = "\n".join(f"file_{n}.py line {i}: nothing to change here" for i in range(40))
+        items.append({"type": "function_call_output", "call_id": call, "output": output})
+    return items
+
+
+def test_a_refusal_without_numbers_is_met_once_per_client_and_model(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    """The Responses API refuses without numbers ("Your input exceeds the context window"): the first refusal
+    brackets the window, and that client's later turns, and its next conversation, are compacted below it; a
+    client with another key has its own bracket, and meets its own first refusal."""
+    app, url = upstream
+    app.responses.windows["gpt-5.1-codex"] = 8_000
+
+    def converse(client: httpx.Client, task: str) -> list[httpx.Response]:
+        return [
+            client.post("/responses", json={"model": "gpt-5.1-codex", "input": conversation(task, turns)})
+            for turns in range(2, 40, 2)
+        ]
+
+    with start_proxy(url) as proxy_url:
+        with httpx.Client(base_url=proxy_url, timeout=30, headers={"authorization": "Bearer sk-one"}) as one:
+            first = converse(one, "Fix the parser.")
+            refused_first = app.responses.refused
+            second = converse(one, "Fix the lexer.")
+        assert refused_first == 1 and app.responses.refused == 1  # one refusal, then none
+        with httpx.Client(base_url=proxy_url, timeout=30, headers={"authorization": "Bearer sk-two"}) as two:
+            other = converse(two, "Fix the parser.")
+    assert all(r.status_code == 200 for r in [*first, *second, *other])
+    assert [r.headers.get("x-inflight-retried") for r in first].count("1") == 1
+    assert not any(r.headers.get("x-inflight-retried") for r in second)
+    assert app.responses.refused == 2  # the other key met its own first refusal

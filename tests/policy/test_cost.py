@@ -55,6 +55,8 @@ def test_pricing_comes_from_the_format_with_a_model_glob_applied() -> None:
     assert settings.pricing.for_request("responses", "gpt-5").output == 8
     found = settings.pricing.for_request("responses", "GPT-4o-mini")
     assert (found.cache_read, found.output) == (0.5, 8)
+    anthropic = load_settings(None, overrides={"pricing": {"formats": {"messages": {"output": 15}}}})
+    assert anthropic.pricing.for_request("messages", "claude").cache_write == 1.25  # one price changed, not all
 
 
 def test_a_negative_price_is_refused_naming_the_key() -> None:

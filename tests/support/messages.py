@@ -13,7 +13,8 @@
   event stream.
 - Validates as the API does and refuses with its words: the first turn is the user's, every
   `tool_use` is answered at the head of the next user turn and every `tool_result` answers one of
-  the previous assistant turn, at most 4 `cache_control` blocks, thinking blocks signed by it and
+  the previous assistant turn, at most 4 `cache_control` blocks and no 1h one after a 5m one,
+  thinking blocks signed by it and
   unedited, a final assistant turn that starts with thinking when thinking is on, no `system`
   messages inside `messages` (unless `system_messages`, under Claude Code's beta for them), no
   `context_management` unless `supports_context_management`.
@@ -363,6 +364,9 @@ class FakeMessages:
                 f"{EXTENDED_THINKING_DOCS}#max-tokens-and-context-window-size"
             )
         breakpoints = [b for b in self.prompt(payload) if b.ttl is not None]
+        ttls = [b.ttl for b in breakpoints]
+        if "5m" in ttls and "1h" in ttls[ttls.index("5m") :]:  # a longer TTL may not follow a shorter one
+            return "a cache_control block with ttl='1h' must not come after one with ttl='5m'"
         if len(breakpoints) > MAX_BREAKPOINTS:
             return (
                 f"A maximum of {MAX_BREAKPOINTS} blocks with cache_control may be provided. Found {len(breakpoints)}."
