@@ -93,6 +93,8 @@ class Compactor:
         outcome.tokens_after = total
         outcome.record = draft.freeze(conversation)
         outcome.fits = total <= budget.limit
+        if work.depth is not None and work.depth.schedule is not None:
+            outcome.scheduled = schedule_by_cost(budget, work.depth, outcome.record)  # where the next one comes
         # A compaction now (something taken off on this run, and a record it did not replay) may churn.
         changed = bool(outcome.actions) and (record is None or outcome.record != record)
         if changed and work.depth is not None and work.depth.churns(total):

@@ -34,6 +34,9 @@ class Outcome:
     compaction_id: str = ""  # the compaction whose record this is (a replay keeps the id of the one it replays)
     fresh: bool = False  # a new compaction (a new record saved), not a replay of the stored one
     previous: Record | None = None  # the record it started from, to tell what this compaction dropped
+    # Scheduled by cost: the thresholds this turn was measured against (where the next compaction comes), which the
+    # archive and the viewer show in place of the configured ones. None: the configured ones.
+    scheduled: Budget | None = None
     # Each message sent: its tokens, and its index in the client's list (None: the summary). The prompt cache's
     # figures are worked out from them after the answer (`prefix.view_ids`), off the request's path.
     sent_counts: list[int] = field(default_factory=list)

@@ -25,12 +25,17 @@ def thresholds_of(accounting: Accounting, prepared: Prepared, settings: Compacti
     """The turn's limits in the upstream's tokens: its budget (or the retry's limit) and the thresholds of it."""
     budget = Budget.of(prepared.limit, settings)
     background_at = settings.summarize.background_at
+    prune_at, summarize_at = budget.prune_at, budget.summarize_at
+    scheduled = prepared.scheduled or (prepared.outcome.scheduled if prepared.outcome is not None else None)
+    if scheduled is not None:  # scheduled by cost: where this conversation's next compaction comes
+        prune_at = min(accounting.calibrated(scheduled.prune_at), budget.limit)
+        summarize_at = min(accounting.calibrated(scheduled.summarize_at), budget.limit)
     return Thresholds(
         window=accounting.limits.context_window,
         budget=budget.limit,
         background_at=int(budget.limit * background_at) if background_at is not None else None,
-        prune_at=budget.prune_at,
-        summarize_at=budget.summarize_at,
+        prune_at=prune_at,
+        summarize_at=summarize_at,
         target=budget.target,
     )
 

@@ -393,6 +393,7 @@ class Pipeline:
                 untouched.headers["x-inflight-actions"] = "error"
             return untouched
         if outcome is None or (outcome.actions == ["none"] and outcome.fits):  # nothing changed: the client's bytes
+            untouched.scheduled = outcome.scheduled if outcome is not None else None
             return self.cache_figures(untouched, counted, None, key=plan_key)
         if shadow:  # the client's bytes go; what would have gone instead is said, and measured for the cache
             return self.cache_figures(shadowed(untouched, accounting, outcome), counted, outcome, key=plan_key)

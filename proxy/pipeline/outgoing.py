@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from proxy.compaction import Outcome
+from proxy.compaction import Budget, Outcome
 from proxy.compaction.prefix import CacheTurn
 from proxy.config import Prices
 from proxy.pipeline.accounting import Accounting, Counted
@@ -40,6 +40,7 @@ class Prepared:
     measure_cache: Callable[[], CacheTurn] | None = field(default=None, repr=False)
     _cache: CacheTurn | None = field(default=None, repr=False)
     prices: Prices | None = None  # what the upstream bills for it (`pricing:`), for the cost figures
+    scheduled: Budget | None = None  # scheduled by cost: the thresholds it was measured against (our units)
 
     @property
     def cache(self) -> CacheTurn | None:

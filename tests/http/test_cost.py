@@ -12,6 +12,7 @@ import pytest
 
 from tests.compaction.test_compactor import agent_conversation
 from tests.conftest import ProxyFactory
+from tests.http.test_archive import archived
 from tests.http.test_metrics import scrape_when
 from tests.support.logs import log_lines
 from tests.support.upstream import UpstreamApp
@@ -136,3 +137,28 @@ def test_a_refusal_without_numbers_is_met_once_per_client_and_model(
     assert [r.headers.get("x-inflight-retried") for r in first].count("1") == 1
     assert not any(r.headers.get("x-inflight-retried") for r in second)
     assert app.responses.refused == 2  # the other key met its own first refusal
+
+
+def test_the_archive_says_where_the_next_compaction_comes_and_what_each_turn_cost(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    """Scheduled by cost, a turn past `prune_at` that went as it came is archived with the point its compaction
+    waits for, not the configured one it passed; every turn with its cost beside what the client's request would
+    have cost, and the conversation with their totals."""
+    _, url = upstream
+    turns = range(2, 30)
+    with start_proxy(url, **WINDOW, archive={"enabled": True}) as proxy_url:
+        with httpx.Client(base_url=proxy_url, timeout=30, headers={"x-inflight-session": "s-1"}) as http:
+            for n in turns:
+                messages = agent_conversation(n, output_lines=20)  # about 300 tokens a turn
+                http.post("/chat/completions", json={"model": "gpt-4o", "messages": messages})
+        listed = archived(proxy_url, "/inflight/conversations", until=lambda j: j["conversations"])
+        conversation_id = listed["conversations"][0]["id"]
+        view = archived(
+            proxy_url, f"/inflight/conversations/{conversation_id}", until=lambda j: len(j["turns"]) == len(turns)
+        )
+    waited = [t for t in view["turns"] if t["actions"] == "none" and t["sent"] > int(0.7 * 3000)]
+    assert waited, [(t["sent"], t["actions"]) for t in view["turns"]]  # past the configured prune_at, sent as it came
+    assert all(t["next_at"] >= t["sent"] for t in waited)
+    assert all(t["cost"] is not None and t["cost_client"] is not None for t in view["turns"])
+    assert view["cost"] == sum(t["cost"] for t in view["turns"]) < view["cost_client"]
