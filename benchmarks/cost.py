@@ -33,11 +33,12 @@ import orjson
 
 from benchmarks.harness import table
 from proxy.app import create_app
-from proxy.config import load_settings
+from proxy.config import Prices, load_settings
+from proxy.config.pricing import DEFAULT_FORMAT_PRICES
 from proxy.http.server import uvicorn_options
 from tests.agents.claude_code import claude_binary, run_claude
 from tests.agents.codex import codex_binary, run_codex
-from tests.support.billing import Bill, Prices
+from tests.support.billing import Bill
 from tests.support.messages import MessagesTaskAgent
 from tests.support.responses import TASK_MARKER, TaskAgent, last_step
 from tests.support.servers import serve
@@ -79,8 +80,8 @@ def thousands(value: float) -> str:
 
 def pricing(prices: Prices) -> dict[str, object]:
     """inflight's `pricing:` at the benchmark's prices, so that it schedules by what the bill counts."""
-    openai = {"cache_read": prices.read, "cache_write": 1.0, "output": prices.output}
-    anthropic = {**openai, "cache_write": prices.write}
+    openai = {"cache_read": prices.cache_read, "cache_write": 1.0, "output": prices.output}
+    anthropic = {**openai, "cache_write": prices.cache_write}
     return {"formats": {"chat_completions": openai, "responses": openai, "messages": anthropic}}
 
 
@@ -194,9 +195,12 @@ def arguments() -> argparse.ArgumentParser:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--claude-window", type=int, default=55_000, help="the fake upstream's window for Claude Code")
     parser.add_argument("--codex-window", type=int, default=52_000, help="the fake upstream's window for Codex")
-    parser.add_argument("--read", type=float, default=Prices.read, help="a cache-read token's price")
-    parser.add_argument("--write", type=float, default=Prices.write, help="a cache-write token's price (Messages)")
-    parser.add_argument("--output", type=float, default=Prices.output, help="an output token's price")
+    anthropic = DEFAULT_FORMAT_PRICES["messages"]
+    parser.add_argument("--read", type=float, default=anthropic.cache_read, help="a cache-read token's price")
+    parser.add_argument(
+        "--write", type=float, default=anthropic.cache_write, help="a cache-write token's price (Messages)"
+    )
+    parser.add_argument("--output", type=float, default=anthropic.output, help="an output token's price")
     parser.add_argument("--proxy-log", metavar="FILE", help="write inflight's log lines (INFO) to this file")
     parser.add_argument(
         "--traces",
@@ -220,7 +224,7 @@ def selected_arms(text: str) -> list[str]:
 
 def main() -> None:
     args = arguments().parse_args()
-    prices = Prices(read=args.read, write=args.write, output=args.output)
+    prices = Prices(cache_read=args.read, cache_write=args.write, output=args.output)
     arms = selected_arms(args.arms)
     agents = {
         "claude": Agent("claude", "Claude Code", "claude-sonnet-4-5", args.claude_window, 170),
@@ -236,7 +240,10 @@ def main() -> None:
         for logger in (logging.getLogger("inflight"), log):
             logger.setLevel(logging.INFO)
             logger.addHandler(handler)
-    print(f"prices per token: uncached input 1, cache read {prices.read}, cache write {prices.write}, ", end="")
+    print(
+        f"prices per token: uncached input 1, cache read {prices.cache_read}, cache write {prices.cache_write}, ",
+        end="",
+    )
     print(f"output {prices.output}; {args.steps} steps")
     for name in names:
         agent = agents[name]

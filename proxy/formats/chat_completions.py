@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from proxy.formats.seam import CoreRequest, Message, OpenAIShape, TakenOver
+from proxy.formats.seam import CoreRequest, Message, OpenAIShape, TakenOver, usage_count
 from proxy.policy.refusals import Refusal, detect, detect_event
 
 
@@ -46,14 +46,10 @@ class ChatCompletions(OpenAIShape):
         return detect_event(event)
 
     def prompt_tokens(self, document: object) -> int | None:
-        usage = document.get("usage") if isinstance(document, dict) else None
-        tokens = usage.get("prompt_tokens") if isinstance(usage, dict) else None
-        return tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None
+        return usage_count(document, "prompt_tokens")
 
     def output_tokens(self, document: object) -> int | None:
-        usage = document.get("usage") if isinstance(document, dict) else None
-        tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
-        return tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None
+        return usage_count(document, "completion_tokens")
 
     def take_over(self, payload: dict[str, Any], *, prompt_tokens: int, count: Callable[[str], int]) -> TakenOver:
         return TakenOver(payload)  # Chat Completions has none

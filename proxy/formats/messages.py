@@ -44,14 +44,22 @@ import orjson
 
 from proxy.compaction.summary_job import SUMMARY_PREFIX
 from proxy.formats.context_editing import apply_edits, asks_edits
-from proxy.formats.seam import CoreRequest, Message, TakenOver, event_name, is_comment, refuses_field, text_of_parts
+from proxy.formats.seam import (
+    CoreRequest,
+    Message,
+    TakenOver,
+    event_name,
+    is_comment,
+    refuses_field,
+    text_of_parts,
+    usage_count,
+)
 from proxy.policy.refusals import Refusal, detect, detect_event
 
 Block = dict[str, Any]
 THINKING = ("thinking", "redacted_thinking")
 KNOWN_ASSISTANT_BLOCKS = ("text", "tool_use", *THINKING)
 MAX_BREAKPOINTS = 4
-UNMARKABLE = frozenset({"thinking", "redacted_thinking"})  # Anthropic takes no `cache_control` on these
 OPAQUE, OBSERVATION = "opaque", "observation"  # what `views_of` says of a view
 # What `count_tokens` takes of a request: its prompt (`max_tokens`, `stream`, `metadata` are the reply's).
 COUNTED_FIELDS = ("model", "system", "messages", "tools", "tool_choice", "thinking", "mcp_servers")
@@ -153,11 +161,8 @@ class Messages:
 
     def output_tokens(self, document: object) -> int | None:
         """The reply's count: `message_delta` carries the final one (a body, or `message_start`, its own)."""
-        if isinstance(document, dict) and isinstance(document.get("message"), dict):
-            document = document["message"]
-        usage = document.get("usage") if isinstance(document, dict) else None
-        tokens = usage.get("output_tokens") if isinstance(usage, dict) else None
-        return tokens if isinstance(tokens, int) and is_count(tokens) else None
+        tokens = usage_count(document, "output_tokens", envelope="message")
+        return tokens if is_count(tokens) else None
 
     def error_body(self, message: str, *, error_type: str, param: str | None, code: str | None) -> bytes:
         kind = ERROR_CODES.get(code or "") or ERROR_TYPES.get(error_type, error_type)
@@ -521,7 +526,7 @@ def place_breakpoints(
         content = list(out[index]["content"])
         content[position] = {**content[position], "cache_control": removed[-1]}  # the nearest the tail
         out[index] = {**out[index], "content": content}
-    spots = [spot for i, message in enumerate(out) for spot, _ in marks_of(message.get("content"), (i,))]
+    spots = [spot for spot, _ in message_marks(out)]
     # Dropped first: the oldest, then the summary's; the latest (it caches the most) last.
     order = [spot for spot in spots[:-1] if spot != written.summary_at]
     order += [spot for spot in spots[:-1] if spot == written.summary_at] + spots[-1:]
@@ -536,7 +541,7 @@ def mark_head(out: list[dict[str, Any]], written: Written, budget: int, *, marks
     tools then stay read from the cache across compactions, where otherwise each one writes them again."""
     if written.summary_at is None or not written.summarized or not marks:
         return
-    spots = [(spot, mark) for i, message in enumerate(out) for spot, mark in marks_of(message.get("content"), (i,))]
+    spots = message_marks(out)
     if len(spots) >= budget:
         return
     index, position = written.summary_at
@@ -550,7 +555,8 @@ def mark_head(out: list[dict[str, Any]], written: Written, budget: int, *, marks
     preceding = [mark for spot, mark in spots if spot < head_end]
     content = list(out[index]["content"])
     block = content[position - 1]
-    if not isinstance(block, dict) or block.get("cache_control") is not None or block.get("type") in UNMARKABLE:
+    # A thinking block takes no `cache_control`.
+    if not isinstance(block, dict) or block.get("cache_control") is not None or block.get("type") in THINKING:
         return
     content[position - 1] = {**block, "cache_control": (preceding or marks)[-1]}
     out[index] = {**out[index], "content": content}
@@ -563,6 +569,11 @@ def marks_in(field: object) -> list[Any]:
         for item in (field if isinstance(field, list) else [])
         if isinstance(item, dict) and item.get("cache_control") is not None
     ]
+
+
+def message_marks(messages: list[dict[str, Any]]) -> list[tuple[Spot, Any]]:
+    """Each breakpoint in the messages, in order: its path and its `cache_control`."""
+    return [found for i, message in enumerate(messages) for found in marks_of(message.get("content"), (i,))]
 
 
 def marks_of(content: object, path: Spot) -> list[tuple[Spot, Any]]:

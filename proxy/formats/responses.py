@@ -46,6 +46,7 @@ from proxy.formats.seam import (
     is_comment,
     refuses_field,
     text_of_parts,
+    usage_count,
 )
 from proxy.policy.refusals import Refusal, detect, detect_document, event_data
 
@@ -203,18 +204,10 @@ class Responses(OpenAIShape):
         return None
 
     def prompt_tokens(self, document: object) -> int | None:
-        if isinstance(document, dict) and isinstance(document.get("response"), dict):
-            document = document["response"]  # the stream's `response.completed`
-        usage = document.get("usage") if isinstance(document, dict) else None
-        tokens = usage.get("input_tokens") if isinstance(usage, dict) else None
-        return tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None
+        return usage_count(document, "input_tokens", envelope="response")  # a stream's `response.completed`
 
     def output_tokens(self, document: object) -> int | None:
-        if isinstance(document, dict) and isinstance(document.get("response"), dict):
-            document = document["response"]
-        usage = document.get("usage") if isinstance(document, dict) else None
-        tokens = usage.get("output_tokens") if isinstance(usage, dict) else None
-        return tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None
+        return usage_count(document, "output_tokens", envelope="response")
 
     def take_over(self, payload: dict[str, Any], *, prompt_tokens: int, count: Callable[[str], int]) -> TakenOver:
         return TakenOver(self.without_server_compaction(payload))

@@ -217,6 +217,16 @@ UNKNOWN_FIELD = re.compile(
 MAX_ERROR_SCAN = 64 * 1024
 
 
+def usage_count(document: object, key: str, *, envelope: str | None = None) -> int | None:
+    """A count in a parsed body's or stream event's `usage` (None: not there); `envelope` is the key a stream
+    event wraps the body in (the Responses API's `response`, Anthropic's `message`)."""
+    if envelope is not None and isinstance(document, dict) and isinstance(document.get(envelope), dict):
+        document = document[envelope]
+    usage = document.get("usage") if isinstance(document, dict) else None
+    tokens = usage.get(key) if isinstance(usage, dict) else None
+    return tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None
+
+
 def refuses_field(status: int, body: bytes, names: tuple[bytes, ...]) -> bool:
     """An error that names one of `names` as a field (or beta) the upstream does not know: vLLM's
     "Unrecognized request argument supplied: context_management", a pydantic gateway's (422)

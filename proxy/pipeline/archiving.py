@@ -26,7 +26,7 @@ def thresholds_of(accounting: Accounting, prepared: Prepared, settings: Compacti
     budget = Budget.of(prepared.limit, settings)
     background_at = settings.summarize.background_at
     prune_at, summarize_at = budget.prune_at, budget.summarize_at
-    scheduled = prepared.scheduled or (prepared.outcome.scheduled if prepared.outcome is not None else None)
+    scheduled = prepared.scheduled
     if scheduled is not None:  # scheduled by cost: where this conversation's next compaction comes
         prune_at = min(accounting.calibrated(scheduled.prune_at), budget.limit)
         summarize_at = min(accounting.calibrated(scheduled.summarize_at), budget.limit)

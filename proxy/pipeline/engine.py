@@ -159,9 +159,13 @@ class Pipeline:
 
     def scheduled_by_cost(self, counted: Counted, settings: Compaction) -> bool:
         """Whether this request's compactions come when they cost least: by its config, unless the client named
-        its own compaction point (`context_management`'s `compact_threshold`), which is where inflight summarizes."""
-        named = self.takes_over_server_compaction(counted) and counted.request.compact_at is not None
-        return settings.schedule == "cost" and not named
+        its own compaction point, which is where inflight summarizes."""
+        return settings.schedule == "cost" and self.client_compact_at(counted) is None
+
+    def client_compact_at(self, counted: Counted) -> int | None:
+        """The compaction point the client named (`context_management`'s `compact_threshold`), when inflight
+        takes its context management over (None: it named none, or the upstream does it)."""
+        return counted.request.compact_at if self.takes_over_server_compaction(counted) else None
 
     def prices(self, counted: Counted) -> Prices:
         """What the upstream bills for this request's prompt tokens (`pricing:`, by its format and model)."""
@@ -211,9 +215,9 @@ class Pipeline:
         settings = self.model_settings(model).compaction
         budget = self.budget(counted, limits.context_window, tenant=tenant)
         ratios = Ratios() if counted.encoding.exact else self._calibration.ratios(model, tenant=tenant)
-        if self.takes_over_server_compaction(counted) and counted.request.compact_at is not None:
-            # The client's threshold is where it wants its context compacted: where inflight summarizes.
-            budget = min(budget, int(counted.request.compact_at / settings.summarize_at))
+        compact_at = self.client_compact_at(counted)
+        if compact_at is not None:  # where the client wants its context compacted: where inflight summarizes
+            budget = min(budget, int(compact_at / settings.summarize_at))
         return Accounting(
             model=model,
             encoding=counted.encoding.name,
@@ -392,8 +396,8 @@ class Pipeline:
             else:
                 untouched.headers["x-inflight-actions"] = "error"
             return untouched
+        untouched.scheduled = outcome.scheduled if outcome is not None else None
         if outcome is None or (outcome.actions == ["none"] and outcome.fits):  # nothing changed: the client's bytes
-            untouched.scheduled = outcome.scheduled if outcome is not None else None
             return self.cache_figures(untouched, counted, None, key=plan_key)
         if shadow:  # the client's bytes go; what would have gone instead is said, and measured for the cache
             return self.cache_figures(shadowed(untouched, accounting, outcome), counted, outcome, key=plan_key)
@@ -401,6 +405,7 @@ class Pipeline:
         prepared = await call_sized(
             lambda: rewritten(counted, accounting, outcome, limit=limit, key=key), outcome.tokens_after
         )
+        prepared.scheduled = outcome.scheduled
         return self.cache_figures(prepared, counted, outcome, key=key)
 
     def cache_figures(self, prepared: Prepared, counted: Counted, outcome: Outcome | None, *, key: str) -> Prepared:

@@ -59,8 +59,8 @@ class WindowBrackets:
         elif tokens > bracket.accepted:
             bracket.accepted = tokens
 
-    def refused(self, model: str, tokens: int, *, tenant: str = "") -> Bracket:
-        """The upstream refused a prompt of `tokens` without numbers. Returns the bracket as it now stands."""
+    def refused(self, model: str, tokens: int, *, tenant: str = "") -> None:
+        """The upstream refused a prompt of `tokens` without numbers: the window is below it."""
         key = tenant_model_key(model, tenant, self._max_key_chars)
         bracket = self._brackets.get(key) or Bracket()
         now = time.monotonic()
@@ -69,7 +69,6 @@ class WindowBrackets:
         if bracket.accepted >= bracket.refused:  # counts that drifted: the refusal is the newer fact
             bracket.accepted = 0
         self._brackets[key] = bracket
-        return bracket
 
     def ceiling(self, model: str, *, tenant: str = "") -> int | None:
         """The largest prompt to send `model` for this client (None: no refusal without numbers seen)."""

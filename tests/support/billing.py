@@ -1,9 +1,9 @@
 """What the fake upstream would bill: one line per request it answered, priced in uncached input tokens.
 
 The fakes append a line for each answered request (the agent's own, the agent's own compaction, the
-proxy's summaries); a refused request costs nothing and is only counted. `Prices` are per token, in
-units of one uncached input token; the defaults are Anthropic's ratios (a cache read a tenth, a cache
-write 1.25, output 5). OpenAI's Responses API has no write premium, so its fake bills no writes.
+proxy's summaries); a refused request costs nothing and is only counted. It is priced with inflight's own
+`Prices` (per token, in units of one uncached input token). OpenAI's Responses API has no write premium, so
+its fake bills no writes.
 """
 
 from __future__ import annotations
@@ -11,16 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from proxy.config import Prices
+
 Kind = Literal["agent", "own compaction", "summary"]
-
-
-@dataclass(frozen=True)
-class Prices:
-    """What a token of each kind costs, in units of one uncached input token."""
-
-    read: float = 0.1
-    write: float = 1.25
-    output: float = 5.0
 
 
 @dataclass(frozen=True)
@@ -61,9 +54,9 @@ class Bill:
         parts = {"reads": 0.0, "writes": 0.0, "uncached": 0.0, "output": 0.0, "summaries": 0.0}
         for line in self.lines:
             costs = {
-                "reads": line.cache_read * prices.read,
-                "writes": line.cache_write * prices.write,
-                "uncached": float(line.uncached),
+                "reads": line.cache_read * prices.cache_read,
+                "writes": line.cache_write * prices.cache_write,
+                "uncached": line.uncached * prices.input,
                 "output": line.output * prices.output,
             }
             if line.kind == "summary":

@@ -5,11 +5,14 @@ from __future__ import annotations
 import orjson
 import pytest
 
+from proxy.config import Prices
 from proxy.policy.refusals import detect_event
-from tests.support.billing import Bill, Prices
+from tests.support.billing import Bill
 from tests.support.messages import COMPACTION_REQUEST, FakeMessages
 from tests.support.responses import sse_event
 from tests.support.upstream import UpstreamApp
+
+ANTHROPIC = Prices(cache_write=1.25)
 
 
 def test_a_bill_prices_each_part_and_keeps_the_summaries_apart() -> None:
@@ -18,15 +21,17 @@ def test_a_bill_prices_each_part_and_keeps_the_summaries_apart() -> None:
     bill.add("own compaction", uncached=500, output=40)
     bill.add("summary", uncached=3_000, output=100)
     bill.refuse()
-    split = bill.split(Prices())
+    split = bill.split(ANTHROPIC)
     assert split == pytest.approx(
         {"reads": 1_000, "writes": 2_500, "uncached": 1_500, "output": 300, "summaries": 3_500}
     )
-    assert bill.cost(Prices()) == pytest.approx(8_800)
-    assert bill.cost(Prices(read=0.5, write=2, output=1)) == pytest.approx(5_000 + 4_000 + 1_500 + 60 + 3_100)
+    assert bill.cost(ANTHROPIC) == pytest.approx(8_800)
+    assert bill.cost(Prices(cache_read=0.5, cache_write=2, output=1)) == pytest.approx(
+        5_000 + 4_000 + 1_500 + 60 + 3_100
+    )
     assert (bill.requests(), bill.requests("own compaction"), bill.requests("summary"), bill.refusals) == (3, 1, 1, 1)
     assert bill.cached_share == pytest.approx(10_000 / 16_500)
-    assert Bill().cost(Prices()) == 0 and Bill().cached_share == 0
+    assert Bill().cost(ANTHROPIC) == 0 and Bill().cached_share == 0
 
 
 def test_the_app_keeps_one_bill_for_both_apis() -> None:
