@@ -3,7 +3,7 @@ FROM python:3.12-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 WORKDIR /app
 COPY pyproject.toml README.md ./
-COPY proxy ./proxy
+COPY inflight ./inflight
 RUN pip install --no-cache-dir . && useradd --create-home --uid 10001 inflight \
     && mkdir -p /var/lib/inflight && chown inflight /var/lib/inflight
 COPY config/inflight.yaml /etc/inflight/config.yaml

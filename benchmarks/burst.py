@@ -26,7 +26,7 @@ import httpx
 
 from benchmarks.conversations import grow
 from benchmarks.harness import table
-from proxy.tokens import TokenCounter
+from inflight.tokens import TokenCounter
 from tests.support.processes import fake_upstream, inflight
 from tests.support.redis import redis_server
 

@@ -50,7 +50,7 @@ def requests_of(body: dict[str, Any]) -> list[list[dict[str, Any]]]:
 
 def tokens_of(messages: Sequence[dict[str, Any]], counts: dict[str, int]) -> list[int]:
     """Each message's o200k tokens (the count is kept by the message's JSON, which repeats turn after turn)."""
-    from proxy.tokens import TokenCounter
+    from inflight.tokens import TokenCounter
 
     counter = TokenCounter()
     encoding = counter.encoding("o200k_base")

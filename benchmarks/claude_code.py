@@ -17,9 +17,9 @@ from __future__ import annotations
 import argparse
 
 from benchmarks.harness import table
-from proxy.app import create_app
-from proxy.config import load_settings
-from proxy.http.server import uvicorn_options
+from inflight.app import create_app
+from inflight.config import load_settings
+from inflight.http.server import uvicorn_options
 from tests.agents.claude_code import claude_binary, run_claude
 from tests.support.messages import COMPACTION_REQUEST, MessagesTaskAgent
 from tests.support.responses import TASK_MARKER, last_step

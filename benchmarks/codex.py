@@ -15,9 +15,9 @@ from __future__ import annotations
 import argparse
 
 from benchmarks.harness import table
-from proxy.app import create_app
-from proxy.config import load_settings
-from proxy.http.server import uvicorn_options
+from inflight.app import create_app
+from inflight.config import load_settings
+from inflight.http.server import uvicorn_options
 from tests.agents.codex import DEFAULT_MODEL, codex_binary, run_codex
 from tests.support.responses import TASK_MARKER, TaskAgent, last_step
 from tests.support.servers import serve

@@ -24,7 +24,7 @@ import orjson
 
 from benchmarks.conversations import grow, load_traces
 from benchmarks.harness import median, percentile, table
-from proxy.tokens import TokenCounter
+from inflight.tokens import TokenCounter
 from tests.support.processes import fake_upstream, inflight
 
 SMALL_MODEL = "gpt-4o-small-window"

@@ -13,7 +13,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from proxy.tokens import TokenCounter
+from inflight.tokens import TokenCounter
 
 TRACES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "traces"
 

@@ -32,10 +32,10 @@ from pathlib import Path
 import orjson
 
 from benchmarks.harness import table
-from proxy.app import create_app
-from proxy.config import Prices, load_settings
-from proxy.config.pricing import DEFAULT_FORMAT_PRICES
-from proxy.http.server import uvicorn_options
+from inflight.app import create_app
+from inflight.config import Prices, load_settings
+from inflight.config.pricing import DEFAULT_FORMAT_PRICES
+from inflight.http.server import uvicorn_options
 from tests.agents.claude_code import claude_binary, run_claude
 from tests.agents.codex import codex_binary, run_codex
 from tests.support.billing import Bill
@@ -173,7 +173,7 @@ def trace_report(prices: Prices, windows: list[int]) -> str:
         config = Path(directory, "pricing.yaml")
         config.write_text(orjson.dumps({"pricing": pricing(prices)}).decode())  # JSON is YAML
         for window in windows:
-            command = [sys.executable, "-m", "proxy", "eval", *TRACES, "--window", str(window), "--json"]
+            command = [sys.executable, "-m", "inflight", "eval", *TRACES, "--window", str(window), "--json"]
             done = subprocess.run([*command, "--config", str(config)], capture_output=True, text=True, check=True)
             figures = orjson.loads(done.stdout)
             cache = figures["cache"]

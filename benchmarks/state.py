@@ -34,18 +34,18 @@ from benchmarks.compaction import record_hit_latency
 from benchmarks.conversations import grow
 from benchmarks.harness import CHAT_REQUEST, median, percentile, table
 from benchmarks.overhead import concurrent
-from proxy.compaction import ConversationCompactions
-from proxy.compaction.record import Record, RecordStore
-from proxy.config import load_settings
-from proxy.formats import CHAT_COMPLETIONS
-from proxy.pipeline.engine import Options, Pipeline
-from proxy.policy.calibration import Calibration
-from proxy.policy.windows import ContextRegistry
-from proxy.records.codec import encode
-from proxy.records.memory import MemoryRecordStore
-from proxy.records.redis import RedisRecordStore
-from proxy.records.sqlite import SqliteRecordStore
-from proxy.tokens import TokenCounter
+from inflight.compaction import ConversationCompactions
+from inflight.compaction.record import Record, RecordStore
+from inflight.config import load_settings
+from inflight.formats import CHAT_COMPLETIONS
+from inflight.pipeline.engine import Options, Pipeline
+from inflight.policy.calibration import Calibration
+from inflight.policy.windows import ContextRegistry
+from inflight.records.codec import encode
+from inflight.records.memory import MemoryRecordStore
+from inflight.records.redis import RedisRecordStore
+from inflight.records.sqlite import SqliteRecordStore
+from inflight.tokens import TokenCounter
 from tests.support.processes import fake_upstream, inflight
 from tests.support.redis import redis_server
 

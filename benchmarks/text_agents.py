@@ -4,7 +4,7 @@
 
 A text-action agent (SWE-agent's default, ReAct) writes its command in its own text and gets the
 output back as a user message, an observation. Each conversation is replayed turn by turn (every
-growing prefix that ends with a user or tool message, `proxy.pipeline.evaluation.turns`) through the
+growing prefix that ends with a user or tool message, `inflight.pipeline.evaluation.turns`) through the
 server's pipeline at each window, ledger only, and each compacted request is checked for:
 
 - **latest user message lost**: the request's last user message (for a text-action agent, the
@@ -32,10 +32,10 @@ from typing import Any
 
 from benchmarks.conversations import load_traces
 from benchmarks.harness import table
-from proxy.compaction.conversation import Message, head_length, last_user_index
-from proxy.config import load_settings
-from proxy.pipeline.engine import Pipeline, build_pipeline
-from proxy.pipeline.evaluation import compacted_turns
+from inflight.compaction.conversation import Message, head_length, last_user_index
+from inflight.config import load_settings
+from inflight.pipeline.engine import Pipeline, build_pipeline
+from inflight.pipeline.evaluation import compacted_turns
 from tests.support.swe_agent import demonstration
 
 MODEL = "gpt-4o"

@@ -25,8 +25,8 @@ import orjson
 
 from benchmarks.conversations import grow
 from benchmarks.harness import RawConnection, percentile, table
-from proxy.tokens import TokenCounter
-from proxy.tokens.encodings import load_encoding
+from inflight.tokens import TokenCounter
+from inflight.tokens.encodings import load_encoding
 from tests.support.processes import fake_upstream, inflight
 
 SIZES = (32_000, 128_000, 200_000)

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from proxy.app import create_app
-from proxy.config import load_settings
-from proxy.http.server import uvicorn_options
+from inflight.app import create_app
+from inflight.config import load_settings
+from inflight.http.server import uvicorn_options
 from tests.support.servers import serve
 from tests.support.upstream import UpstreamApp
 

@@ -13,7 +13,7 @@ import orjson
 import pytest
 import redis
 
-from proxy.cli import build_parser, main
+from inflight.cli import build_parser, main
 from tests.support.processes import process
 from tests.support.redis import redis_server
 from tests.support.servers import free_port
@@ -145,7 +145,7 @@ def listening(tmp_path: Path) -> Iterator[tuple[Path, int]]:
     port = free_port()
     config = tmp_path / "serve.yaml"
     config.write_text(f"listen: {{host: 0.0.0.0, port: {port}}}\nupstream: {{base_url: http://127.0.0.1:9/v1}}\n")
-    with process([sys.executable, "-m", "proxy", "serve", "--config", str(config)], port):
+    with process([sys.executable, "-m", "inflight", "serve", "--config", str(config)], port):
         yield config, port
 
 

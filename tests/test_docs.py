@@ -25,8 +25,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from proxy.cli import build_parser
-from proxy.config import load_settings
+from inflight.cli import build_parser
+from inflight.config import load_settings
 from tests.support.servers import free_port
 from tests.support.waiting import wait_until
 
@@ -161,7 +161,7 @@ EXPORTS = [item for item in SHOWN if kind_of(item.command) == "export"]
 def test_each_variable_shown_is_one_the_tests_set(shown: Shown) -> None:
     """The agents' variables (OPENAI_BASE_URL, ANTHROPIC_BASE_URL) are what the tests point the real clients with."""
     name = shown.command.split()[1].partition("=")[0]
-    sources = [*ROOT.glob("tests/**/*.py"), *ROOT.glob("proxy/**/*.py")]
+    sources = [*ROOT.glob("tests/**/*.py"), *ROOT.glob("inflight/**/*.py")]
     assert any(name in path.read_text(encoding="utf-8") for path in sources), f"{shown}: {name} is set nowhere"
 
 

@@ -1,9 +1,10 @@
 """The layout's promises, checked on the source: layers that import only downwards, and no cycles.
 
 Layers, from the top:
-- the edge (`proxy.app`, `proxy.cli`, `proxy.demo`, `proxy.http`): HTTP and the command line; may use anything;
-- the pipeline (`proxy.pipeline`): count, account, compact, send, learn; never the edge;
-- the wire formats (`proxy.formats`) and the upstream transport (`proxy.upstream`): used by the
+- the edge (`inflight.app`, `inflight.cli`, `inflight.demo`, `inflight.http`): HTTP and the command line; may use
+  anything;
+- the pipeline (`inflight.pipeline`): count, account, compact, send, learn; never the edge;
+- the wire formats (`inflight.formats`) and the upstream transport (`inflight.upstream`): used by the
   pipeline and the edge; a format uses only the core, the transport only its settings and errors;
 - the core (tokens, compaction, policy, records, archive, metrics, config, offload, errors):
   imports nothing above it, and no web stack.
@@ -19,30 +20,30 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-PROXY = Path(__file__).resolve().parents[1] / "proxy"
+PACKAGE = Path(__file__).resolve().parents[1] / "inflight"
 WEB_STACK = {"starlette", "httpx", "httpcore", "uvicorn", "httptools"}
 
 EDGE, PIPELINE, FORMATS, UPSTREAM, CORE = "edge", "pipeline", "formats", "upstream", "core"
 LAYER_OF = {
-    "proxy.app": EDGE,
-    "proxy.cli": EDGE,
-    "proxy.demo": EDGE,  # `inflight demo`: a proxy and a scripted upstream served here, and a client
-    "proxy.__main__": EDGE,
-    "proxy.http": EDGE,
-    "proxy.pipeline": PIPELINE,
-    "proxy.formats": FORMATS,
-    "proxy.upstream": UPSTREAM,
-    "proxy": CORE,  # __version__ only
-    "proxy.archive": CORE,
-    "proxy.compaction": CORE,
-    "proxy.config": CORE,
-    "proxy.errors": CORE,
-    "proxy.metrics": CORE,
-    "proxy.offload": CORE,
-    "proxy.policy": CORE,
-    "proxy.records": CORE,
-    "proxy.tokens": CORE,
-    "proxy.viewer": CORE,
+    "inflight.app": EDGE,
+    "inflight.cli": EDGE,
+    "inflight.demo": EDGE,  # `inflight demo`: a proxy and a scripted upstream served here, and a client
+    "inflight.__main__": EDGE,
+    "inflight.http": EDGE,
+    "inflight.pipeline": PIPELINE,
+    "inflight.formats": FORMATS,
+    "inflight.upstream": UPSTREAM,
+    "inflight": CORE,  # __version__ only
+    "inflight.archive": CORE,
+    "inflight.compaction": CORE,
+    "inflight.config": CORE,
+    "inflight.errors": CORE,
+    "inflight.metrics": CORE,
+    "inflight.offload": CORE,
+    "inflight.policy": CORE,
+    "inflight.records": CORE,
+    "inflight.tokens": CORE,
+    "inflight.viewer": CORE,
 }
 MAY_IMPORT = {
     EDGE: {EDGE, PIPELINE, FORMATS, UPSTREAM, CORE},
@@ -52,13 +53,13 @@ MAY_IMPORT = {
     CORE: {CORE},
 }
 # The transport needs its settings and raises the proxy's errors; nothing else of the core.
-UPSTREAM_MAY_USE = ("proxy.upstream", "proxy.config", "proxy.errors")
+UPSTREAM_MAY_USE = ("inflight.upstream", "inflight.config", "inflight.errors")
 
 
 def modules() -> dict[str, Path]:
     found = {}
-    for path in sorted(PROXY.rglob("*.py")):
-        parts = path.relative_to(PROXY.parent).with_suffix("").parts
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
         name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
         found[name] = path
     return found
@@ -68,17 +69,17 @@ MODULES = modules()
 
 
 def imports_of(name: str, path: Path) -> Iterator[str]:
-    """Every proxy module `name` imports, wherever the import stands in the file."""
+    """Every inflight module `name` imports, wherever the import stands in the file."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
-            yield from (alias.name for alias in node.names if alias.name.split(".")[0] == "proxy")
+            yield from (alias.name for alias in node.names if alias.name.split(".")[0] == "inflight")
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
                 anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join([*anchor, *([node.module] if node.module else [])])
-            if base.split(".")[0] != "proxy":
+            if base.split(".")[0] != "inflight":
                 continue
             for alias in node.names:
                 submodule = f"{base}.{alias.name}"
@@ -94,8 +95,8 @@ def layer_of(module: str) -> str:
 
 
 def test_every_module_has_a_layer() -> None:
-    placed = [prefix for prefix in LAYER_OF if prefix != "proxy"]
-    unplaced = [m for m in MODULES if m != "proxy" and not any(m == p or m.startswith(p + ".") for p in placed)]
+    placed = [prefix for prefix in LAYER_OF if prefix != "inflight"]
+    unplaced = [m for m in MODULES if m != "inflight" and not any(m == p or m.startswith(p + ".") for p in placed)]
     assert not unplaced, f"place these in LAYER_OF: {unplaced}"
 
 
@@ -163,7 +164,7 @@ def test_no_web_stack_below_the_edge() -> None:
 
 
 def test_the_pure_core_imports_no_web_stack() -> None:
-    core = sorted(m for m in MODULES if layer_of(m) == CORE and m != "proxy.viewer")
+    core = sorted(m for m in MODULES if layer_of(m) == CORE and m != "inflight.viewer")
     # A fresh interpreter: this test process has imported everything already.
     loaded = f"sorted(set({sorted(WEB_STACK)!r}) & set(sys.modules))"
     code = f"import sys; [__import__(m) for m in {core!r}]; print({loaded})"
@@ -172,9 +173,9 @@ def test_the_pure_core_imports_no_web_stack() -> None:
 
 
 def test_a_handful_of_modules_at_the_top_and_an_init_with_the_version_only() -> None:
-    top = sorted(p.name for p in PROXY.glob("*.py") if p.name not in ("__init__.py", "__main__.py"))
+    top = sorted(p.name for p in PACKAGE.glob("*.py") if p.name not in ("__init__.py", "__main__.py"))
     assert len(top) <= 4, top
-    init = ast.parse((PROXY / "__init__.py").read_text())
+    init = ast.parse((PACKAGE / "__init__.py").read_text())
     assigned = [
         target.id
         for node in init.body

@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from proxy.compaction import SummaryJob
-from proxy.offload import in_worker_thread, on_home_loop
+from inflight.compaction import SummaryJob
+from inflight.offload import in_worker_thread, on_home_loop
 
 
 async def test_the_work_runs_on_another_thread_and_the_summary_on_this_one() -> None:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.archive.entries import conversation_id, conversation_label, dropped, summary_kind
-from proxy.compaction.ledger import LEDGER_HEADING
-from proxy.compaction.record import Record, Replacement
-from proxy.compaction.stages.digest import NO_SUMMARY_NOTE, digest_text
-from proxy.compaction.summary_job import summary_message
+from inflight.archive.entries import conversation_id, conversation_label, dropped, summary_kind
+from inflight.compaction.ledger import LEDGER_HEADING
+from inflight.compaction.record import Record, Replacement
+from inflight.compaction.stages.digest import NO_SUMMARY_NOTE, digest_text
+from inflight.compaction.summary_job import summary_message
 
 SUMMARY = {"role": "user", "content": "[Previous conversation summary]\n## Task\nfix it"}
 

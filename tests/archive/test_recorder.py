@@ -6,12 +6,12 @@ from pathlib import Path
 
 import orjson
 
-from proxy.archive.sqlite import SqliteArchive
-from proxy.archive.store import ArchiveStore
-from proxy.config import Archive, load_settings
-from proxy.formats import CHAT_COMPLETIONS
-from proxy.pipeline.archiving import Archiver
-from proxy.pipeline.engine import Options, build_pipeline
+from inflight.archive.sqlite import SqliteArchive
+from inflight.archive.store import ArchiveStore
+from inflight.config import Archive, load_settings
+from inflight.formats import CHAT_COMPLETIONS
+from inflight.pipeline.archiving import Archiver
+from inflight.pipeline.engine import Options, build_pipeline
 from tests.compaction.test_compactor import agent_conversation
 
 

@@ -15,10 +15,10 @@ from typing import Any
 import orjson
 import pytest
 
-from proxy.archive import ArchiveStore, TurnWrite, open_archive
-from proxy.archive.sqlite import SqliteArchive
-from proxy.archive.store import MAX_LISTED, NAME_CHARS
-from proxy.config import Archive, State
+from inflight.archive import ArchiveStore, TurnWrite, open_archive
+from inflight.archive.sqlite import SqliteArchive
+from inflight.archive.store import MAX_LISTED, NAME_CHARS
+from inflight.config import Archive, State
 from tests.support.redis import redis_server
 
 MB = 1024 * 1024

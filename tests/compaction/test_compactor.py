@@ -12,13 +12,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.compaction import Budget, Compactor, Conversation, Outcome, Record, SummaryJob, build_compactor
-from proxy.compaction.conversation import head_length, latest_request_index, problems
-from proxy.compaction.draft import Draft
-from proxy.compaction.stages.mask import placeholder
-from proxy.compaction.stages.truncate import Limits, truncate_text
-from proxy.config import OBSERVATION_PATTERN, Compaction
-from proxy.tokens import TokenCounter
+from inflight.compaction import Budget, Compactor, Conversation, Outcome, Record, SummaryJob, build_compactor
+from inflight.compaction.conversation import head_length, latest_request_index, problems
+from inflight.compaction.draft import Draft
+from inflight.compaction.stages.mask import placeholder
+from inflight.compaction.stages.truncate import Limits, truncate_text
+from inflight.config import OBSERVATION_PATTERN, Compaction
+from inflight.tokens import TokenCounter
 
 TRACES = sorted((Path(__file__).resolve().parents[1] / "fixtures" / "traces").glob("*.json"))
 COUNTER = TokenCounter()

@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from proxy.compaction import Budget, Record
-from proxy.compaction.depth import Depth, Spacing, growth_per_turn
-from proxy.compaction.stages.digest import LATER_NOTE, NO_SUMMARY_NOTE
-from proxy.compaction.summary_job import written_part
-from proxy.config import Compaction, Prices, Summarize
-from proxy.policy.cost import prompt_cost, summary_cost
+from inflight.compaction import Budget, Record
+from inflight.compaction.depth import Depth, Spacing, growth_per_turn
+from inflight.compaction.stages.digest import LATER_NOTE, NO_SUMMARY_NOTE
+from inflight.compaction.summary_job import written_part
+from inflight.config import Compaction, Prices, Summarize
+from inflight.policy.cost import prompt_cost, summary_cost
 from tests.compaction.test_compactor import COUNTER, ENCODING, Engine, compactor, conversation_of
 
 LIMIT = 24_000

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.compaction.facts import facts_of
-from proxy.compaction.ledger import Ledger
+from inflight.compaction.facts import facts_of
+from inflight.compaction.ledger import Ledger
 
 
 def tool_turn(call_id: str, command: str, output: str) -> list[dict[str, Any]]:
@@ -75,8 +75,8 @@ def test_the_ledger_grows_across_compactions_and_keeps_the_newest_when_short_of_
 
 
 def test_a_masked_or_cut_output_keeps_its_errors_and_files_in_place() -> None:
-    from proxy.compaction.stages.mask import placeholder
-    from proxy.compaction.stages.truncate import Limits, truncate_text
+    from inflight.compaction.stages.mask import placeholder
+    from inflight.compaction.stages.truncate import Limits, truncate_text
 
     output = (
         "collected 3 items\n" + "tests/test_a.py::test_x PASSED\n" * 200 + "E   KeyError: 'precision'\n" + "ok\n" * 200

@@ -12,10 +12,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from proxy.compaction import Budget
-from proxy.compaction.stage import Outcome
-from proxy.compaction.summary_job import SUMMARY_PREFIX
-from proxy.config import Compaction
+from inflight.compaction import Budget
+from inflight.compaction.stage import Outcome
+from inflight.compaction.summary_job import SUMMARY_PREFIX
+from inflight.config import Compaction
 from tests.compaction.test_compactor import compactor, conversation_of, run
 from tests.support.swe_agent import demonstration
 

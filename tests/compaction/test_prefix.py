@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.compaction.prefix import (
+from inflight.compaction.prefix import (
     ID_BYTES,
     CacheFigures,
     LastSent,

@@ -1,6 +1,6 @@
 """The RE2 scans of dropped text find what Python's `re` finds with the patterns they were written from.
 
-The reference patterns below are the specification (the ones `proxy.compaction.facts` used before the
+The reference patterns below are the specification (the ones `inflight.compaction.facts` used before the
 scans moved to RE2, for speed): on the real agents' outputs in `tests/fixtures/traces/` and on generated
 text, both must agree.
 """
@@ -15,8 +15,8 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.compaction.conversation import text_of
-from proxy.compaction.scan import error_lines, first_line, identifiers_in, paths_in
+from inflight.compaction.conversation import text_of
+from inflight.compaction.scan import error_lines, first_line, identifiers_in, paths_in
 
 TRACES = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.config import ConfigError, interpolate_env, load_settings
+from inflight.config import ConfigError, interpolate_env, load_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -78,7 +78,7 @@ def test_overrides_win_over_file(tmp_path: Path) -> None:
 def test_cli_reports_config_error(tmp_path: Path) -> None:
     path = write(tmp_path, "listen: {prot: 1}\n")
     result = subprocess.run(
-        [sys.executable, "-m", "proxy", "serve", "--config", str(path)], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "inflight", "serve", "--config", str(path)], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 2
     assert "listen.prot: unknown key" in result.stderr

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from proxy.archive import TurnWrite, open_archive
-from proxy.config import State, load_settings
-from proxy.records import open_record_store
+from inflight.archive import TurnWrite, open_archive
+from inflight.config import State, load_settings
+from inflight.records import open_record_store
 
 
 def write_config(tmp_path: Path, state_url: str) -> Path:

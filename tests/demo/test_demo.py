@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 
-from proxy.demo.run import load_trace
+from inflight.demo.run import load_trace
 from tests.support.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,7 +28,7 @@ def number(text: str) -> int:
 
 
 def demo(*args: str) -> list[str]:
-    command = [sys.executable, "-m", "proxy", "demo", *args]
+    command = [sys.executable, "-m", "inflight", "demo", *args]
     result = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=300, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Traceback" not in result.stderr
@@ -78,7 +78,7 @@ def test_under_a_shadow_config_it_shows_what_would_have_been_sent(tmp_path: Path
 
 
 def test_serve_keeps_the_proxy_and_its_viewer_up_until_interrupted() -> None:
-    command = [sys.executable, "-m", "proxy", "demo", "--serve", "--turns", TURNS]
+    command = [sys.executable, "-m", "inflight", "demo", "--serve", "--turns", TURNS]
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines: queue.Queue[str] = queue.Queue()
     assert process.stdout is not None

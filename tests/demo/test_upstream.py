@@ -10,12 +10,12 @@ import httpx
 import orjson
 import pytest
 
-from proxy.compaction.conversation import Message
-from proxy.compaction.summary_job import InPlace, SummaryJob, render_transcript, summary_message
-from proxy.compaction.validation import headings, rejection
-from proxy.demo.run import load_trace
-from proxy.demo.upstream import ScriptedUpstream
-from proxy.tokens import TokenCounter
+from inflight.compaction.conversation import Message
+from inflight.compaction.summary_job import InPlace, SummaryJob, render_transcript, summary_message
+from inflight.compaction.validation import headings, rejection
+from inflight.demo.run import load_trace
+from inflight.demo.upstream import ScriptedUpstream
+from inflight.tokens import TokenCounter
 from tests.support.servers import serve
 
 TRACE = load_trace()

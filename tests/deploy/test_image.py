@@ -95,7 +95,7 @@ def test_databases_stay_out_of_the_build_context(path: str) -> None:
     assert ignored(path, [p for p in patterns if p and not p.startswith("#")])
 
 
-@pytest.mark.parametrize("path", ["pyproject.toml", "README.md", "proxy/app.py", "config/inflight.yaml"])
+@pytest.mark.parametrize("path", ["pyproject.toml", "README.md", "inflight/app.py", "config/inflight.yaml"])
 def test_what_the_image_copies_stays_in_the_build_context(path: str) -> None:
     patterns = [line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()]
     assert not ignored(path, [p for p in patterns if p and not p.startswith("#")])
@@ -112,12 +112,12 @@ def test_the_image_command_with_the_example_config(tmp_path: Path) -> None:
     config = str(ROOT / "config" / "inflight.yaml")
     port = free_port()
     environment = {"INFLIGHT_DATA_DIR": str(data), "INFLIGHT_STATE_URL": "", "INFLIGHT_ARCHIVE": ""}
-    command = [sys.executable, "-m", "proxy", *serve[1:], "--port", str(port)]
+    command = [sys.executable, "-m", "inflight", *serve[1:], "--port", str(port)]
     command[command.index(option(serve, "--config"))] = config
     log = tmp_path / "serve.log"
     with process(command, port, env=environment, output=log, cwd=work):
         wait_until(lambda: "listening on" in log.read_text(), timeout=60)
-        health = [sys.executable, "-m", "proxy", "health", "--config", config, "--port", str(port)]
+        health = [sys.executable, "-m", "inflight", "health", "--config", config, "--port", str(port)]
         checked = subprocess.run(health, capture_output=True, text=True, cwd=work, timeout=60, check=False)
     startup = next(line for line in log.read_text().splitlines() if "listening on" in line)
     assert f"listening on http://0.0.0.0:{port}/v1" in startup and f"state sqlite:///{data}/inflight.db;" in startup

@@ -61,7 +61,7 @@ def test_the_compose_file_runs_two_replicas_on_its_redis_and_prometheus_scrapes_
 @contextmanager
 def replica(upstream_url: str, environment: dict[str, str], config: Path) -> Iterator[str]:
     port = free_port()
-    command = [sys.executable, "-m", "proxy", "serve", "--config", str(config), "--port", str(port)]
+    command = [sys.executable, "-m", "inflight", "serve", "--config", str(config), "--port", str(port)]
     with process([*command, "--upstream", upstream_url], port, env=environment):
         yield f"http://127.0.0.1:{port}"
 

@@ -34,16 +34,16 @@ TOOLS = [
     for name, description in [("read_file", "Read a file of the repository"), ("run_tests", "Run pytest on a path")]
 ]
 FILES = [
-    "proxy/http/conversation_handler.py",
-    "proxy/policy/windows.py",
-    "proxy/tokens/counter.py",
-    "proxy/policy/calibration.py",
-    "proxy/policy/refusals.py",
-    "proxy/config/settings.py",
-    "proxy/http/relay.py",
-    "proxy/compaction/compactor.py",
-    "proxy/compaction/summary_job.py",
-    "proxy/upstream/pool.py",
+    "inflight/http/conversation_handler.py",
+    "inflight/policy/windows.py",
+    "inflight/tokens/counter.py",
+    "inflight/policy/calibration.py",
+    "inflight/policy/refusals.py",
+    "inflight/config/settings.py",
+    "inflight/http/relay.py",
+    "inflight/compaction/compactor.py",
+    "inflight/compaction/summary_job.py",
+    "inflight/upstream/pool.py",
 ]
 TEST_TARGETS = ["tests/config/test_settings.py", "tests/compaction/test_compactor.py"]
 OUTPUT_CHARS = 3000

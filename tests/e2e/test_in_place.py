@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from proxy.app import create_app
-from proxy.config import load_settings
+from inflight.app import create_app
+from inflight.config import load_settings
 from tests.e2e.agent import N_CTX, llama_server, run_agent, tool_outputs
 from tests.e2e.test_llamacpp import Recorder, _available
 from tests.support.servers import free_port, serve

@@ -16,10 +16,10 @@ import httpx
 import orjson
 import pytest
 
-from proxy.app import create_app
-from proxy.compaction.conversation import problems
-from proxy.config import load_settings
-from proxy.tokens import TokenCounter
+from inflight.app import create_app
+from inflight.compaction.conversation import problems
+from inflight.config import load_settings
+from inflight.tokens import TokenCounter
 from tests.e2e.agent import N_CTX, Turn, llama_server, model_path, run_agent, tool_outputs
 from tests.support.servers import free_port, read_body, serve
 

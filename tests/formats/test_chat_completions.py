@@ -7,7 +7,7 @@ from typing import Any
 import orjson
 import pytest
 
-from proxy.formats import CHAT_COMPLETIONS, UsageReader
+from inflight.formats import CHAT_COMPLETIONS, UsageReader
 
 BODY: dict[str, Any] = {
     "model": "gpt-4o",

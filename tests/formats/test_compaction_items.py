@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.formats.compaction_items import PREFIX, ItemKey, is_ours
+from inflight.formats.compaction_items import PREFIX, ItemKey, is_ours
 
 KEY = ItemKey(b"one")
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from proxy.formats.context_editing import CLEARED_RESULT, apply_edits, asks_edits
+from inflight.formats.context_editing import CLEARED_RESULT, apply_edits, asks_edits
 
 
 def count(text: str) -> int:

@@ -13,11 +13,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.compaction.summary_job import SUMMARY_PREFIX
-from proxy.config import Settings
-from proxy.formats import MESSAGES
-from proxy.formats.messages import MAX_BREAKPOINTS
-from proxy.pipeline.engine import Options, build_pipeline
+from inflight.compaction.summary_job import SUMMARY_PREFIX
+from inflight.config import Settings
+from inflight.formats import MESSAGES
+from inflight.formats.messages import MAX_BREAKPOINTS
+from inflight.pipeline.engine import Options, build_pipeline
 
 EPHEMERAL = {"type": "ephemeral"}
 THINKING: dict[str, Any] = {"type": "thinking", "thinking": "List the files first.", "signature": "sig-1"}

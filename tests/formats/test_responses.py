@@ -6,7 +6,7 @@ from typing import Any
 
 import orjson
 
-from proxy.formats import RESPONSES
+from inflight.formats import RESPONSES
 from tests.support.responses import sign
 
 REASONING: dict[str, Any] = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": sign({"n": 1})}

@@ -11,8 +11,8 @@ import openai
 import orjson
 import pytest
 
-from proxy.config import ConfigError, load_settings
-from proxy.http.access import OriginGuard, accepted, startup_problem
+from inflight.config import ConfigError, load_settings
+from inflight.http.access import OriginGuard, accepted, startup_problem
 from tests.conftest import ProxyFactory
 from tests.support.upstream import UpstreamApp
 
@@ -124,7 +124,7 @@ def test_an_archive_on_a_public_address_needs_admin_keys_or_consent(
 def test_serve_refuses_to_start_as_an_open_relay(tmp_path: Path) -> None:
     config = tmp_path / "inflight.yaml"
     config.write_text("upstream: {api_key: sk-up}\n")
-    command = [sys.executable, "-m", "proxy", "serve", "--config", str(config), "--host", "0.0.0.0", "--port", "0"]
+    command = [sys.executable, "-m", "inflight", "serve", "--config", str(config), "--host", "0.0.0.0", "--port", "0"]
     result = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert "access.keys" in result.stderr and "sk-up" not in result.stderr
@@ -169,7 +169,7 @@ def test_with_keys_or_without_a_held_key_other_hosts_are_served(
         with start_proxy(url, **config) as proxy_url:
             port = proxy_url.split(":")[-1].removesuffix("/v1")
             response = httpx.post(
-                f"{proxy_url}/chat/completions", json=BODY, headers={"host": f"proxy.internal:{port}", **headers}
+                f"{proxy_url}/chat/completions", json=BODY, headers={"host": f"inflight.internal:{port}", **headers}
             )
         assert response.status_code == 200
 
@@ -192,6 +192,6 @@ def test_listening_everywhere_a_pages_own_origin_must_still_be_one_of_our_names(
         return guard.problem({"type": "http", "headers": headers, "path": "/v1/chat/completions"})
 
     assert problem("rebind.example:8787", "http://rebind.example:8787") is not None
-    assert problem("proxy.internal:8787") is None  # no Origin: not a browser's cross-origin request
+    assert problem("inflight.internal:8787") is None  # no Origin: not a browser's cross-origin request
     assert problem("127.0.0.1:8787", "http://127.0.0.1:8787") is None
-    assert problem("proxy.internal:8787", "https://app.example") is None
+    assert problem("inflight.internal:8787", "https://app.example") is None

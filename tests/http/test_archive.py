@@ -10,7 +10,7 @@ import httpx
 import orjson
 import pytest
 
-from proxy.compaction.conversation import pinned
+from inflight.compaction.conversation import pinned
 from tests.compaction.test_compactor import agent_conversation
 from tests.conftest import ProxyFactory
 from tests.fixtures.refusals import REFUSALS

@@ -12,7 +12,7 @@ import httpx
 import orjson
 import pytest
 
-from proxy.tokens import TokenCounter
+from inflight.tokens import TokenCounter
 from tests.compaction.test_compactor import agent_conversation
 from tests.conftest import ProxyFactory
 from tests.support.upstream import UpstreamApp

@@ -24,7 +24,7 @@ def test_the_count_command_counts_it_too(tmp_path: Path) -> None:
     request = tmp_path / "spaces.json"
     request.write_bytes(orjson.dumps({"model": "gpt-4o", "messages": [{"role": "user", "content": " " * 1_000_000}]}))
     result = subprocess.run(
-        [sys.executable, "-m", "proxy", "count", str(request), "--json"], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "inflight", "count", str(request), "--json"], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stderr
     assert orjson.loads(result.stdout)["prompt_tokens"] > 1000
@@ -59,7 +59,7 @@ def test_options_still_reaches_the_upstream_for_cors(upstream: tuple[UpstreamApp
 
 def test_the_command_line_says_what_it_is_and_what_its_flags_do() -> None:
     def run(*args: str) -> str:
-        command = [sys.executable, "-m", "proxy", *args]
+        command = [sys.executable, "-m", "inflight", *args]
         return subprocess.run(command, capture_output=True, text=True, timeout=60, check=True).stdout
 
     assert run("--version").startswith("inflight ")

@@ -15,8 +15,8 @@ from urllib.parse import urlsplit
 import httpx
 import orjson
 
-from proxy.formats import CHAT_COMPLETIONS, UsageReader
-from proxy.policy.refusals import EventBuffer, first_event
+from inflight.formats import CHAT_COMPLETIONS, UsageReader
+from inflight.policy.refusals import EventBuffer, first_event
 from tests.conftest import ProxyFactory
 from tests.support.raw import raw_upstream, read_post
 from tests.support.upstream import UpstreamApp

@@ -11,8 +11,8 @@ import openai
 import orjson
 import pytest
 
-from proxy.compaction.conversation import problems
-from proxy.tokens import TokenCounter
+from inflight.compaction.conversation import problems
+from inflight.tokens import TokenCounter
 from tests.compaction.test_compactor import agent_conversation
 from tests.conftest import ProxyFactory
 from tests.support.logs import log_lines

@@ -28,12 +28,12 @@ import httpx
 import orjson
 import pytest
 
-from proxy.app import create_app
-from proxy.config import load_settings
-from proxy.formats import CHAT_COMPLETIONS
-from proxy.http.intake import parse_and_count
-from proxy.http.server import uvicorn_options
-from proxy.pipeline.engine import build_pipeline
+from inflight.app import create_app
+from inflight.config import load_settings
+from inflight.formats import CHAT_COMPLETIONS
+from inflight.http.intake import parse_and_count
+from inflight.http.server import uvicorn_options
+from inflight.pipeline.engine import build_pipeline
 from tests.support.loop_monitor import LoopMonitor
 from tests.support.servers import serve
 from tests.support.upstream import UpstreamApp

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from proxy.http.exchange import Exchange, clean
+from inflight.http.exchange import Exchange, clean
 
 
 def test_control_characters_and_spaces_are_escaped() -> None:

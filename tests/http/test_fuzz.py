@@ -40,9 +40,9 @@ async def anything_goes(scope: dict[str, Any], receive: Any, send: Any) -> None:
 
 @pytest.fixture(scope="module")
 def fuzz_proxy() -> Iterator[httpx.Client]:
-    from proxy.app import create_app
-    from proxy.config import load_settings
-    from proxy.http.server import uvicorn_options
+    from inflight.app import create_app
+    from inflight.config import load_settings
+    from inflight.http.server import uvicorn_options
 
     with serve(anything_goes) as upstream_url:
         overrides = {

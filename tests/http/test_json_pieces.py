@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.http.intake import parse_object
-from proxy.http.json_pieces import PIECES_FROM_BYTES, parse_in_pieces, top_level_arrays
+from inflight.http.intake import parse_object
+from inflight.http.json_pieces import PIECES_FROM_BYTES, parse_in_pieces, top_level_arrays
 
 TRICKY = st.sampled_from(['"', "\\", "[", "]", "{", "}", ",", ":", '\\"]', '"},{"', "\n", "é", "\u2028", "x"])
 TEXT = st.lists(TRICKY, max_size=12).map("".join)

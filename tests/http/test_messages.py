@@ -14,7 +14,7 @@ import orjson
 import pytest
 from anthropic.types import MessageParam, ThinkingConfigEnabledParam, ToolParam
 
-from proxy.formats.context_editing import CLEARED_RESULT
+from inflight.formats.context_editing import CLEARED_RESULT
 from tests.conftest import ProxyFactory
 from tests.support.logs import log_lines
 from tests.support.messages import MessagesTaskAgent, thinking_signature

@@ -9,8 +9,8 @@ import openai
 import orjson
 import pytest
 
-from proxy.compaction.summary_job import SUMMARY_PREFIX
-from proxy.policy.refusals import detect, detect_event
+from inflight.compaction.summary_job import SUMMARY_PREFIX
+from inflight.policy.refusals import detect, detect_event
 from tests.compaction.test_compactor import agent_conversation
 from tests.conftest import ProxyFactory
 from tests.fixtures.refusals import NOT_REFUSALS, REFUSALS, Fixture
@@ -148,7 +148,7 @@ def without_summary_text(request_body: bytes) -> list[Any]:
 
 
 def sent_tokens(request_body: bytes) -> int:
-    from proxy.tokens import TokenCounter
+    from inflight.tokens import TokenCounter
 
     return TokenCounter().count_request(orjson.loads(request_body), "o200k_base").total
 

@@ -8,7 +8,7 @@ import logging
 import httpx
 import pytest
 
-from proxy.config import ConfigError, load_settings
+from inflight.config import ConfigError, load_settings
 from tests.conftest import ProxyFactory
 from tests.support.logs import log_lines
 from tests.support.servers import free_port

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import httpx
 
-from proxy import __version__
-from proxy.config import load_settings
-from proxy.http.server import state_warning
+from inflight import __version__
+from inflight.config import load_settings
+from inflight.http.server import state_warning
 from tests.http.test_background import TOOLS, conversation_at
 from tests.support.processes import fake_upstream, inflight_process
 from tests.support.servers import free_port

@@ -11,7 +11,7 @@ import httpx
 import orjson
 import pytest
 
-from proxy.compaction.conversation import problems
+from inflight.compaction.conversation import problems
 from tests.compaction.test_compactor import agent_conversation
 from tests.conftest import ProxyFactory
 from tests.fixtures.refusals import REFUSALS

@@ -182,7 +182,7 @@ def workers(upstream_url: str, state_url: str, count: int) -> Iterator[str]:
     port = free_port()
     config_file = Path(state_url.removeprefix("sqlite:///")).parent / "workers.yaml"
     config_file.write_text(config(state_url))
-    command = [sys.executable, "-m", "proxy", "serve", "--config", str(config_file), "--port", str(port)]
+    command = [sys.executable, "-m", "inflight", "serve", "--config", str(config_file), "--port", str(port)]
     command += ["--upstream", upstream_url, "--workers", str(count)]
     with ExitStack() as stack:
         proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -207,7 +207,7 @@ def test_workers_share_one_port_and_each_takes_connections(
 
 def test_more_than_one_worker_needs_a_shared_store() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "proxy", "serve", "--workers", "2"], cwd=ROOT, capture_output=True, text=True
+        [sys.executable, "-m", "inflight", "serve", "--workers", "2"], cwd=ROOT, capture_output=True, text=True
     )
     assert result.returncode == 2
     assert "state.url memory://" in result.stderr and "sqlite:///" in result.stderr

@@ -62,8 +62,8 @@ def test_a_bad_summary_is_refused_said_and_never_cached(
 
 
 def test_a_copy_of_the_input_is_refused() -> None:
-    from proxy.compaction.summary_job import load_prompt
-    from proxy.compaction.validation import headings, rejection
+    from inflight.compaction.summary_job import load_prompt
+    from inflight.compaction.validation import headings, rejection
 
     transcript = "\n".join(f"line {i}: some tool output that is long enough" for i in range(40))
     copy = "\n".join(
@@ -93,7 +93,7 @@ def test_the_prompt_can_be_replaced_from_the_config(
     upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory, tmp_path: Path
 ) -> None:
     app, url = upstream
-    from proxy.compaction.summary_job import load_prompt
+    from inflight.compaction.summary_job import load_prompt
 
     prompt = tmp_path / "prompt.md"
     prompt.write_text(load_prompt().replace("You write the handoff note", "You write the handoff note (ours)"))
@@ -121,7 +121,7 @@ def test_a_summarizer_elsewhere_is_sized_by_its_own_window(
             messages = agent_conversation(400, output_lines=5)
             response = post(proxy_url, messages)
     assert response.status_code == 200 and "summarize" in response.headers["x-inflight-actions"]
-    from proxy.tokens import TokenCounter
+    from inflight.tokens import TokenCounter
 
     counter = TokenCounter()
     assert len(summarizer.summaries) > 1  # 3,000 tokens cannot take the whole middle at once: it was chunked

@@ -6,11 +6,11 @@ import asyncio
 import time
 from pathlib import Path
 
-from proxy.compaction.background.scheduler import BackgroundSummaries
-from proxy.config import Cache, State
-from proxy.http.exchange import Exchange
-from proxy.metrics.prometheus import Metrics, route_of
-from proxy.records import open_record_store
+from inflight.compaction.background.scheduler import BackgroundSummaries
+from inflight.config import Cache, State
+from inflight.http.exchange import Exchange
+from inflight.metrics.prometheus import Metrics, route_of
+from inflight.records import open_record_store
 
 
 def value(metrics: Metrics, name: str, **labels: str) -> float:

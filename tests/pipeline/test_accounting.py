@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.pipeline.accounting import Accounting
-from proxy.policy.windows import ModelLimits
+from inflight.pipeline.accounting import Accounting
+from inflight.policy.windows import ModelLimits
 
 
 def accounting(*, raw: int, fixed: int, ratio: float, fixed_ratio: float) -> Accounting:

@@ -14,11 +14,11 @@ from typing import Any
 
 import orjson
 
-from proxy.config import load_settings
-from proxy.formats import CHAT_COMPLETIONS
-from proxy.pipeline.accounting import Counted
-from proxy.pipeline.engine import EXACT_MARGIN, Options, Pipeline, build_pipeline
-from proxy.tokens import TokenCounter
+from inflight.config import load_settings
+from inflight.formats import CHAT_COMPLETIONS
+from inflight.pipeline.accounting import Counted
+from inflight.pipeline.engine import EXACT_MARGIN, Options, Pipeline, build_pipeline
+from inflight.tokens import TokenCounter
 
 WORDS = ["error", "value", "path", "request", "42", "0x1f", "timeout", "self", "def", "return", "{", "}", "==", "/"]
 
@@ -103,7 +103,7 @@ def test_inflight_count_counts_every_message(tmp_path: Path) -> None:
     assert count(build_pipeline(load_settings(None), summarizers=None), body).count.approximated
     request = tmp_path / "request.json"
     request.write_bytes(orjson.dumps(body))
-    command = [sys.executable, "-m", "proxy", "count", str(request), "--json"]
+    command = [sys.executable, "-m", "inflight", "count", str(request), "--json"]
     printed = subprocess.run(command, capture_output=True, text=True, timeout=120, check=True).stdout
     assert orjson.loads(printed)["prompt_tokens"] == exact_total(body)
 

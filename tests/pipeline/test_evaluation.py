@@ -13,7 +13,7 @@ TRACES = sorted(str(p) for p in (ROOT / "tests" / "fixtures" / "traces").glob("*
 
 
 def run_eval(*args: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "proxy", "eval", *TRACES, *args]
+    command = [sys.executable, "-m", "inflight", "eval", *TRACES, *args]
     return subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=300, check=False)
 
 

@@ -7,11 +7,11 @@ from typing import Any
 
 import orjson
 
-from proxy.config import load_settings
-from proxy.formats import CHAT_COMPLETIONS
-from proxy.pipeline.accounting import Counted
-from proxy.pipeline.engine import Options, Pipeline, build_pipeline, key_of
-from proxy.policy.tenants import SummaryBudget
+from inflight.config import load_settings
+from inflight.formats import CHAT_COMPLETIONS
+from inflight.pipeline.accounting import Counted
+from inflight.pipeline.engine import Options, Pipeline, build_pipeline, key_of
+from inflight.policy.tenants import SummaryBudget
 from tests.compaction.test_compactor import agent_conversation
 
 TOOLS = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object", "properties": {}}}}]

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from proxy.policy.bracket import REFUSAL_TTL_S, Bracket, WindowBrackets
-from proxy.policy.reserve import MIN_RESERVE, OutputSizes
+from inflight.policy.bracket import REFUSAL_TTL_S, Bracket, WindowBrackets
+from inflight.policy.reserve import MIN_RESERVE, OutputSizes
 
 
 def test_no_refusal_no_ceiling() -> None:

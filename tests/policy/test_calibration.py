@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.policy.calibration import Calibration
+from inflight.policy.calibration import Calibration
 
 FIXED = 83  # our count of two tool definitions, `tool_choice` and the reply priming (the e2e agent's)
 

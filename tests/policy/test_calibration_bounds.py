@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from proxy.config import load_settings
-from proxy.policy.calibration import Calibration
-from proxy.policy.windows import ContextRegistry
+from inflight.config import load_settings
+from inflight.policy.calibration import Calibration
+from inflight.policy.windows import ContextRegistry
 
 
 def test_calibration_forgets_the_least_recent_models_and_clips_long_names() -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.config import Prices, load_settings
-from proxy.policy.cost import Schedule, prompt_cost, summary_cost
+from inflight.config import Prices, load_settings
+from inflight.policy.cost import Schedule, prompt_cost, summary_cost
 
 ANTHROPIC = Prices(cache_write=1.25)
 OPENAI = Prices()

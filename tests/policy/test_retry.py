@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from proxy.compaction.draft import Budget
-from proxy.config import Compaction
-from proxy.policy.retry import RetryAim, retry_limit
+from inflight.compaction.draft import Budget
+from inflight.config import Compaction
+from inflight.policy.retry import RetryAim, retry_limit
 
 
 def test_a_refusal_naming_the_window_aims_at_its_budget() -> None:

@@ -13,10 +13,10 @@ from openai.types.chat import (
     ChatCompletionToolParam,
 )
 
-from proxy.config import load_settings
-from proxy.formats.chat_completions import output_limit
-from proxy.policy.windows import ContextRegistry, parse_model_list, reserve_for
-from proxy.tokens import TokenCounter
+from inflight.config import load_settings
+from inflight.formats.chat_completions import output_limit
+from inflight.policy.windows import ContextRegistry, parse_model_list, reserve_for
+from inflight.tokens import TokenCounter
 from tests.conftest import ProxyFactory
 from tests.support.upstream import UpstreamApp
 

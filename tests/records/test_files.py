@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from proxy.archive import TurnWrite, open_archive
-from proxy.config import Archive, State
-from proxy.records.sqlite import SqliteRecordStore
+from inflight.archive import TurnWrite, open_archive
+from inflight.config import Archive, State
+from inflight.records.sqlite import SqliteRecordStore
 from tests.records.test_stores import full_record
 
 

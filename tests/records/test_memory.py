@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import tracemalloc
 
-from proxy.compaction.record import Record, Replacement
-from proxy.records.memory import KEY_BYTES, MemoryRecordStore, weight
+from inflight.compaction.record import Record, Replacement
+from inflight.records.memory import KEY_BYTES, MemoryRecordStore, weight
 
 MB = 1024 * 1024
 

@@ -14,15 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from proxy.compaction.ledger import Ledger
-from proxy.compaction.record import Precomputed, Record, RecordStore, Replacement
-from proxy.config import Cache, State
-from proxy.records import open_record_store
-from proxy.records.codec import decode, encode, stored_key
-from proxy.records.memory import MemoryRecordStore
-from proxy.records.redis import RedisRecordStore
-from proxy.records.resilient import ResilientStore
-from proxy.records.sqlite import ROW_BYTES, SqliteRecordStore
+from inflight.compaction.ledger import Ledger
+from inflight.compaction.record import Precomputed, Record, RecordStore, Replacement
+from inflight.config import Cache, State
+from inflight.records import open_record_store
+from inflight.records.codec import decode, encode, stored_key
+from inflight.records.memory import MemoryRecordStore
+from inflight.records.redis import RedisRecordStore
+from inflight.records.resilient import ResilientStore
+from inflight.records.sqlite import ROW_BYTES, SqliteRecordStore
 from tests.support.redis import redis_server
 from tests.support.servers import free_port
 

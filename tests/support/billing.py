@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from proxy.config import Prices
+from inflight.config import Prices
 
 Kind = Literal["agent", "own compaction", "summary"]
 

@@ -46,8 +46,8 @@ from typing import Any
 import orjson
 import tiktoken
 
-from proxy.tokens import load_encoding
-from proxy.tokens.media import image_size
+from inflight.tokens import load_encoding
+from inflight.tokens.media import image_size
 from tests.support.billing import Bill
 from tests.support.responses import STEP_DONE, TASK_MARKER, TaskAgent, sign, verified
 

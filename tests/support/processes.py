@@ -85,7 +85,7 @@ def inflight_process(
     port = free_port()
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as handle:
         handle.write(config)
-    cmd = [sys.executable, "-m", "proxy", "serve", "--config", handle.name, "--port", str(port)]
+    cmd = [sys.executable, "-m", "inflight", "serve", "--config", handle.name, "--port", str(port)]
     try:
         with process([*cmd, "--upstream", upstream_url, *args], port, output=output) as pid:
             yield f"http://127.0.0.1:{port}/v1", pid

@@ -36,7 +36,7 @@ from typing import Any
 import orjson
 import tiktoken
 
-from proxy.tokens import load_encoding
+from inflight.tokens import load_encoding
 from tests.support.billing import Bill, Kind
 
 SECRET = b"fake-upstream-reasoning-key"

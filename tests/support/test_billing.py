@@ -5,8 +5,8 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from proxy.config import Prices
-from proxy.policy.refusals import detect_event
+from inflight.config import Prices
+from inflight.policy.refusals import detect_event
 from tests.support.billing import Bill
 from tests.support.messages import COMPACTION_REQUEST, FakeMessages
 from tests.support.responses import sse_event

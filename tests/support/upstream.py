@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from proxy.tokens import TokenCounter
+from inflight.tokens import TokenCounter
 from tests.support.billing import Bill
 from tests.support.messages import FakeMessages, beta_names, error_body, message_object, text_of
 from tests.support.responses import FakeResponses, assistant_message, response_object, sse_event

@@ -17,11 +17,11 @@ import pytest
 import tiktoken
 from openai_messages_token_helper.function_format import format_function_definitions
 
-from proxy.tokens import TokenCounter, choose_encoding
-from proxy.tokens.encodings import SPECS, EncodingFileError, parse_ranks
+from inflight.tokens import TokenCounter, choose_encoding
+from inflight.tokens.encodings import SPECS, EncodingFileError, parse_ranks
 
 TRACES = sorted((Path(__file__).resolve().parents[1] / "fixtures" / "traces").glob("*.json"))
-RANK_FILES = Path(__file__).resolve().parents[2] / "proxy" / "tokens" / "encodings"
+RANK_FILES = Path(__file__).resolve().parents[2] / "inflight" / "tokens" / "encodings"
 TIKTOKEN_URLS = {
     "o200k_base": "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken",
     "cl100k_base": "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken",
@@ -167,7 +167,7 @@ def test_counting_needs_no_network_and_no_tiktoken_cache(tmp_path: Path) -> None
         "HTTP_PROXY": "http://127.0.0.1:9",
     }
     script = (
-        "from proxy.tokens import TokenCounter;"
+        "from inflight.tokens import TokenCounter;"
         "body={'model':'gpt-4','messages':[{'role':'user','content':'hello world'}]};"
         "counter=TokenCounter();"
         "print(counter.count_request(body,'o200k_base').total, counter.count_request(body,'cl100k_base').total)"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.tokens import TokenCounter
-from proxy.tokens.encodings import load_encoding
-from proxy.tokens.text import pieces, text_tokens
+from inflight.tokens import TokenCounter
+from inflight.tokens.encodings import load_encoding
+from inflight.tokens.text import pieces, text_tokens
 
 
 @pytest.mark.parametrize(

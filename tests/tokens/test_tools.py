@@ -1,4 +1,4 @@
-"""proxy.tokens.tools against openai-messages-token-helper, the reference for OpenAI's tool rendering.
+"""inflight.tokens.tools against openai-messages-token-helper, the reference for OpenAI's tool rendering.
 
 What is compared is the tools' share of a request: the reference's count with tools minus its count without,
 against `tool_tokens` (which is that share by definition). The reference builds its encodings with
@@ -18,8 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from openai_messages_token_helper import model_helper
 
-from proxy.tokens.encodings import load_encoding
-from proxy.tokens.tools import render_tools, tool_tokens
+from inflight.tokens.encodings import load_encoding
+from inflight.tokens.tools import render_tools, tool_tokens
 
 TRACES = Path(__file__).resolve().parent.parent / "fixtures" / "traces"
 MODELS = {"gpt-4o": "o200k_base", "gpt-4": "cl100k_base"}

@@ -10,9 +10,9 @@ import httpx
 import orjson
 import pytest
 
-from proxy.config import load_settings
-from proxy.errors import UpstreamUnreachable
-from proxy.upstream.client import UpstreamClient
+from inflight.config import load_settings
+from inflight.errors import UpstreamUnreachable
+from inflight.upstream.client import UpstreamClient
 from tests.conftest import ProxyFactory
 from tests.support.raw import HEADER_OPENING, TRAILER_OPENING, EndlessField, raw_upstream, read_post, read_request
 

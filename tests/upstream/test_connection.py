@@ -19,9 +19,9 @@ import orjson
 import pytest
 import trustme
 
-from proxy.upstream.connection import Outgoing
-from proxy.upstream.pool import ConnectionPool, Timeouts
-from proxy.upstream.response import HIGH_WATER
+from inflight.upstream.connection import Outgoing
+from inflight.upstream.pool import ConnectionPool, Timeouts
+from inflight.upstream.response import HIGH_WATER
 from tests.conftest import ProxyFactory
 from tests.support.logs import log_lines
 from tests.support.raw import raw_upstream, read_request

@@ -16,15 +16,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from proxy.archive import TurnWrite, open_archive
-from proxy.archive.entries import Thresholds, compaction_entry, conversation_id, turn_entry
-from proxy.compaction import Budget
-from proxy.compaction.conversation import Message
-from proxy.compaction.ledger import Ledger
-from proxy.compaction.record import Record, Replacement, new_compaction_id
-from proxy.compaction.summary_job import summary_message
-from proxy.config import Archive, Compaction, State
-from proxy.policy.windows import budget_for
+from inflight.archive import TurnWrite, open_archive
+from inflight.archive.entries import Thresholds, compaction_entry, conversation_id, turn_entry
+from inflight.compaction import Budget
+from inflight.compaction.conversation import Message
+from inflight.compaction.ledger import Ledger
+from inflight.compaction.record import Record, Replacement, new_compaction_id
+from inflight.compaction.summary_job import summary_message
+from inflight.config import Archive, Compaction, State
+from inflight.policy.windows import budget_for
 
 RESERVE = 4096  # the default reply reserve (`compaction.reserve_tokens`), at most a quarter of the window
 KEEP_TURNS = 4  # the newest turns a compaction leaves as they were

@@ -1,0 +1,83 @@
+"""What the JSON endpoints answer about a conversation: its turns, its growth, the turns left, the cache.
+
+Growth is the client's own tokens from one turn to the next, averaged over the newest turns (a
+turn that shrank, an agent starting over under the same key, is left out). The next compaction
+comes when what is sent passes `prune_at`, or `summarize_at` once a compaction's record is in use
+(each turn says which: `next_at`); what is sent grows as the client's history does, so the turns
+left are the room below it over the growth. The prompt cache's figures (rewrites per 100 turns,
+the cached share) are taken over the kept turns that measured them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from inflight.compaction.prefix import CacheFigures, CacheTurn
+
+GROWTH_TURNS = 20  # the newest turns the average growth is taken over
+
+
+def average_growth(turns: Sequence[dict[str, Any]]) -> float | None:
+    recent = [int(turn["tokens"]) for turn in turns[-GROWTH_TURNS - 1 :]]
+    steps = [after - before for before, after in itertools.pairwise(recent) if after > before]
+    return sum(steps) / len(steps) if steps else None
+
+
+def turns_left(turns: Sequence[dict[str, Any]], growth: float | None) -> int | None:
+    """Turns before the sent tokens pass the next compaction's threshold at this growth (0: the next one
+    compacts); None: unknown."""
+    if not turns or not growth:
+        return None
+    last = turns[-1]
+    room = int(last.get("next_at", last["prune_at"])) - int(last["sent"])
+    return max(0, math.floor(room / growth))
+
+
+def conversation_summary(meta: dict[str, Any]) -> dict[str, Any]:
+    """A conversation as `GET /inflight/conversations` lists it."""
+    counts = {"turn_count": meta["turns"], "compaction_count": meta["compactions"]}
+    return {key: value for key, value in meta.items() if key not in ("turns", "compactions")} | counts
+
+
+def cache_figures(turns: Sequence[dict[str, Any]]) -> CacheFigures:
+    """The prompt cache's figures over the kept turns that were measured (`compaction.prefix`)."""
+    figures = CacheFigures()
+    for turn in turns:
+        cached = turn.get("cached")
+        if cached is not None:
+            figures.add(CacheTurn(int(turn.get("sent") or 0), int(cached), bool(turn.get("rewrite"))))
+        if turn.get("cost") is not None and turn.get("cost_client") is not None:
+            figures.cost += float(turn["cost"])
+            figures.client_cost += float(turn["cost_client"])
+    return figures
+
+
+def conversation_view(meta: dict[str, Any], turns: list[dict[str, Any]]) -> dict[str, Any]:
+    """A conversation with its kept turns (oldest first), its compactions (the viewer's markers) and the outlook."""
+    growth = average_growth(turns)
+    compactions = [
+        {
+            "id": turn["compaction_id"],
+            "n": turn["n"],
+            "time": turn["time"],
+            "actions": turn["actions"],
+            "shadow": bool(turn.get("shadow")),
+        }
+        for turn in turns
+        if turn.get("compacted_here") and turn.get("compaction_id")
+    ]
+    cache = cache_figures(turns)
+    per_100, share = cache.rewrites_per_100_turns, cache.cached_share
+    return conversation_summary(meta) | {
+        "average_growth": round(growth, 1) if growth is not None else None,
+        "rewrites_per_100_turns": round(per_100, 1) if per_100 is not None else None,
+        "cached_share": round(share, 3) if share is not None else None,
+        "cost": round(cache.cost) if cache.client_cost else None,
+        "cost_client": round(cache.client_cost) if cache.client_cost else None,
+        "turns_left": turns_left(turns, growth),
+        "compactions": compactions,
+        "turns": turns,
+    }

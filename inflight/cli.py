@@ -1,0 +1,352 @@
+"""The `inflight` command: `serve` the proxy, `health` (is it up?), and the offline commands `count`,
+`compact` and `eval`, which keep their records in memory unless `--state URL` names a store: they must
+not write into the store a running proxy serves from (a forced compaction's record would be served to
+the live conversation)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import orjson
+import uvicorn
+
+from inflight import __version__
+from inflight.app import create_app
+from inflight.compaction.prefix import CacheFigures
+from inflight.config import ConfigError, Settings, load_settings
+from inflight.demo import DemoError, DemoOptions, run_demo
+from inflight.errors import BadRequest
+from inflight.formats import CHAT_COMPLETIONS
+from inflight.http.access import startup_problem
+from inflight.http.intake import parse_object
+from inflight.http.server import prepare_process, startup_line, state_warning, uvicorn_options
+from inflight.http.workers import check_workers, serve_workers
+from inflight.pipeline.accounting import Counted
+from inflight.pipeline.engine import Options, Pipeline, build_pipeline
+from inflight.pipeline.evaluation import Compacted, SizedSummarizers, replay, report, totals
+from inflight.pipeline.outgoing import Prepared
+from inflight.pipeline.summarizer import Summarizers
+from inflight.upstream.client import UpstreamClient
+
+
+class CommandError(Exception):
+    """A problem with a command's input, printed as one line."""
+
+
+def _load(args: argparse.Namespace, overrides: dict[str, Any] | None = None) -> Settings:
+    return load_settings(args.config, overrides=overrides)
+
+
+def offline_settings(args: argparse.Namespace, overrides: dict[str, Any] | None = None) -> Settings:
+    """An offline command's settings: the config's, with records in this process's memory (or `--state URL`)
+    and no archive, whatever `state.url` and `archive.enabled` say."""
+    offline = {"state": {"url": args.state or "memory://"}, "archive": {"enabled": False}}
+    return _load(args, {**(overrides or {}), **offline})
+
+
+def serving_settings(args: argparse.Namespace) -> Settings:
+    """The settings `serve` runs with (and `health` asks about): the config, then `--host`, `--port`, `--upstream`."""
+    overrides: dict[str, Any] = {}
+    if args.host is not None:
+        overrides.setdefault("listen", {})["host"] = args.host
+    if args.port is not None:
+        overrides.setdefault("listen", {})["port"] = args.port
+    if getattr(args, "upstream", None) is not None:
+        overrides.setdefault("upstream", {})["base_url"] = args.upstream
+    if getattr(args, "log_level", None) is not None:
+        overrides["log_level"] = args.log_level
+    return _load(args, overrides)
+
+
+def serve(args: argparse.Namespace) -> int:
+    settings = serving_settings(args)
+    problem = startup_problem(settings)
+    if problem is not None:
+        raise ConfigError(problem)
+    check_workers(settings, args.workers)
+    prepare_process(settings)
+    log = logging.getLogger("inflight")
+    log.info("%s", startup_line(settings, workers=args.workers))
+    if (warning := state_warning(settings)) is not None:
+        log.warning("%s", warning)
+    if args.workers > 1:
+        return serve_workers(settings, args.workers)
+    uvicorn.run(create_app(settings), host=settings.listen.host, port=settings.listen.port, **uvicorn_options(settings))
+    return 0
+
+
+def health(args: argparse.Namespace) -> int:
+    """Exit 0 when the server the config (and `--host`, `--port`) describes answers `GET /healthz` with 200,
+    else 1: the container's HEALTHCHECK, which thus follows the configured port."""
+    settings = serving_settings(args)
+    url = f"http://{local_address(settings.listen.host)}:{settings.listen.port}/healthz"
+    # No proxy from the environment (HTTP_PROXY): the server is on this machine.
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(url, timeout=args.timeout) as response:
+            status = response.status
+    except OSError as exc:  # refused, timed out, or an HTTP error status (HTTPError is an OSError too)
+        print(f"inflight: {url}: {getattr(exc, 'reason', exc)}", file=sys.stderr)
+        return 1
+    print(f"inflight: {url}: {status}")
+    return 0 if status == 200 else 1
+
+
+def local_address(host: str) -> str:
+    """Where to reach a server listening on `host` from the same machine (all interfaces: loopback)."""
+    if host in ("", "0.0.0.0"):
+        return "127.0.0.1"
+    if host == "::":
+        return "[::1]"
+    return f"[{host}]" if ":" in host else host
+
+
+def read_request(path: str) -> dict[str, Any]:
+    try:
+        data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+    except OSError as exc:
+        raise CommandError(f"cannot read {path}: {exc.strerror}") from exc
+    try:
+        return parse_object(data)
+    except BadRequest as exc:
+        raise CommandError(f"{path}: {exc.message}") from exc
+
+
+def offline_pipeline(settings: Settings, summarizers: Summarizers | None) -> Pipeline:
+    """The server's pipeline without a server: no discovery; records in memory, for this run (`offline_settings`)."""
+    return build_pipeline(settings, summarizers=summarizers)
+
+
+def counted_request(
+    args: argparse.Namespace, pipeline: Pipeline, *, exact: bool = False
+) -> tuple[dict[str, Any], Counted]:
+    """The request file, counted as `--model` (default: its own model); `exact`: every message counted."""
+    payload = read_request(args.file)
+    model = args.model or payload.get("model")
+    if not isinstance(model, str):
+        raise CommandError(f"{args.file} names no model; pass --model")
+    body = {**payload, "model": model, "messages": payload.get("messages", [])}
+    counted = pipeline.count(orjson.dumps(payload), body, CHAT_COMPLETIONS, exact=exact)
+    if counted is None:
+        raise CommandError(f"{args.file}: messages must be a list of objects")
+    return payload, counted
+
+
+def count(args: argparse.Namespace) -> int:
+    """Offline: the window comes from the config, then the built-in table (no discovery)."""
+    pipeline = offline_pipeline(offline_settings(args), None)
+    _, counted = counted_request(args, pipeline, exact=True)
+    accounting = asyncio.run(pipeline.account(counted, None))
+    tokens, budget, limits = counted.count.total, accounting.budget, accounting.limits
+    if args.json:
+        document = {"model": counted.model, "prompt_tokens": tokens, "context_window": limits.context_window}
+        print(orjson.dumps(document | {"budget": budget}).decode())
+        return 0
+    kind = "exact" if counted.encoding.exact else "estimate"
+    share = 100 * tokens / max(budget, 1)
+    print(
+        f"{counted.model}: {tokens:,} prompt tokens ({counted.encoding.name}, {kind}); window "
+        f"{limits.context_window:,} ({limits.source}); budget {budget:,}; {share:.1f}% of budget"
+    )
+    return 0
+
+
+def compact(args: argparse.Namespace) -> int:
+    """Print the rewritten body as the proxy would send it (forced), and a one-line report on stderr."""
+    settings = offline_settings(args)
+    payload, prepared = asyncio.run(_compact(args, settings))
+    outcome = prepared.outcome
+    if "compaction_error" in prepared.fields:
+        print(
+            f"inflight: compaction failed ({prepared.fields['compaction_error']}); see the log above", file=sys.stderr
+        )
+        return 1
+    if outcome is None:
+        print(orjson.dumps(payload).decode())
+        print(f"inflight: nothing to do ({prepared.limit:,}-token budget)", file=sys.stderr)
+        return 0
+    print(orjson.dumps({**payload, "messages": outcome.messages}).decode())
+    print(
+        f"inflight: {outcome.tokens_before:,} -> {outcome.tokens_after:,} tokens (budget {prepared.limit:,}); "
+        f"actions {','.join(outcome.actions)}; {outcome.messages_replaced} messages summarized; "
+        f"{outcome.summarizer_calls} summarizer calls"
+        + "".join(f"; {key}={value}" for key, value in outcome.notes.items()),
+        file=sys.stderr,
+    )
+    if prepared.too_long:
+        print(f"inflight: {prepared.too_long}", file=sys.stderr)
+    return 0 if outcome.fits else 1
+
+
+async def _compact(args: argparse.Namespace, settings: Settings) -> tuple[dict[str, Any], Prepared]:
+    upstream = UpstreamClient(settings.upstream)
+    summarizers = None if args.no_llm else Summarizers(settings, upstream)
+    pipeline = offline_pipeline(settings, summarizers)
+    try:
+        payload, counted = counted_request(args, pipeline)
+        accounting = await pipeline.account(counted, None)
+        key = os.environ.get("OPENAI_API_KEY", "")
+        options = Options(mode="force", credentials=[(b"authorization", b"Bearer " + key.encode())] if key else [])
+        return payload, await pipeline.prepare(counted, accounting, options)
+    finally:
+        await pipeline.aclose()
+        if summarizers is not None:
+            await summarizers.aclose()
+        await upstream.aclose()
+
+
+def evaluate(args: argparse.Namespace) -> int:
+    """Replay traces offline at a window; print what each compaction kept."""
+    overrides: dict[str, Any] = {"discover_context_window": False}
+    if args.summarizer:
+        overrides["compaction"] = {"summarize": {"base_url": args.summarizer, "model": args.summarizer_model}}
+    traces = {path: read_request(path) for path in args.traces}
+    models = {str(body.get("model")) for body in traces.values()}
+    settings = offline_settings(args, {**overrides, "models": {m: {"context_window": args.window} for m in models}})
+    results, caches, calls, oversize = asyncio.run(_evaluate(settings, traces, use_llm=bool(args.summarizer)))
+    if args.json:
+        figures = totals(results, caches)
+        print(
+            orjson.dumps(
+                {"window": args.window, **figures, "summarizer_calls": calls, "summarizer_oversize": oversize}
+            ).decode()
+        )
+    else:
+        print(report(results, caches, window=args.window, summarizer_calls=calls, oversize=oversize))
+    return 0
+
+
+async def _evaluate(
+    settings: Settings, traces: dict[str, dict[str, Any]], *, use_llm: bool
+) -> tuple[list[Compacted], dict[str, CacheFigures], int, int]:
+    upstream = UpstreamClient(settings.upstream)
+    holder: list[Pipeline] = []
+    summarizers = Summarizers(settings, upstream)
+    sized = SizedSummarizers(summarizers, holder) if use_llm else None
+    pipeline = build_pipeline(settings, summarizers=sized)
+    holder.append(pipeline)
+    try:
+        results: list[Compacted] = []
+        caches: dict[str, CacheFigures] = {}
+        for path, body in traces.items():
+            replayed = await replay(pipeline, Path(path).stem, body)
+            results += replayed.compacted
+            caches[Path(path).stem] = replayed.cache
+        return results, caches, (sized.calls if sized else 0), (sized.oversize if sized else 0)
+    finally:
+        await pipeline.aclose()
+        await summarizers.aclose()
+        await upstream.aclose()
+
+
+def add_state_option(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--state",
+        metavar="URL",
+        help="keep its compaction records here, e.g. sqlite:///offline.db (default: memory, never the config's "
+        "state.url, which a running proxy serves from)",
+    )
+
+
+def demo(args: argparse.Namespace) -> int:
+    """A recorded conversation through a real proxy and a scripted upstream, on loopback (`inflight.demo`)."""
+    try:
+        options = DemoOptions(
+            window=args.window, port=args.port, turns=args.turns, config=args.config, serve=args.serve
+        )
+        return asyncio.run(run_demo(options))
+    except DemoError as exc:
+        raise CommandError(str(exc)) from exc
+    except KeyboardInterrupt:  # Ctrl-C during the replay: both servers are stopped with the event loop
+        print("inflight demo: interrupted", file=sys.stderr)
+        return 130
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="inflight", description="A proxy that keeps agent conversations in context.")
+    parser.add_argument("--version", action="version", version=f"inflight {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    demo_cmd = commands.add_parser(
+        "demo", help="replay a recorded agent conversation through inflight and a scripted upstream (no key)"
+    )
+    demo_cmd.add_argument("--window", type=int, default=8000, help="the model's context window (default 8000)")
+    demo_cmd.add_argument("--turns", type=int, help="replay only the first N turns (default: all 14)")
+    demo_cmd.add_argument("--config", help="YAML config file (compaction settings to try; state stays in memory)")
+    demo_cmd.add_argument("--port", type=int, default=0, help="the proxy's port on 127.0.0.1 (default: a free one)")
+    demo_cmd.add_argument(
+        "--serve", action="store_true", help="keep both servers running after the replay, with the viewer on"
+    )
+    demo_cmd.set_defaults(run=demo)
+
+    serve_cmd = commands.add_parser("serve", help="run the proxy")
+    serve_cmd.add_argument("--config", help="YAML config file (default: built-in defaults)")
+    serve_cmd.add_argument("--host", help="address to listen on (default: listen.host, 127.0.0.1)")
+    serve_cmd.add_argument("--port", type=int, help="port to listen on (default: listen.port, 8787)")
+    serve_cmd.add_argument("--upstream", metavar="URL", help="upstream base URL, e.g. http://127.0.0.1:8080/v1")
+    serve_cmd.add_argument(
+        "--log-level", choices=["debug", "info", "warning", "error"], help="log verbosity (default: log_level, info)"
+    )
+    serve_cmd.add_argument(
+        "--workers", type=int, default=1, help="processes on the port, sharing state.url (not memory://; default 1)"
+    )
+    serve_cmd.set_defaults(run=serve)
+
+    health_cmd = commands.add_parser("health", help="exit 0 if the server the config describes answers /healthz")
+    health_cmd.add_argument("--config", help="YAML config file (listen.host and listen.port)")
+    health_cmd.add_argument("--host", help="the server's listen address (default: listen.host)")
+    health_cmd.add_argument("--port", type=int, help="the server's port (default: listen.port)")
+    health_cmd.add_argument("--timeout", type=float, default=3.0, help="seconds to wait for the answer (default 3)")
+    health_cmd.set_defaults(run=health)
+
+    count_cmd = commands.add_parser("count", help="count a chat-completion request body's prompt tokens")
+    count_cmd.add_argument("file", help="request body JSON file (- for stdin)")
+    count_cmd.add_argument("--model", help="count as this model (default: the body's model)")
+    count_cmd.add_argument("--config", help="YAML config file (for models: and compaction.reserve_tokens)")
+    count_cmd.add_argument("--json", action="store_true", help="print a JSON object instead of a sentence")
+    add_state_option(count_cmd)
+    count_cmd.set_defaults(run=count)
+
+    compact_cmd = commands.add_parser("compact", help="print a request body compacted as the proxy would send it")
+    compact_cmd.add_argument("file", help="request body JSON file (- for stdin)")
+    compact_cmd.add_argument("--config", help="YAML config file")
+    compact_cmd.add_argument("--model", help="compact as this model (default: the body's model)")
+    compact_cmd.add_argument("--no-llm", action="store_true", help="use the local digest instead of a summarizer call")
+    add_state_option(compact_cmd)
+    compact_cmd.set_defaults(run=compact)
+
+    eval_cmd = commands.add_parser("eval", help="replay conversations offline and report what compaction keeps")
+    eval_cmd.add_argument("traces", nargs="+", metavar="TRACE", help="chat-completion request body JSON files")
+    eval_cmd.add_argument("--window", type=int, required=True, help="the context window to replay them at")
+    eval_cmd.add_argument("--config", help="YAML config file (compaction settings to try)")
+    eval_cmd.add_argument(
+        "--summarizer",
+        metavar="URL",
+        help="an OpenAI-compatible /v1 URL for summaries (default: none, the ledger alone)",
+    )
+    eval_cmd.add_argument("--summarizer-model", help="the summarizer's model (default: each trace's own)")
+    eval_cmd.add_argument("--json", action="store_true", help="print the totals as one JSON object")
+    add_state_option(eval_cmd)
+    eval_cmd.set_defaults(run=evaluate)
+
+    parser.description = f"{parser.description} Commands: {', '.join(commands.choices)}."
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.run(args))
+    except ConfigError as exc:
+        print(f"inflight: config error: {exc}", file=sys.stderr)
+        return 2
+    except CommandError as exc:
+        print(f"inflight: {exc}", file=sys.stderr)
+        return 1

@@ -1,0 +1,113 @@
+"""The summary a conversation's next compaction will need, made before that turn comes.
+
+A job starts on a turn past `summarize.background_at`. The conversation will grow before it
+crosses `summarize_at`, so the job keeps a tail that much shorter than the usual one: on the
+crossing turn, the tail it kept plus the turns since is about the usual length, and the request
+lands near `target`, as a summary made on that turn would. The summary is of everything before
+the cut (the record's earlier summary folded in), so it stays valid however the record changes
+meanwhile (`Precomputed.usable`).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from inflight.compaction.background.scheduler import Final
+from inflight.compaction.conversation import (
+    Conversation,
+    Message,
+    describe_call,
+    head_length,
+    latest_request_index,
+    text_of,
+)
+from inflight.compaction.depth import Spacing
+from inflight.compaction.draft import Budget, Draft
+from inflight.compaction.ledger import Ledger
+from inflight.compaction.middle import choose_cut, depth_of, grown_ledger
+from inflight.compaction.record import Precomputed, Record, prefix_hash
+from inflight.compaction.stage import Outcome, Work
+from inflight.compaction.stages.summarize import SummarizeStage, SummaryPlan
+from inflight.compaction.summary_job import InPlace
+
+KEEP_FROM_CHARS = 80
+
+
+class NothingToSummarize(Final):
+    """No turn boundary to cut at: the conversation is its head and one turn."""
+
+
+@dataclass(frozen=True)
+class SummaryAhead:
+    """What a background job needs of the request that starts it (the pipeline builds one per request)."""
+
+    start_at: int  # a request past this many tokens (our units) starts a job
+    wait_s: float  # a crossing turn waits this long for a running job
+    budget: Budget
+    stage: SummarizeStage
+    count_message: Callable[[Message], int]
+    observation: re.Pattern[str] | None = None  # user messages that are observations, not requests
+    in_place_model: str | None = None  # the summarizer is the upstream's own model: ask it in place
+    tools: object = None  # the request's tools, sent with an in-place summary so its prefix is unchanged
+    spacing: Spacing | None = None  # the cut leaves room for `min_turns_between` turns (`depth`; None: to target)
+
+    @property
+    def lease_s(self) -> float:
+        """How long a job may hold its conversation's lease: each summarizer call's time, twice over, and then some."""
+        return 4 * self.stage.settings.timeout_s + 30
+
+    def plan(
+        self, conversation: Conversation, record: Record | None, sent: Sequence[Message], sent_tokens: int
+    ) -> AheadPlan:
+        """Where the next compaction will cut and what the summarizer will be asked: CPU only (the job
+        runs it off the loop when the conversation is big), no call yet."""
+        head_len = head_length(conversation.messages)
+        draft = Draft.from_record(record, conversation) if record is not None else Draft(head_len, head_len)
+        outcome = Outcome([], sent_tokens, sent_tokens, [], draft.freeze(conversation), fits=True)
+        latest = latest_request_index(conversation.messages, self.observation, conversation.observations)
+        work = Work(conversation, draft, self.budget, outcome, self.count_message, latest_request=latest)
+        work.depth = depth_of(work, self.spacing) if self.spacing is not None and self.budget.spaced else None
+        growth = max(self.budget.summarize_at - sent_tokens, 0)
+        cut = choose_cut(work, self.stage.settings, growth=growth)
+        if cut is None:
+            raise NothingToSummarize("no turn to cut at")
+        in_place = None
+        if self.in_place_model is not None:
+            in_place = InPlace(self.in_place_model, sent, sent_tokens, self.tools, opening(conversation.messages[cut]))
+        summary = self.stage.plan(work, cut, in_place=in_place)
+        cut_hash = prefix_hash(conversation.digests[:cut])
+        return AheadPlan(cut, cut_hash, draft.prefix_len, grown_ledger(work, cut), summary, work)
+
+    async def ask(self, plan: AheadPlan) -> Precomputed:
+        """The summary the plan asks for (the summarizer's calls, on the server's loop)."""
+        started = time.perf_counter()
+        text = await self.stage.ask(plan.summary, plan.work)
+        if not text:
+            raise ValueError("the summarizer returned an empty summary")
+        made_ms = (time.perf_counter() - started) * 1000
+        calls = plan.work.outcome.summarizer_calls
+        return Precomputed(
+            plan.cut, plan.cut_hash, text, base=plan.base, ledger=plan.ledger, calls=calls, made_ms=made_ms
+        )
+
+
+@dataclass(frozen=True)
+class AheadPlan:
+    cut: int
+    cut_hash: bytes
+    base: int  # the prefix_len of the record it extends
+    ledger: Ledger
+    summary: SummaryPlan
+    work: Work
+
+
+def opening(message: Message) -> str:
+    """How the message begins, to point the summarizer at it: its text, else its first tool call."""
+    text = text_of(message.get("content")).strip()
+    calls = message.get("tool_calls") or []
+    if not text and calls and isinstance(calls[0], dict) and isinstance(calls[0].get("function"), dict):
+        text = f"(a call of {describe_call(calls[0]['function'])})"
+    return text[:KEEP_FROM_CHARS]

@@ -1,0 +1,180 @@
+"""Starting a conversation's background summary, and keeping what it made: the lease, the job, the landing.
+
+`ConversationCompactions` decides when (a turn past `background_at`, or a crossing turn with no
+summary at hand); this says how. The job's plan (the cut, the transcript, its chunks) is CPU
+work, done off the event loop when the conversation is big; its summarizer calls are awaited on
+the loop, so a slow summarizer holds no thread. Across processes that share the store, a lease
+per conversation lets one of them run the job; it is renewed while the job runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+
+from inflight.compaction.background.ahead import AheadPlan, SummaryAhead
+from inflight.compaction.background.scheduler import BackgroundSummaries, Elsewhere, Job, Superseded
+from inflight.compaction.conversation import Conversation, Message, head_length
+from inflight.compaction.draft import Draft
+from inflight.compaction.record import Precomputed, Record, RecordStore, best_record, with_record
+from inflight.compaction.stage import Outcome
+from inflight.compaction.stages.precomputed import PRECOMPUTED
+from inflight.compaction.summary_job import SummaryBudgetSpent
+from inflight.offload import call_sized
+
+log = logging.getLogger("inflight")
+
+POLL_S = 0.05  # how often a turn waiting on another process's summary looks for it
+
+
+class AheadJobs:
+    def __init__(
+        self,
+        jobs: BackgroundSummaries | None,
+        records: RecordStore,
+        *,
+        lock_for: Callable[[str], asyncio.Lock],
+        save: Callable[[str, list[Record]], Awaitable[None]],
+    ) -> None:
+        self.jobs = jobs
+        self.records = records
+        self.lock_for = lock_for
+        self.save = save
+        self.owner = uuid.uuid4().hex  # this process, as the holder of a job's lease
+
+    async def landed_elsewhere(self, key: str, conversation: Conversation, deadline: float) -> bool:
+        """Whether another process's summary of this conversation reaches the store before `deadline`."""
+        while True:
+            record = best_record(await self.records.load(key), conversation.digests)
+            if record is not None and record.ahead_usable(conversation.digests):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(min(POLL_S, max(deadline - time.monotonic(), 0)))
+
+    def start(
+        self,
+        key: str,
+        conversation: Conversation,
+        record: Record | None,
+        ahead: SummaryAhead | None,
+        sent: Sequence[Message],
+        sent_tokens: int,
+        *,
+        crossing: bool = False,
+    ) -> Job | None:
+        """Start the background summary this conversation will need, if it is past `background_at` and has none."""
+        if ahead is None or self.jobs is None or (not crossing and sent_tokens <= ahead.start_at):
+            return None
+        if record is not None and record.ahead_usable(conversation.digests):
+            return None
+        base = record.prefix_hash if record is not None else b"head"
+
+        lease = f"summary:{key}"  # one job per conversation across the processes that share the store
+
+        async def make() -> object:
+            # The plan (cut, transcript, chunks) off the loop when big; the summarizer's calls on the loop,
+            # so that a slow summarizer holds no thread that other requests' parsing needs.
+            plan = await call_sized(lambda: ahead.plan(conversation, record, sent, sent_tokens), sent_tokens)
+            if not await self.records.lease(lease, self.owner, ahead.lease_s):
+                raise Elsewhere(f"another process summarizes {key[:48]}")
+            try:
+                async with kept_leased(self.records, lease, self.owner, ahead.lease_s):
+                    if not await self.still_needed(key, conversation, plan):
+                        raise Superseded(f"the summary of {key[:48]} is in the store already")
+                    return await ahead.ask(plan)
+            except BaseException:
+                await self.records.release(lease, self.owner)
+                raise
+
+        async def land(result: object) -> None:
+            assert isinstance(result, Precomputed)
+            try:
+                await self.land(key, conversation, result)
+            finally:
+                await self.records.release(lease, self.owner)
+            log.info(
+                "[compaction] summary made ahead for %s: messages up to %d, %d summarizer call(s), %.0f ms",
+                key[:48],
+                result.cut,
+                result.calls,
+                result.made_ms,
+            )
+
+        return self.jobs.start(key, base, make, land, started_by=conversation if crossing else None)
+
+    async def still_needed(self, key: str, conversation: Conversation, plan: AheadPlan) -> bool:
+        """Whether the summary `plan` asks for is still worth a call, as the store says now.
+
+        The request that started this job read the store before the job ran: a job of this process that
+        landed meanwhile (it had left the scheduler, so a late request of a burst started another), or of
+        another process that held the lease until it landed, is not in what it read. Asked under the
+        lease, after such a job saved its summary and let the lease go, the store has it: then, or when
+        the stored record already summarizes past this plan's cut, no call is made."""
+        record = best_record(await self.records.load(key), conversation.digests)
+        if record is None:
+            return True
+        if record.ahead_usable(conversation.digests):
+            return False
+        planned = Precomputed(plan.cut, plan.cut_hash, "")
+        digests = conversation.digests
+        return planned.usable(
+            head_len=record.head_len, prefix_len=record.prefix_len, fallback=record.fallback, digests=digests
+        )
+
+    async def land(self, key: str, conversation: Conversation, ahead: Precomputed) -> None:
+        """Keep a job's summary in the records it may serve (a bare one if none); each use checks it again.
+
+        A record of the job's conversation qualifies, and so does one made since that reaches past
+        the job's messages (a turn compacted while the job ran): no hash can tell the two apart,
+        and `Precomputed.usable` checks the summary against each request's messages anyway."""
+        async with self.lock_for(key):
+            records = await self.records.load(key)
+            digests = conversation.digests
+            serves = [r.matches(digests) or r.prefix_len > len(digests) for r in records]
+            updated = [dataclasses.replace(r, ahead=ahead) if ok else r for r, ok in zip(records, serves, strict=True)]
+            if not any(serves):  # no record yet (the first compaction is ahead): a bare one holds it
+                head_len = head_length(conversation.messages)
+                bare = dataclasses.replace(Draft(head_len, head_len).freeze(conversation), ahead=ahead)
+                updated = with_record(records, None, bare)
+            await self.save(key, updated)
+
+
+@asynccontextmanager
+async def kept_leased(records: RecordStore, name: str, owner: str, ttl_s: float) -> AsyncIterator[None]:
+    """Renew the lease every third of its time while the block runs: a slow summarizer keeps its job."""
+
+    async def renew() -> None:
+        while True:
+            await asyncio.sleep(ttl_s / 3)
+            await records.lease(name, owner, ttl_s)
+
+    renewing = asyncio.ensure_future(renew())
+    try:
+        yield
+    finally:
+        renewing.cancel()
+
+
+def say_how_it_waited(outcome: Outcome, job: Job, conversation: Conversation) -> None:
+    """The actions and notes of a turn that waited for a summary job."""
+    if PRECOMPUTED in outcome.actions and job.started_by is conversation:  # made for this turn, while it waited
+        outcome.actions = ["summarize" if action == PRECOMPUTED else action for action in outcome.actions]
+        made = job.result
+        if isinstance(made, Precomputed):
+            outcome.summarizer_calls, outcome.summarizer_ms = made.calls, made.made_ms
+    if not job.done.is_set():
+        outcome.actions.append("summary-pending")
+        outcome.notes["summary"] = "pending"
+    elif job.error is not None and not isinstance(job.error, asyncio.CancelledError):
+        outcome.notes["summarizer_error"] = type(job.error).__name__
+        rejected = getattr(job.error, "rejected", None)
+        if rejected:
+            outcome.actions.append(f"summary-rejected-{rejected}")
+        if isinstance(job.error, SummaryBudgetSpent) and job.error.action not in outcome.actions:
+            outcome.actions.append(job.error.action)

@@ -1,0 +1,192 @@
+"""Rewrite a conversation so it fits: re-apply the record, then run the stages in order.
+
+Pure: messages in, messages out. Counting and summarizing are passed in as callables, so nothing
+here knows of HTTP. Token figures are in our own (uncalibrated) units; the caller converts the budget.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from inflight.compaction.conversation import (
+    Conversation,
+    Message,
+    head_length,
+    latest_request_index,
+    observation_regex,
+)
+from inflight.compaction.depth import Depth, Spacing
+from inflight.compaction.draft import Budget, Draft
+from inflight.compaction.middle import depth_of
+from inflight.compaction.record import Record, Replacement
+from inflight.compaction.stage import Outcome, Stage, Work
+from inflight.compaction.stages import build_stages
+from inflight.compaction.summary_job import Summarize
+from inflight.config import Compaction
+
+CHURN = "churn"  # the action of a compaction that leaves fewer than min_turns_between turns to the next
+
+
+class Compactor:
+    """Runs an ordered list of stages over a conversation, starting from its record if it has one."""
+
+    def __init__(
+        self,
+        stages: Sequence[Stage],
+        *,
+        count_message: Callable[[Message], int],
+        estimate_message: Callable[[Message], int] | None = None,
+        observation: re.Pattern[str] | None = None,
+        spacing: Spacing | None = None,
+    ) -> None:
+        self.stages = list(stages)
+        self.spacing = spacing  # how deep a compaction goes (`inflight.compaction.depth`; None: to target)
+        self.count_message = count_message
+        self.estimate_message = estimate_message  # for big text a stage is about to drop (None: count it)
+        self.observation = observation  # user messages that are observations, not requests
+
+    async def run(
+        self, conversation: Conversation, *, budget: Budget, record: Record | None, force: bool = False
+    ) -> Outcome | None:
+        """The rewritten conversation, or None when it goes upstream untouched."""
+        before = conversation.tokens
+        if record is None and before <= budget.prune_at and not force:
+            return None
+        head_len = head_length(conversation.messages)
+        draft = Draft.from_record(record, conversation) if record else Draft(head_len, head_len)
+        actions: list[str] = []
+        if record is not None:
+            actions += ["summary-cached"] if record.summary is not None else []
+            actions += sorted({r.kind for r in draft.replaced.values()})
+        outcome = Outcome([], before, before, actions, record or draft.freeze(conversation), fits=True)
+        latest = latest_request_index(conversation.messages, self.observation, conversation.observations)
+        work = Work(
+            conversation,
+            draft,
+            budget,
+            outcome,
+            self.count_message,
+            estimate_message=self.estimate_message,
+            force=force,
+            latest_request=latest,
+        )
+        work.prune = force or work.tokens > recompact_at(budget, record)
+        if self.spacing is not None and budget.spaced and (work.prune or draft.fallback):  # a compaction may come
+            work.depth = depth_of(work, self.spacing)
+            if work.depth.schedule is not None:
+                work.budget = budget = schedule_by_cost(budget, work.depth, record)
+                work.prune = force or work.tokens > recompact_at(budget, record)
+        for stage in self.stages:
+            await stage.run(work)
+        if count_exactly(work) and work.tokens > budget.limit:  # the estimates fell short: once more, counted
+            for stage in self.stages:
+                await stage.run(work)
+            count_exactly(work)
+        conversation = work.conversation
+        total = work.tokens
+        view = draft.view(conversation)
+        outcome.messages = [message for message, _, _ in view]
+        outcome.sent_counts = [tokens for _, tokens, _ in view]
+        outcome.sent_origins = [origin for _, _, origin in view]
+        outcome.tokens_after = total
+        outcome.record = draft.freeze(conversation)
+        outcome.fits = total <= budget.limit
+        if work.depth is not None and work.depth.schedule is not None:
+            outcome.scheduled = schedule_by_cost(budget, work.depth, outcome.record)  # where the next one comes
+        # A compaction now (something taken off on this run, and a record it did not replay) may churn.
+        changed = bool(outcome.actions) and (record is None or outcome.record != record)
+        if changed and work.depth is not None and work.depth.churns(total):
+            say_churn(outcome, work.depth, total)
+        outcome.actions = list(dict.fromkeys(outcome.actions)) or ["none"]
+        return outcome
+
+
+def count_exactly(work: Work) -> bool:
+    """Count what is sent but was only estimated: a truncated output kept, a message older than the window
+    was thought to be. Every figure a record keeps and the request reports is then a count. True when any was."""
+    draft, conversation = work.draft, work.conversation
+    changed = False
+    for index in work.estimated:
+        current = draft.replaced.get(index)
+        if current is not None and current.kind == "truncate":
+            tokens = work.count_message(current.message)
+            draft.replaced[index] = Replacement(current.digest, current.message, tokens, "truncate")
+            changed = True
+    work.estimated.clear()
+    kept = {origin for _, _, origin in draft.view(conversation) if origin is not None and origin not in draft.replaced}
+    approximated = kept & conversation.approximated
+    if approximated:
+        counts = list(conversation.counts)
+        for index in approximated:
+            counts[index] = work.count_message(conversation.messages[index])
+        work.conversation = replace(conversation, counts=counts, approximated=conversation.approximated - approximated)
+        changed = True
+    return changed
+
+
+def say_churn(outcome: Outcome, depth: Depth, tokens: int) -> None:
+    """The conversation's turns are too big for its window: the next compaction is fewer turns away than asked.
+    Said in `x-inflight-actions` and on the request's log line (the growth, the turns left, the floor)."""
+    outcome.actions.append(CHURN)
+    outcome.notes["growth"] = str(depth.growth)
+    outcome.notes["turns_left"] = f"{depth.turns_left(tokens):.1f}"
+    outcome.notes["floor"] = str(depth.floor)
+
+
+def schedule_by_cost(budget: Budget, depth: Depth, record: Record | None) -> Budget:
+    """The budget with its next compaction where it costs least per turn (`Depth.plan`): a request that fits and
+    is under that point goes as it is (its record replayed), though it is past `prune_at` or `summarize_at`."""
+    trigger = min(depth.trigger, budget.limit)
+    if record is None or record.bare:  # the first compaction: no earlier than prune_at
+        return replace(budget, prune_at=max(budget.prune_at, trigger), summarize_at=max(budget.summarize_at, trigger))
+    return replace(budget, summarize_at=max(budget.summarize_at, trigger))
+
+
+def recompact_at(budget: Budget, record: Record | None) -> int:
+    """Where truncate and mask run again (down to the aim, `inflight.compaction.depth`). Without a record, at
+    prune_at. With one, only once the rewritten request crosses summarize_at: masking one more result
+    a turn between the two would change a message inside last turn's request every turn and defeat
+    the upstream's prompt cache, for a few hundred tokens the request can afford (it is still under
+    summarize_at)."""
+    return budget.prune_at if record is None or record.bare else budget.summarize_at
+
+
+def build_compactor(
+    settings: Compaction,
+    *,
+    count_message: Callable[[Message], int],
+    count_text: Callable[[str], int],
+    estimate_message: Callable[[Message], int] | None = None,
+    summarize: Summarize | None,
+    summarizer_input_tokens: int,
+    background: bool = False,
+    spacing: Spacing | None = None,
+) -> Compactor:
+    """A compactor with the stages one model's `compaction:` settings call for.
+
+    `spacing`: how far apart compactions go and what a summary costs (None: by the thresholds, a summary a
+    summarizer call when `summarize` is given)."""
+    stages = build_stages(
+        settings,
+        summarize=summarize,
+        count_text=count_text,
+        summarizer_input_tokens=summarizer_input_tokens,
+        background=background,
+    )
+    observation = observation_regex(settings.mask.observation_pattern)
+    if spacing is None:
+        spacing = Spacing(
+            settings.summarize,
+            settings.min_turns_between,
+            summary_costs=summarize is not None,
+            summaries_ahead=background,
+        )
+    return Compactor(
+        stages,
+        count_message=count_message,
+        estimate_message=estimate_message,
+        observation=observation,
+        spacing=spacing,
+    )

@@ -1,0 +1,107 @@
+"""The state one compaction builds: the budget it aims at, and the record taking shape (`Draft`).
+
+Token figures here are in our own (uncalibrated) units; the caller converts the budget.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from inflight.compaction.conversation import Conversation, Message, pinned
+from inflight.compaction.ledger import Ledger
+from inflight.compaction.record import Precomputed, Record, Replacement, prefix_hash
+from inflight.config import Compaction
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The request's budget and the thresholds derived from it, in tokens."""
+
+    limit: int
+    prune_at: int
+    summarize_at: int
+    target: int
+    spaced: bool = True  # a compaction may go deeper than target, to space the next one (`inflight.compaction.depth`)
+
+    @classmethod
+    def of(cls, limit: int, settings: Compaction) -> Budget:
+        return cls(
+            limit=limit,
+            prune_at=int(limit * settings.prune_at),
+            summarize_at=int(limit * settings.summarize_at),
+            target=int(limit * settings.target),
+        )
+
+    @classmethod
+    def exactly(cls, limit: int) -> Budget:
+        """A budget whose every threshold is the limit: compact to just under it, no further."""
+        return cls(limit=limit, prune_at=limit, summarize_at=limit, target=limit, spaced=False)
+
+
+# (message as sent, its tokens, its index in the client's list or None for the summary)
+ViewItem = tuple[Message, int, int | None]
+
+
+@dataclass
+class Draft:
+    """A record being built: which prefix a summary replaces, and which later messages are replaced."""
+
+    head_len: int
+    prefix_len: int
+    summary: Message | None = None
+    summary_tokens: int = 0
+    fallback: bool = False
+    replaced: dict[int, Replacement] = field(default_factory=dict)
+    ledger: Ledger | None = None
+    ahead: Precomputed | None = None
+
+    @classmethod
+    def from_record(cls, record: Record, conversation: Conversation) -> Draft:
+        replaced = {
+            index: r
+            for index, r in record.replaced.items()
+            if index < len(conversation.digests) and conversation.digests[index] == r.digest
+        }
+        return cls(
+            record.head_len,
+            record.prefix_len,
+            record.summary,
+            record.summary_tokens,
+            record.fallback,
+            replaced,
+            record.ledger,
+            record.ahead,
+        )
+
+    def view(self, conversation: Conversation) -> list[ViewItem]:
+        """What is sent, in order: the head, the summary, pinned messages of the middle, then the rest."""
+        messages, counts = conversation.messages, conversation.counts
+        out: list[ViewItem] = [self._item(i, messages, counts) for i in range(self.head_len)]
+        if self.summary is not None:
+            out.append((self.summary, self.summary_tokens, None))
+        out += [(messages[i], counts[i], i) for i in range(self.head_len, self.prefix_len) if pinned(messages[i])]
+        out += [self._item(i, messages, counts) for i in range(self.prefix_len, len(messages))]
+        return out
+
+    def _item(self, index: int, messages: Sequence[Message], counts: Sequence[int]) -> ViewItem:
+        replacement = self.replaced.get(index)
+        if replacement is None:
+            return messages[index], counts[index], index
+        return replacement.message, replacement.tokens, index
+
+    def tokens(self, conversation: Conversation) -> int:
+        return conversation.fixed_tokens + sum(tokens for _, tokens, _ in self.view(conversation))
+
+    def freeze(self, conversation: Conversation) -> Record:
+        return Record(
+            head_len=self.head_len,
+            prefix_len=self.prefix_len,
+            prefix_hash=prefix_hash(conversation.digests[: self.prefix_len]),
+            summary=self.summary,
+            summary_tokens=self.summary_tokens,
+            fallback=self.fallback,
+            replaced=dict(self.replaced),
+            ledger=self.ledger,
+            ahead=self.ahead,
+        )

@@ -1,0 +1,82 @@
+"""The artifact ledger: what the dropped messages did, kept in every compacted request and grown, never re-summarized.
+
+LLM summaries are weakest at artifacts: exact paths, commands and error lines get paraphrased
+or lost, and a summary of a summary loses more. The ledger keeps them verbatim and
+deterministically: each compaction adds the facts of the span it drops (`facts.facts_of`) to the
+ledger of the compaction before. It is the whole memory when no summarizer is available, and it
+sits under the LLM summary when one is.
+
+When it grows past its room, the oldest entries go first, outcomes before commands.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from inflight.compaction.facts import Facts
+
+LEDGER_HEADING = "## Ledger (kept verbatim by inflight from the dropped messages)"
+MAX_ENTRIES = 400  # of each kind: more than any rendering shows, so the record stays bounded
+
+
+@dataclass(frozen=True)
+class Ledger:
+    commands: tuple[str, ...] = ()
+    outcomes: dict[str, str] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)
+    errors: tuple[str, ...] = ()
+    identifiers: tuple[str, ...] = ()
+    dropped_messages: int = 0
+
+    def add(self, facts: Facts, *, messages: int) -> Ledger:
+        """This ledger with a newer span's facts after it (a fact seen again moves to the newest place)."""
+        commands = _newest_last(self.commands, facts.commands)
+        outcomes = {**self.outcomes, **facts.outcomes}
+        # Older files first, new ones after (render keeps the newest); a file's first command stays its mention.
+        files = {**self.files, **{path: cmd for path, cmd in facts.files.items() if path not in self.files}}
+        return Ledger(
+            commands=commands,
+            outcomes={command: outcomes[command] for command in commands if command in outcomes},
+            files=dict(list(files.items())[-MAX_ENTRIES:]),
+            errors=_newest_last(self.errors, facts.errors),
+            identifiers=_newest_last(self.identifiers, facts.identifiers),
+            dropped_messages=self.dropped_messages + messages,
+        )
+
+    def render(self, max_chars: int) -> str:
+        """The ledger as text within `max_chars`: whole when it fits, else its newest entries."""
+        for keep in (None, 60, 30, 15, 8, 4, 2):
+            text = self._text(keep, outcomes=keep is None or keep >= 15)
+            if len(text) <= max_chars:
+                return text
+        return self._text(1, outcomes=False)[:max_chars]
+
+    def _text(self, keep: int | None, *, outcomes: bool) -> str:
+        def newest(items: tuple[str, ...] | list[str]) -> list[str]:
+            return list(items) if keep is None else list(items)[-keep:]
+
+        lines = [LEDGER_HEADING, f"({self.dropped_messages} messages dropped in all)"]
+        if self.files:
+            paths = newest(list(self.files))
+            lines.append("Files: " + "; ".join(f"{path} (`{_short(self.files[path])}`)" for path in paths))
+        if self.commands:
+            lines.append("Commands run, oldest first:")
+            for command in newest(self.commands):
+                outcome = self.outcomes.get(command) if outcomes else None
+                lines.append(f"- `{command}`" + (f" -> {outcome}" if outcome else ""))
+        if self.errors:
+            lines.append("Errors seen:")
+            lines += [f"- {error}" for error in newest(self.errors)]
+        if self.identifiers:
+            lines.append("Names used: " + ", ".join(newest(self.identifiers)))
+        return "\n".join(lines)
+
+
+def _newest_last(old: tuple[str, ...], new: tuple[str, ...]) -> tuple[str, ...]:
+    renewed = set(new)
+    return (tuple(item for item in old if item not in renewed) + new)[-MAX_ENTRIES:]
+
+
+def _short(command: str, limit: int = 60) -> str:
+    command = " ".join(command.split())
+    return command if len(command) <= limit else command[: limit - 3] + "..."

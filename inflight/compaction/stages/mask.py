@@ -1,0 +1,109 @@
+"""Stage 2: replace old tool results by a short placeholder that still says what the call was.
+
+All but the newest `keep_tool_results` results go at once (then all but `keep_tool_results_min`
+if still above the compaction's aim, `Work.aim`: the target, or deeper when the conversation grows
+fast, `inflight.compaction.depth`): one big step rather than one result a turn, and down to the aim
+rather than just under a threshold, so that the next turns need no change and the prefix the
+upstream caches stays stable for as many turns as the budget allows. Masking all the way costs the
+cache no more than masking one (the prefix changes from the first result masked either way).
+
+The placeholder is a pure function of the call and the result, so the same result is masked to
+the same bytes on every turn (the upstream's prompt cache depends on it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from inflight.compaction.conversation import (
+    Message,
+    calls_of_results,
+    describe_call,
+    is_observation,
+    observation_regex,
+    text_of,
+)
+from inflight.compaction.facts import facts_note, text_commands
+from inflight.compaction.record import Replacement
+from inflight.compaction.stage import Work
+from inflight.config import Mask as MaskSettings
+
+TOOL_PRUNED = "[tool output pruned:"
+OBSERVATION_PRUNED = "[observation pruned:"
+
+
+def pruned(prefix: str, what: str, message: Message, tokens: int) -> str:
+    """One line in a result's place: what ran, how big its output was, and that output's errors and paths.
+    A pure function of the message, so the same result is masked to the same bytes every turn."""
+    note = facts_note(text_of(message.get("content")))
+    return f"{prefix} {what} returned {tokens:,} tokens{'; ' + note if note else ''}]"
+
+
+def placeholder(message: Message, function: dict[str, Any] | None, tokens: int) -> Message:
+    """The masked form of a tool result: same role and id, a one-line content."""
+    text = pruned(TOOL_PRUNED, describe_call(function), message, tokens)
+    masked = {key: (text if key == "content" else value) for key, value in message.items()}
+    masked.setdefault("content", text)
+    return masked
+
+
+def observation_placeholder(message: Message, command: str | None, tokens: int) -> Message:
+    """The masked form of a text-action agent's observation (a user message): what ran, how big it was."""
+    ran = f"`{command.splitlines()[0][:160]}`" if command else "a command"
+    return {**message, "content": pruned(OBSERVATION_PRUNED, ran, message, tokens)}
+
+
+class MaskStage:
+    def __init__(self, settings: MaskSettings) -> None:
+        self.keep = (settings.keep_tool_results, settings.keep_tool_results_min)
+        self.observation = observation_regex(settings.observation_pattern)
+
+    def observations(self, work: Work) -> dict[int, str | None]:
+        """User messages after the head that are observations (by the pattern), with the command each answers."""
+        messages, head_len = work.conversation.messages, work.draft.head_len
+        if self.observation is None:
+            return {}
+        latest = work.latest_request
+        found: dict[int, str | None] = {}
+        command: str | None = None
+        for index in range(head_len, len(messages)):
+            message = messages[index]
+            if message.get("role") == "assistant":
+                commands = text_commands(text_of(message.get("content")))
+                command = commands[-1] if commands else None
+            elif index != latest and is_observation(messages, index, self.observation):
+                found[index] = command
+        return found
+
+    async def run(self, work: Work) -> None:
+        if not work.prune or (work.middle_replaced and work.tokens <= work.aim and not work.force):
+            return  # a summary put in place first already brought it down: the tail stays verbatim
+        conversation, draft = work.conversation, work.draft
+        messages = conversation.messages
+        total = work.tokens
+        observed = self.observations(work)
+        results = [
+            i
+            for i in range(draft.prefix_len, len(messages))
+            if (messages[i].get("role") == "tool" or i in observed) and i not in conversation.opaque
+        ]
+        calls = calls_of_results(messages)
+        for keep in self.keep:
+            for index in results[: max(len(results) - keep, 0)]:
+                current = draft.replaced.get(index)
+                if current is not None and current.kind == "mask":
+                    continue
+                original = messages[index]
+                if index in observed:
+                    masked = observation_placeholder(original, observed[index], conversation.counts[index])
+                else:
+                    masked = placeholder(original, calls.get(index), conversation.counts[index])
+                tokens = work.count_message(masked)
+                if tokens >= conversation.counts[index]:  # a short result is its own best summary
+                    continue
+                previous_tokens = current.tokens if current else conversation.counts[index]
+                draft.replaced[index] = Replacement(conversation.digests[index], masked, tokens, "mask")
+                total += tokens - previous_tokens
+                work.outcome.actions.append("mask")
+            if not work.force and total <= work.aim:
+                break

@@ -1,0 +1,77 @@
+"""Reading the YAML file: `${VAR}` from the environment, then validation into `Settings`.
+
+`load_settings` is the only loader; its errors name the key and the file.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from inflight.config.settings import DATA_DIR, ConfigError, Settings, deep_merge, describe
+
+DATA_DIR_VARIABLE = "INFLIGHT_DATA_DIR"
+ENV_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def interpolate_lines(text: str) -> str:
+    """`${VAR}` expanded before parsing (so `{port: ${PORT}}` works), except on comment lines: a
+    commented-out `# api_key: ${OPENAI_API_KEY}` must not require the variable."""
+    return "".join(
+        line if line.lstrip().startswith("#") else interpolate_env(line) for line in text.splitlines(keepends=True)
+    )
+
+
+def interpolate_env(text: str, environ: dict[str, str] | os._Environ[str] = os.environ) -> str:
+    """Expand `${VAR}` and `${VAR:-default}`; an unset `${VAR}` without default is an error."""
+
+    def replace(match: re.Match[str]) -> str:
+        name, default = match.group(1), match.group(2)
+        value = environ.get(name)
+        if value is None or (value == "" and default is not None):
+            if default is None:
+                raise ConfigError(f"environment variable {name} is not set and has no default (use ${{{name}:-}})")
+            return default
+        return value
+
+    return ENV_PATTERN.sub(replace, text)
+
+
+def load_settings(path: str | Path | None = None, *, overrides: dict[str, Any] | None = None) -> Settings:
+    """Read, interpolate and validate the YAML file (or the built-in defaults when `path` is None).
+
+    `overrides` are nested dicts applied over the file, as the CLI's `--host/--port/--upstream` do.
+    A relative path in the settings (a `sqlite:///` state URL, and so the archive beside it) resolves
+    under `INFLIGHT_DATA_DIR` when it is set, else stays relative to the working directory.
+    """
+    raw: dict[str, Any] = {}
+    source = "built-in defaults"
+    if path is not None:
+        source = str(path)
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {source}: {exc.strerror}") from exc
+        try:
+            loaded = yaml.safe_load(interpolate_lines(text))
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{source}: not valid YAML: {exc}") from exc
+        except ConfigError as exc:
+            raise ConfigError(f"{exc} ({source})") from exc
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{source}: expected a mapping at the top level, got {type(loaded).__name__}")
+        raw = loaded
+    if overrides:
+        raw = deep_merge(raw, overrides)
+    try:
+        return Settings.model_validate(raw, context={DATA_DIR: os.environ.get(DATA_DIR_VARIABLE) or None})
+    except ValidationError as exc:
+        problems = "; ".join(describe(error) for error in exc.errors())
+        raise ConfigError(f"{problems} ({source})") from exc

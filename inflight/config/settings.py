@@ -1,0 +1,393 @@
+"""Settings: the sections of the one YAML file, validated once at start-up (`inflight.config.loading` reads it).
+
+Every section is a frozen pydantic model that forbids unknown keys, so a typo in the YAML is an
+error naming the key instead of a setting silently ignored. `inflight.config.loading.load_settings` is the only loader.
+"""
+
+from __future__ import annotations
+
+import base64
+import fnmatch
+import re
+from dataclasses import dataclass
+from pathlib import PurePath
+from typing import Any, Literal
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+
+from pydantic import Field, PrivateAttr, ValidationError, ValidationInfo, field_validator, model_validator
+
+from inflight.config.compaction import Compaction
+from inflight.config.pricing import Pricing
+from inflight.config.section import Section
+
+
+class ConfigError(ValueError):
+    """A configuration problem, worded for the person who edits the YAML."""
+
+
+class Listen(Section):
+    host: str = "127.0.0.1"
+    port: int = Field(8787, ge=0, le=65535)
+
+
+class Upstream(Section):
+    base_url: str = "https://api.openai.com/v1"
+    api_key: str = ""
+    connect_timeout_s: float = Field(10, gt=0)
+    read_timeout_s: float = Field(600, gt=0)
+    max_connections: int = Field(512, ge=1)
+    # How `api_key` goes out: `Authorization: Bearer` (OpenAI and most servers) or `x-api-key` (Anthropic).
+    # Unset: `x-api-key` for Anthropic Messages requests, Bearer for the rest.
+    auth: Literal["bearer", "x-api-key"] | None = None
+
+    # `user:pass@` taken out of base_url, base64-encoded: sent as `Authorization: Basic`, never as part
+    # of the URL (which reaches the Host header, error messages and the log).
+    basic_auth: str = Field("", exclude=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _credentials_out_of_url(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not isinstance(data.get("base_url"), str) or "@" not in data["base_url"]:
+            return data
+        parts = urlsplit(data["base_url"])
+        if parts.username is None and parts.password is None:
+            return data
+        userinfo = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}".encode()
+        clean = urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+        return {**data, "base_url": clean, "basic_auth": base64.b64encode(userinfo).decode("ascii")}
+
+    @model_validator(mode="after")
+    def _one_authorization(self) -> Upstream:
+        if self.basic_auth and self.api_key:
+            raise ValueError(
+                "upstream.base_url carries user:password and upstream.api_key is set; both would be the "
+                "Authorization header: keep one"
+            )
+        return self
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError(f"expected an http:// or https:// URL, got {value!r}")
+        return value.rstrip("/")
+
+    @field_validator("api_key", mode="before")
+    @classmethod
+    def _empty_key(cls, value: object) -> object:
+        # `api_key: ${OPENAI_API_KEY:-}` interpolates to an empty YAML value, which YAML reads as null.
+        return "" if value is None else value
+
+
+class SummarizerBudget(Section):
+    """The summarizer calls clients may cause (the operator pays for them when the proxy holds the key).
+
+    Per client (its key's identity: `access.keys`' key, else its `Authorization`/`x-api-key`, else its
+    address) and for the whole proxy. Past a budget, a turn compacts with the ledger instead
+    (`x-inflight-actions: summary-budget`), never fails. 0: no bound."""
+
+    calls_per_minute: int = Field(30, ge=0)
+    tokens_per_hour: int = Field(2_000_000, ge=0)  # the summarizer's input, as inflight counts it
+    global_calls_per_minute: int = Field(300, ge=0)
+    global_tokens_per_hour: int = Field(20_000_000, ge=0)
+
+
+class Limits(Section):
+    """What one client (or upstream) may make the proxy hold: bodies, headers, events, keys, time, summaries.
+
+    The timeouts bound how long a client that sends slowly or not at all (a slow loris) keeps a
+    connection: its headers, its body, and the wait for its next request on a kept-alive connection;
+    and how long one that stops reading its answer keeps it, and the upstream stream behind it
+    (`client_send_timeout_s`). The wait for the upstream's answer is `upstream.read_timeout_s`, not
+    these. The byte bounds stop a hostile peer, never a real agent.
+    """
+
+    max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024)
+    client_header_timeout_s: float = Field(30, gt=0)  # first byte of a request to the end of its headers
+    client_body_timeout_s: float = Field(300, gt=0)  # end of the headers to the last byte of the body
+    client_idle_timeout_s: int = Field(30, ge=1)  # a connection with no request in progress (uvicorn's own)
+    # The answer's bytes wait on a client that takes none of them (its connection's buffers full): past
+    # this the connection is reset and the upstream stream closed. A client reading slowly is never cut.
+    client_send_timeout_s: float = Field(60, gt=0)
+    max_header_bytes: int = Field(64 * 1024, ge=1024)  # a request's headers: 431 past it, before any key check
+    max_upstream_header_bytes: int = Field(64 * 1024, ge=1024)  # an upstream answer's headers: 502 past it
+    # A held first event, and any one SSE line a reader keeps (refusal, usage): past it, held no longer, read no more.
+    max_event_bytes: int = Field(1024 * 1024, ge=1024)
+    # What the proxy inflates of an encoded answer to read it (usage, a refusal): past it, it reads no more.
+    max_inflate_bytes: int = Field(16 * 1024 * 1024, ge=1024)
+    # A client's string that keys a map or lands in a log or a store (model, session, label): clipped
+    # (logs) or hashed (keys) past this.
+    max_key_chars: int = Field(256, ge=16)
+    summarizer: SummarizerBudget = SummarizerBudget()
+
+
+class Access(Section):
+    """Who may use the proxy: client keys for `/v1`, admin keys for `/inflight/*` (`/healthz` stays open)."""
+
+    keys: tuple[str, ...] = ()
+    admin_keys: tuple[str, ...] | None = None  # None: the same as `keys`
+    allow_anonymous: bool = False  # inject `upstream.api_key` for anyone who can reach a public address
+    # Browser origins allowed to call the proxy while it holds a key and has no `keys` (else 403).
+    cors_origins: tuple[str, ...] = ()
+
+    @field_validator("keys", "admin_keys", mode="before")
+    @classmethod
+    def _drop_empty(cls, value: object) -> object:
+        # `- ${INFLIGHT_KEY:-}` interpolates to an empty entry when the variable is unset: not a key.
+        if isinstance(value, list | tuple):
+            return tuple(key for key in value if key not in (None, ""))
+        return value
+
+    @property
+    def admin(self) -> tuple[str, ...]:
+        return self.keys if self.admin_keys is None else self.admin_keys
+
+
+DATA_DIR = "data_dir"  # the validation context's key for the directory relative paths resolve under
+
+
+# A query parameter whose name says it may hold a credential (`?password=`, `?api-key=`, `?sig=`, `?token=`).
+CREDENTIAL_NAME = re.compile(r"key|token|secret|pass|sig|auth|cred", re.IGNORECASE)
+
+
+def redacted_url(url: str) -> str:
+    """`url` fit for a log line: a password (`redis://:secret@host`) and the value of a query parameter that may hold
+    a credential as `***`; a URL with neither as it is."""
+    parts = urlsplit(url)
+    if parts.password is None and not parts.query:
+        return url
+    netloc = parts.netloc
+    if parts.password is not None:
+        userinfo, _, host = netloc.rpartition("@")
+        netloc = f"{userinfo.partition(':')[0]}:***@{host}"
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    query = urlencode([(k, "***" if CREDENTIAL_NAME.search(k) else v) for k, v in pairs], safe="*")
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
+
+
+class State(Section):
+    """Where compaction records and background summaries are kept (`inflight.records`).
+
+    `memory://`: this process only, lost on restart. `sqlite:///inflight.db` (relative) or
+    `sqlite:////var/lib/inflight/inflight.db` (absolute): a file, kept across restarts and shared by
+    workers on one machine. `redis://host:6379/0`: shared by every worker and replica.
+
+    A relative SQLite path resolves under the data directory (`INFLIGHT_DATA_DIR`, which the image sets
+    to its volume `/var/lib/inflight`) when `load_settings` is given one, else under the working
+    directory: a config mounted into a container must not put its database in the image's `/app`,
+    which its user cannot write."""
+
+    url: str = "memory://"
+
+    @field_validator("url")
+    @classmethod
+    def _known_scheme(cls, value: str, info: ValidationInfo) -> str:
+        scheme = value.split("://", 1)[0] if "://" in value else ""
+        if scheme not in ("memory", "sqlite", "redis", "rediss"):
+            raise ValueError(f"expected memory://, sqlite:///PATH or redis://HOST:PORT/DB, got {value!r}")
+        if scheme == "sqlite" and (not value.startswith("sqlite:///") or not value.removeprefix("sqlite:///")):
+            raise ValueError(f"expected sqlite:///relative/path.db or sqlite:////absolute/path.db, got {value!r}")
+        data_dir = (info.context or {}).get(DATA_DIR)
+        path = value.removeprefix("sqlite:///")
+        if scheme == "sqlite" and data_dir and not PurePath(path).is_absolute():
+            return f"sqlite:///{PurePath(data_dir, path)}"
+        return value
+
+    @property
+    def redacted_url(self) -> str:
+        """The URL fit for a log line (`redacted_url`)."""
+        if self.scheme not in ("redis", "rediss"):
+            return self.url  # memory:// and a file path hold no credentials
+        return redacted_url(self.url)
+
+    @property
+    def scheme(self) -> str:
+        return self.url.split("://", 1)[0]
+
+    @property
+    def sqlite_path(self) -> str:
+        """The database file of a `sqlite:///PATH` URL (relative to the working directory unless absolute)."""
+        return self.url.removeprefix("sqlite:///")
+
+    @property
+    def shared(self) -> bool:
+        """Whether other processes see these records (so `--workers` may be more than one)."""
+        return self.scheme != "memory"
+
+
+class Archive(Section):
+    """What each compaction dropped, and every turn's tokens, kept for `/inflight/ui` (`inflight.archive`).
+
+    Off by default: it keeps what clients sent. Stored where `state.url` points (memory, the SQLite
+    file, Redis), with a retention of its own."""
+
+    enabled: bool = False
+    retention_s: float = Field(7 * 24 * 3600, gt=0)
+    max_bytes: int = Field(256 * 1024 * 1024, ge=1024 * 1024)  # memory and SQLite; Redis: its own maxmemory
+    max_turns: int = Field(10_000, ge=10)  # per conversation; older turns go first
+
+
+class Responses(Section):
+    """The Responses API's server-side compaction for upstreams that lack it (`POST /v1/responses/compact`).
+
+    `compact_fallback`: answer it when the upstream does not (404, 405, 501). `item_key`: the secret
+    that seals the `compaction` items inflight hands out; every proxy of a deployment needs the same
+    one. Empty: derived from `upstream.api_key`, else random at each start (items then outlive
+    neither a restart nor another worker). Taken over, a request's `context_management` compaction
+    is removed before forwarding and its `compact_threshold` becomes where inflight summarizes."""
+
+    compact_fallback: bool = True
+    item_key: str = Field("", repr=False)
+    # A request's `context_management: [{type: "compaction", compact_threshold}]`: "auto" forwards it, and
+    # takes it over for a model whose upstream refuses the field; "inflight" always takes it over.
+    context_management: Literal["auto", "inflight"] = "auto"
+
+    @field_validator("item_key", mode="before")
+    @classmethod
+    def _empty_key(cls, value: object) -> object:
+        return "" if value is None else value
+
+
+class Messages(Section):
+    """Anthropic Messages: context editing for upstreams that lack it, and the upstream's exact count.
+
+    `context_management` (a request's `context_management.edits`): "auto" forwards them, and does them
+    itself for a model whose upstream refuses the field; "inflight" always does them itself (for an
+    upstream that ignores the field). `count_tokens`: "near" asks the upstream's
+    `POST /v1/messages/count_tokens` on a turn whose estimate is within `count_tokens_band` (a share
+    of the budget) of a threshold (`prune_at`, `summarize_at`, `background_at`, the budget), and
+    decides on its count; "off" decides on the calibrated estimate."""
+
+    context_management: Literal["auto", "inflight"] = "auto"
+    count_tokens: Literal["off", "near"] = "off"
+    count_tokens_band: float = Field(0.05, gt=0, le=1)
+
+
+Encoding = Literal["o200k_base", "cl100k_base"]
+
+
+class ModelEntry(Section):
+    context_window: int | None = Field(None, ge=256)
+    max_output_tokens: int | None = Field(None, ge=1)
+    encoding: Encoding | None = None
+    # A partial `compaction:` block; merged over the global one by `Settings.compaction_for`.
+    compaction: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    compaction: Compaction
+    encoding: str | None  # the `models:` entry's encoding override
+
+
+class Settings(Section):
+    listen: Listen = Listen()
+    upstream: Upstream = Upstream()
+    access: Access = Access()
+    limits: Limits = Limits()
+    default_context_window: int = Field(128000, ge=256)
+    discover_context_window: bool = True
+    models: dict[str, ModelEntry] = Field(default_factory=dict)
+    compaction: Compaction = Compaction()
+    pricing: Pricing = Pricing()  # what the upstream bills: the cost figures and when to compact
+    state: State = State()
+    archive: Archive = Archive()
+    responses: Responses = Responses()
+    messages: Messages = Messages()
+    # A wire format's own upstream (else `upstream`): one proxy serves Claude Code to an Anthropic-compatible
+    # server and OpenAI-format agents to another.
+    upstreams: dict[Literal["chat_completions", "responses", "messages"], Upstream] = Field(default_factory=dict)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # Each `models.<glob>.compaction` merged over the global block once, here, not on every request.
+    _compactions: dict[str, Compaction] = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _keys_need_an_upstream_key(self) -> Settings:
+        if not self.access.keys:
+            return self
+        for name, upstream in (
+            ("upstream", self.upstream),
+            *((f"upstreams.{k}", u) for k, u in self.upstreams.items()),
+        ):
+            if not upstream.api_key and not upstream.basic_auth:
+                raise ValueError(
+                    "access.keys is set, so clients send the proxy's keys, not the upstream's: "
+                    f"set {name}.api_key to the key the proxy uses upstream"
+                )
+        return self
+
+    def upstream_for(self, wire: str) -> Upstream:
+        """The upstream of a wire format (`upstreams.<name>`, else `upstream`)."""
+        found: Upstream | None = self.upstreams.get(wire)  # type: ignore[call-overload]
+        return found if found is not None else self.upstream
+
+    def manages_context(self, wire: str) -> bool:
+        """Inflight always does what a request of `wire` asks of the upstream's context management."""
+        section = self.messages if wire == "messages" else self.responses
+        return section.context_management == "inflight"
+
+    @property
+    def holds_upstream_key(self) -> bool:
+        """Whether the proxy sends a key of its own to any upstream (then anyone who reaches it spends it)."""
+        return any(u.api_key for u in (self.upstream, *self.upstreams.values()))
+
+    @model_validator(mode="after")
+    def _model_overrides_valid(self) -> Settings:
+        for pattern, entry in self.models.items():
+            if entry.compaction is not None:
+                try:
+                    self._compactions[pattern] = _merge_compaction(self.compaction, entry.compaction)
+                except ValidationError as exc:
+                    raise ValueError(f"models.{pattern}.compaction: {_first_error(exc)}") from exc
+        return self
+
+    def model_entry(self, model: str) -> ModelEntry | None:
+        pattern = self._pattern_for(model)
+        return None if pattern is None else self.models[pattern]
+
+    def encoding_override(self, model: str) -> str | None:
+        entry = self.model_entry(model)
+        return entry.encoding if entry else None
+
+    def compaction_for(self, model: str) -> Compaction:
+        pattern = self._pattern_for(model)
+        return self.compaction if pattern is None else self._compactions.get(pattern, self.compaction)
+
+    def _pattern_for(self, model: str) -> str | None:
+        """The `models:` key for this model: an exact name wins over any glob, else the first glob that matches."""
+        if model in self.models:
+            return model
+        return next((pattern for pattern in self.models if fnmatch.fnmatchcase(model, pattern)), None)
+
+    def for_model(self, model: str) -> ModelSettings:
+        """Everything configured for one model, resolved at once (callers cache it: it walks the globs)."""
+        return ModelSettings(self.compaction_for(model), self.encoding_override(model))
+
+
+def _merge_compaction(base: Compaction, override: dict[str, Any]) -> Compaction:
+    return Compaction.model_validate(deep_merge(base.model_dump(), override))
+
+
+def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _first_error(exc: ValidationError) -> str:
+    error = exc.errors()[0]
+    return describe(error)
+
+
+def describe(error: Any) -> str:
+    location = ".".join(str(part) for part in error["loc"])
+    message = error["msg"]
+    if error["type"] == "extra_forbidden":
+        message = "unknown key (check the spelling; see the YAML reference in README.md)"
+    elif "input" in error and error["type"] != "missing" and not isinstance(error["input"], dict):
+        message = f"{message}, got {error['input']!r}"
+    return f"{location}: {message}" if location else message

@@ -1,0 +1,99 @@
+"""Chat Completions (`POST /v1/chat/completions`): the format the core's own shape is borrowed from.
+
+Reading is the identity: the body's `messages` are the core's messages and the body is its view
+(no copy). Nothing in a chat completion is opaque. Writing puts the compacted messages in place
+of the client's and keeps every other field. Refusals come in every wording of every server that
+serves this API (`inflight.policy.refusals`); usage is `usage.prompt_tokens`, in the JSON body or in
+the stream's last event (`stream_options.include_usage`); errors are OpenAI's
+`{"error": {"message", "type", "param", "code"}}`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from inflight.formats.seam import CoreRequest, Message, OpenAIShape, TakenOver, usage_count
+from inflight.policy.refusals import Refusal, detect, detect_event
+
+
+class ChatCompletions(OpenAIShape):
+    name: str = "chat_completions"
+    session_header: str | None = None  # none of its own: `x-inflight-session`, else the head
+    session_header_first: bool = False
+    usage_marker: bytes = b'"usage"'
+    in_place_summaries: bool = True
+
+    def read(self, payload: dict[str, Any]) -> CoreRequest | None:
+        model = payload.get("model")
+        messages = payload.get("messages")
+        if not isinstance(model, str) or not is_message_list(messages):
+            return None
+        return CoreRequest(model=model, view=payload, output_limit=output_limit(payload))
+
+    def write(self, payload: dict[str, Any], request: CoreRequest, messages: list[Message]) -> bytes:
+        return orjson.dumps({**payload, "messages": messages})
+
+    def refusal(self, status: int, body: bytes, *, content_encoding: bytes | None) -> Refusal | None:
+        return detect(status, body, content_encoding=content_encoding)
+
+    def stream_pending(self, event: bytes) -> bool:
+        return False  # the first event is the answer, or the error
+
+    def stream_refusal(self, event: bytes) -> Refusal | None:
+        return detect_event(event)
+
+    def prompt_tokens(self, document: object) -> int | None:
+        return usage_count(document, "prompt_tokens")
+
+    def output_tokens(self, document: object) -> int | None:
+        return usage_count(document, "completion_tokens")
+
+    def take_over(self, payload: dict[str, Any], *, prompt_tokens: int, count: Callable[[str], int]) -> TakenOver:
+        return TakenOver(payload)  # Chat Completions has none
+
+    def rejects_server_compaction(self, status: int, body: bytes) -> bool:
+        return False
+
+    summary_headers: tuple[tuple[bytes, bytes], ...] = ()
+    summary_path: str = "/v1/chat/completions"
+
+    def summary_request(
+        self, messages: list[Message], *, model: str, max_tokens: int, tools: object = None
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": model,
+            "messages": messages,
+            "max_tokens": max_tokens,
+            "temperature": 0,
+            "stream": False,
+        }
+        if tools:  # the prefix as the upstream cached it, tools included; none to be called
+            body |= {"tools": tools, "tool_choice": "none"}
+        return body
+
+    def summary_reply(self, document: object) -> tuple[str, str | None]:
+        choices = (document.get("choices") if isinstance(document, dict) else None) or []
+        first = choices[0] if isinstance(choices, list) and isinstance(choices[0], dict) else {}
+        message = first.get("message")
+        content = message.get("content") if isinstance(message, dict) else None
+        reason = first.get("finish_reason")
+        return (content if isinstance(content, str) else ""), (reason if isinstance(reason, str) else None)
+
+
+def is_message_list(messages: object) -> bool:
+    return isinstance(messages, list) and all(isinstance(m, dict) for m in messages)
+
+
+def output_limit(payload: dict[str, Any]) -> int | None:
+    """The reply's length the client asked for: `max_completion_tokens`, else the older `max_tokens`."""
+    for key in ("max_completion_tokens", "max_tokens"):
+        value = payload.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+CHAT_COMPLETIONS = ChatCompletions()

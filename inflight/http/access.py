@@ -1,0 +1,165 @@
+"""Inbound keys: who may spend the upstream key the proxy holds.
+
+With `access.keys` set, every `/v1` request must carry one of them as `Authorization: Bearer …` or
+(as Anthropic's clients send it) `x-api-key: …` (the upstream gets `upstream.api_key` instead), and
+`/inflight/*` and `/metrics` one of `access.admin_keys`. `/healthz` stays open for load balancers.
+Keys are compared in constant time, each against all.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+from collections.abc import Callable
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from inflight.config import Access, Settings
+from inflight.errors import Forbidden, ProxyError
+from inflight.formats import MESSAGES
+from inflight.http.error_response import DEFAULT_SHAPE, render
+
+OPEN_PATHS = frozenset({"/healthz"})
+VIEWER = "/inflight/ui"  # static files that hold no data: the page asks for an admin key before any JSON
+
+
+def is_open(path: str) -> bool:
+    return path in OPEN_PATHS or path == VIEWER or path.startswith(VIEWER + "/")
+
+
+class InvalidApiKey(ProxyError):
+    status_code = 401
+    error_type = "invalid_request_error"
+    code = "invalid_api_key"
+
+
+def presented_key(scope: Scope) -> bytes | None:
+    """The key as OpenAI's clients send it (`Authorization: Bearer`), else as Anthropic's (`x-api-key`)."""
+    api_key = None
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            scheme, _, key = value.partition(b" ")
+            return key.strip() if scheme.lower() == b"bearer" else None
+        if name == b"x-api-key" and api_key is None:
+            api_key = value.strip()
+    return api_key
+
+
+def accepted(key: bytes | None, keys: tuple[str, ...]) -> bool:
+    """Whether `key` is one of `keys`, in time that does not depend on which one, or how much matched."""
+    found = False
+    for candidate in keys:
+        found |= hmac.compare_digest(key or b"", candidate.encode("utf-8"))
+    return found and bool(key)
+
+
+class AccessGuard:
+    """An ASGI wrapper: requests without an accepted key are answered 401 before anything else runs."""
+
+    def __init__(self, app: ASGIApp, access: Access, *, on_refused: Callable[[str], None] | None = None) -> None:
+        self.app = app
+        self.access = access
+        self.on_refused = on_refused  # told the path of each request refused (the metrics)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and not is_open(scope["path"]):
+            admin = scope["path"].startswith("/inflight/") or scope["path"] == "/metrics"
+            keys = self.access.admin if admin else self.access.keys
+            if keys and not accepted(presented_key(scope), keys):
+                kind = "an admin key" if admin else "one of the proxy's keys"
+                message = (
+                    f"Incorrect or missing API key: this proxy needs {kind} as 'Authorization: Bearer <key>' "
+                    "or 'x-api-key: <key>'."
+                )
+                wire = MESSAGES if scope["path"].startswith("/v1/messages") else DEFAULT_SHAPE
+                await render(InvalidApiKey(message), wire=wire)(scope, receive, send)
+                if self.on_refused is not None:
+                    self.on_refused(scope["path"])
+                return
+        await self.app(scope, receive, send)
+
+
+class OriginGuard:
+    """An ASGI wrapper for a proxy that holds an upstream key and asks clients for none: only requests
+    addressed to it by a loopback name or its listen address (`Host`), and not sent by another origin's
+    page (`Origin`), reach it. A page that rebinds its own DNS name to 127.0.0.1 would otherwise spend
+    the key and read the answers; a cross-origin "simple" request (`text/plain`) needs no preflight.
+    `access.cors_origins` lets named browser origins in. Answered 403 before anything else runs."""
+
+    def __init__(self, app: ASGIApp, settings: Settings) -> None:
+        self.app = app
+        self.listen_host = settings.listen.host.strip("[]").lower()
+        self.cors_origins = frozenset(origin.rstrip("/").lower() for origin in settings.access.cors_origins)
+        # Listening on every address (allowed only with `access.allow_anonymous`): any Host is ours.
+        self.any_host = self.listen_host in ("0.0.0.0", "::", "")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            problem = self.problem(scope)
+            if problem is not None:
+                wire = MESSAGES if scope["path"].startswith("/v1/messages") else DEFAULT_SHAPE
+                await render(Forbidden(problem), wire=wire)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+    def problem(self, scope: Scope) -> str | None:
+        headers = {name: value for name, value in scope["headers"] if name in (b"host", b"origin")}
+        host = headers.get(b"host", b"").decode("latin-1").strip().lower()
+        if not self.any_host and not self.ours(host_name(host)):
+            return (
+                f"this proxy holds an upstream key and answers only to its own address, not to Host {host[:100]!r} "
+                "(set access.keys to serve other names)"
+            )
+        origin = headers.get(b"origin")
+        if origin is None:
+            return None
+        text = origin.decode("latin-1").strip().rstrip("/").lower()
+        if text in self.cors_origins:
+            return None
+        same = text in (f"http://{host}", f"https://{host}")
+        if same and (not self.any_host or self.ours(host_name(text.partition("://")[2]))):
+            return None  # listening everywhere, a page's own origin must still be one of our names
+        return (
+            f"requests from the browser origin {text[:100]!r} are refused: this proxy holds an upstream key "
+            "(list the origin in access.cors_origins to allow it)"
+        )
+
+    def ours(self, name: str) -> bool:
+        return name == "localhost" or name == self.listen_host or is_loopback(name)
+
+
+def host_name(host: str) -> str:
+    """The name in a `Host` value, without its port (`[::1]:8787` -> `::1`)."""
+    if host.startswith("["):
+        return host[1:].partition("]")[0]
+    return host.rpartition(":")[0] if host.count(":") == 1 else host
+
+
+def startup_problem(settings: Settings) -> str | None:
+    """Why the proxy must not start as configured, or None: an open relay for its own upstream key, or an
+    archive of everyone's conversations open to anyone who can reach it."""
+    access, host = settings.access, settings.listen.host
+    if access.allow_anonymous or is_loopback(host):
+        return None
+    if settings.holds_upstream_key and not access.keys:
+        return (
+            f"upstream.api_key is set and the proxy would listen on {host}, so anyone who can reach "
+            "it would spend that key. Set access.keys (the keys clients must send), or listen on 127.0.0.1, or set "
+            "access.allow_anonymous: true if that is really what you want."
+        )
+    if settings.archive.enabled and not access.admin:
+        return (
+            f"archive.enabled keeps what clients send, and with no access.admin_keys (nor access.keys) anyone who "
+            f"can reach {host} could read it at /inflight/conversations. Set access.admin_keys, or listen on "
+            "127.0.0.1, or set access.allow_anonymous: true if that is really what you want."
+        )
+    return None
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

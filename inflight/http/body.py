@@ -1,0 +1,117 @@
+"""Reading a request body within `limits.max_body_bytes`: as it arrives, and again as it is decompressed.
+
+Memory never holds more than the limit of one body: a declared Content-Length over it is refused
+before a byte is read, a body that grows past it while streaming is cut off, and decompression
+stops as soon as the output passes it (a 1 MB gzip bomb costs at most the limit, not gigabytes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import zlib
+from collections.abc import AsyncIterator
+
+from starlette.requests import Request
+
+from inflight.config import Limits
+from inflight.errors import BadRequest, ClientTimeout, RequestTooLarge
+
+GZIP = 31  # zlib window bits: gzip framing
+ZLIB = 15  # zlib framing (HTTP's "deflate")
+RAW_DEFLATE = -15  # what some clients send as "deflate" anyway
+
+
+def too_large(limit: int) -> RequestTooLarge:
+    return RequestTooLarge(f"request body is larger than this proxy accepts ({limit:,} bytes; limits.max_body_bytes)")
+
+
+def declared_length(request: Request, limit: int) -> int | None:
+    value = request.headers.get("content-length")
+    if value is None:
+        return None
+    if not value.strip().isdigit():
+        raise BadRequest(f"invalid Content-Length {value!r}")
+    if int(value) > limit:
+        raise too_large(limit)
+    return int(value)
+
+
+async def read_limited(request: Request, limits: Limits) -> list[bytes]:
+    """The whole body, as the chunks it came in (joined by the caller: in a thread, when it is big);
+    refused with 413 once it passes the size limit, 408 once it takes too long."""
+    declared_length(request, limits.max_body_bytes)
+    try:
+        async with asyncio.timeout(limits.client_body_timeout_s):  # one clock for the whole read
+            return [chunk async for chunk in sized(request.stream(), limits.max_body_bytes)]
+    except TimeoutError:
+        raise body_timeout(limits) from None
+
+
+async def stream_limited(request: Request, limits: Limits) -> AsyncIterator[bytes]:
+    """The body chunk by chunk, for a request forwarded as it arrives; 413 past the size, 408 past the time.
+
+    The time is one deadline for the whole body (`limits.client_body_timeout_s`), not a wait per chunk:
+    a client sending a byte at a time cannot keep the request open by staying just under a per-read limit.
+    """
+    deadline = asyncio.get_running_loop().time() + limits.client_body_timeout_s
+    chunks = sized(request.stream(), limits.max_body_bytes)
+    while True:
+        try:
+            async with asyncio.timeout_at(deadline):
+                chunk = await anext(chunks)
+        except StopAsyncIteration:
+            return
+        except TimeoutError:
+            raise body_timeout(limits) from None
+        yield chunk
+
+
+async def sized(chunks: AsyncIterator[bytes], limit: int) -> AsyncIterator[bytes]:
+    size = 0
+    async for chunk in chunks:
+        size += len(chunk)
+        if size > limit:
+            raise too_large(limit)
+        yield chunk
+
+
+def body_timeout(limits: Limits) -> ClientTimeout:
+    return ClientTimeout(
+        f"request body not received within {limits.client_body_timeout_s:g} s (limits.client_body_timeout_s)"
+    )
+
+
+def is_identity(content_encoding: str) -> bool:
+    return content_encoding.strip().lower() in ("", "identity")
+
+
+def decompress(raw: bytes, content_encoding: str, limit: int) -> bytes:
+    """Undo the request's Content-Encoding (gzip, deflate or none), never producing more than `limit`."""
+    if is_identity(content_encoding):
+        return raw
+    encoding = content_encoding.strip().lower()
+    if encoding in ("gzip", "x-gzip"):
+        return _inflate(raw, GZIP, limit, encoding)
+    if encoding == "deflate":
+        try:
+            return _inflate(raw, ZLIB, limit, encoding)
+        except BadRequest:
+            return _inflate(raw, RAW_DEFLATE, limit, encoding)
+    raise BadRequest(f"unsupported request Content-Encoding {content_encoding!r} (use gzip, deflate or none)")
+
+
+def _inflate(raw: bytes, wbits: int, limit: int, encoding: str) -> bytes:
+    out = bytearray()
+    data = raw
+    try:
+        while data:  # a gzip body may be several members one after another
+            inflater = zlib.decompressobj(wbits)
+            out += inflater.decompress(data, limit + 1 - len(out))
+            if len(out) > limit or inflater.unconsumed_tail:
+                raise too_large(limit)
+            if not inflater.eof:
+                raise BadRequest(f"request body is not valid {encoding} data: it ends early")
+            data = inflater.unused_data
+    except zlib.error as exc:
+        raise BadRequest(f"request body is not valid {encoding} data: {exc}") from exc
+    return bytes(out)

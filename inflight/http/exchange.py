@@ -1,0 +1,119 @@
+"""One request as the proxy handles it: what its log line, its `x-inflight-*` headers and its retry need.
+
+Each step of a request adds to its `Exchange`; the log line is built and written here, once, when
+the response is done (or failed), and the finish hook (the metrics) is called then. Fields are
+`key=value` pairs in the order they were added.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from inflight.offload import LaneWait
+
+log = logging.getLogger("inflight")
+MAX_FIELD_CHARS = 256
+
+
+def clean(value: object) -> str:
+    """A log field that cannot forge a line or a field, nor fill the log: control characters and spaces
+    escaped, clipped to MAX_FIELD_CHARS (a client's 2 MB model name is 2 MB no more)."""
+    text = str(value)
+    if len(text) > MAX_FIELD_CHARS:
+        text = f"{text[:MAX_FIELD_CHARS]}...(+{len(text) - MAX_FIELD_CHARS})"
+    if text.isprintable() and " " not in text:
+        return text
+    return text.encode("unicode_escape").decode("ascii").replace(" ", "\\x20")
+
+
+@dataclass
+class Exchange:
+    method: str
+    path: str
+    route: str = ""  # the route it matched, e.g. `/v1/{path}` (a metric label: never the raw path)
+    on_finish: Callable[[Exchange], None] | None = field(default=None, repr=False)
+    started: float = field(default_factory=time.perf_counter)
+    status: int = 0
+    fields: dict[str, str] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)  # x-inflight-* headers for the client
+    finished: bool = False
+    answered_at: float | None = None  # when the upstream's answer was last in (headers, or a held first event)
+    upstream_s: float = 0.0  # waited on the upstream until then: every request sent to it (a retry's too)
+    lane: LaneWait = field(default_factory=LaneWait)  # waited for a heavy lane (`inflight.offload`)
+    # Fields worked out once the answer is out (the prompt cache's figures): by name, the latest one of each.
+    later: dict[str, Callable[[], dict[str, object]]] = field(default_factory=dict, repr=False)
+    _sent_at: float | None = field(default=None, repr=False)
+    _waited_before: float = field(default=0.0, repr=False)  # by the upstream requests before the latest one
+
+    def note(self, key: str, value: object) -> None:
+        self.fields[key] = clean(value)
+
+    def note_all(self, fields: dict[str, object]) -> None:
+        for key, value in fields.items():
+            self.fields[key] = clean(value)
+
+    def upstream_sending(self) -> None:
+        """A request to the upstream is about to be opened (called before each, a retry's too)."""
+        self._waited_before = self.upstream_s
+        self._sent_at = time.perf_counter()
+
+    def upstream_answered(self) -> None:
+        """The upstream's answer is in: its headers, and again once a held first event is."""
+        now = self.answered_at = time.perf_counter()
+        if self._sent_at is not None:
+            self.upstream_s = self._waited_before + now - self._sent_at
+
+    @property
+    def upstream_ms(self) -> float | None:
+        """`upstream_s` in milliseconds, once the upstream answered (None: it never did)."""
+        return self.upstream_s * 1000 if self.answered_at is not None else None
+
+    @property
+    def queue_s(self) -> float | None:
+        """How long its work waited for a heavy lane (None: it needed none)."""
+        return self.lane.seconds if self.lane.used else None
+
+    @property
+    def added_s(self) -> float | None:
+        """The proxy's own time until the upstream's answer was in (None: it never answered): everything
+        before the first request upstream and between its attempts, a heavy lane's queue included."""
+        if self.answered_at is None:
+            return None
+        return max(0.0, self.answered_at - self.started - self.upstream_s)
+
+    def finish(self) -> None:
+        """Write the request's log line and call the finish hook (only the first call does)."""
+        if self.finished:
+            return
+        self.finished = True
+        for name, work_out in self.later.items():
+            try:
+                self.note_all(work_out())
+            except Exception:  # a bug of ours in a figure must not cost the log line
+                log.exception("figures %s could not be worked out", name)
+        total_ms = (time.perf_counter() - self.started) * 1000
+        upstream = f"{self.upstream_ms:.1f}" if self.upstream_ms is not None else "-"
+        added = self.added_s
+        proxy = f"{added * 1000:.1f}" if added is not None else "-"
+        fields = "".join(f" {key}={value}" for key, value in self.fields.items())
+        queued = self.queue_s
+        queue = f" queue_ms={queued * 1000:.1f}" if queued is not None else ""
+        log.info(
+            "%s %s %d%s proxy_ms=%s%s upstream_ms=%s total_ms=%.1f",
+            self.method,
+            clean(self.path),
+            self.status,
+            fields,
+            proxy,
+            queue,
+            upstream,
+            total_ms,
+        )
+        if self.on_finish is not None:
+            try:
+                self.on_finish(self)
+            except Exception:  # the metrics must not fail a response that is out already
+                log.exception("[metrics] could not observe %s %s", self.method, clean(self.path))

@@ -1,0 +1,132 @@
+"""Relaying an upstream body to the client chunk by chunk, exactly as it arrives.
+
+The relay is a plain ASGI callable rather than starlette's StreamingResponse because it must watch
+for the client's disconnect while it waits on the upstream, and close the upstream response the
+moment the client goes away. It knows nothing of chat: features that read the body (usage) wrap
+the chunk iterator with `tap`; chunks already read (a retry decision) go first via `prepend`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from dataclasses import dataclass
+
+from starlette.types import Receive, Scope, Send
+
+from inflight.http.disconnect import note_send_timeout
+from inflight.http.exchange import Exchange
+from inflight.upstream.exceptions import STREAM_ERRORS
+from inflight.upstream.headers import RawHeaders, response_headers
+from inflight.upstream.response import Response as UpstreamResponse
+
+
+@dataclass
+class Relay:
+    status: int
+    headers: RawHeaders
+    chunks: AsyncIterator[bytes]
+    close: Callable[[], Awaitable[None]]
+    exchange: Exchange
+    # False when the whole body is already here (most JSON answers): then it goes out in one message,
+    # and no task need watch for a disconnect while the upstream is waited on.
+    streaming: bool = True
+    started: bool = False  # the status and headers went out already (`inflight.http.keepalive`)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self.exchange.status = self.status
+        if not self.streaming:
+            await self.send_whole(scope, send)
+            return
+        task = asyncio.current_task()
+        assert task is not None
+        state = _RelayState()
+        watcher = asyncio.ensure_future(self._watch_disconnect(receive, task, state))
+        try:
+            await self.start(send)
+            async for chunk in self.chunks:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            state.finished = True
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except asyncio.CancelledError:
+            if not state.client_gone:
+                raise
+            task.uncancel()  # our own cancellation: the client went away, nothing is left to do
+        except STREAM_ERRORS as exc:
+            # Headers are out; the only honest signal left is an incomplete response.
+            self.exchange.note("upstream_stream_error", type(exc).__name__)
+        except OSError:
+            self.exchange.note("client_disconnected", 1)
+        finally:
+            state.finished = True
+            watcher.cancel()
+            await self.close()
+            note_send_timeout(scope, self.exchange)
+            self.exchange.finish()
+
+    async def send_whole(self, scope: Scope, send: Send) -> None:
+        try:
+            body = b"".join([chunk async for chunk in self.chunks])
+            await self.start(send)
+            await send({"type": "http.response.body", "body": body, "more_body": False})
+        except OSError:
+            self.exchange.note("client_disconnected", 1)
+        finally:
+            await self.close()
+            note_send_timeout(scope, self.exchange)
+            self.exchange.finish()
+
+    async def start(self, send: Send) -> None:
+        if not self.started:
+            await send({"type": "http.response.start", "status": self.status, "headers": self.headers})
+
+    async def _watch_disconnect(self, receive: Receive, task: asyncio.Task[None], state: _RelayState) -> None:
+        """Cancel the relay the moment the client disconnects, even while it waits on a silent upstream."""
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                if not state.finished:
+                    state.client_gone = True
+                    self.exchange.note("client_disconnected", 1)
+                    task.cancel()
+                return
+
+
+@dataclass
+class _RelayState:
+    finished: bool = False
+    client_gone: bool = False
+
+
+def relay(
+    response: UpstreamResponse,
+    exchange: Exchange,
+    *,
+    chunks: AsyncIterator[bytes] | None = None,
+) -> Relay:
+    """The response as the client gets it: its status, its headers plus the exchange's, its body."""
+    return Relay(
+        status=response.status,
+        headers=response_headers(response.headers, exchange.headers),
+        chunks=chunks if chunks is not None else response.aiter_raw(),
+        close=response.aclose,
+        exchange=exchange,
+        streaming=not response.complete,
+    )
+
+
+async def prepend(first: Iterable[bytes], rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    for chunk in first:
+        yield chunk
+    async for chunk in rest:
+        yield chunk
+
+
+async def tap(
+    chunks: AsyncIterator[bytes], on_chunk: Callable[[bytes], None], on_end: Callable[[], None]
+) -> AsyncIterator[bytes]:
+    """The same chunks, each shown to `on_chunk` as it passes; `on_end` once the body is complete."""
+    async for chunk in chunks:
+        yield chunk
+        on_chunk(chunk)
+    on_end()

@@ -1,0 +1,285 @@
+"""What `GET /metrics` reports, in Prometheus's format: requests, latencies, compactions, summaries, stores.
+
+`Metrics` owns a registry of its own (tests build several apps in one process, so nothing goes in
+prometheus_client's global one). Request figures are read from each request's `Exchange` once it finishes;
+the compaction machinery reports through the `Observer` hooks, which this class implements.
+
+With `inflight serve --workers N` every worker writes its values to files in the directory that
+`PROMETHEUS_MULTIPROC_DIR` names (prometheus_client's multiprocess mode, chosen when it is first
+imported; `inflight.http.workers` sets the variable before the workers start), and a scrape, whichever
+worker answers it, adds up all of them.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Protocol, TypeVar
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, values
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.multiprocess import MultiProcessCollector
+
+from inflight.metrics.observer import SummarizerOutcome
+
+# Seconds. The proxy's own share is usually under a millisecond: fine buckets there.
+ADDED_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+UPSTREAM_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600)
+SUMMARIZER_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300)
+SHARE_BUCKETS = (0.1, 0.25, 0.5, 0.65, 0.8, 0.9, 0.95, 0.99, 1.0)
+TOKEN_BUCKETS = (1000, 2000, 4000, 8000, 16000, 32000, 64000, 128000, 256000, 512000, 1_000_000, 2_000_000)
+M = TypeVar("M", Counter, Gauge, Histogram)
+NOT_COMPACTIONS = frozenset({"none", "retry", "error"})  # actions that do not say the request was compacted
+
+
+class FinishedRequest(Protocol):
+    """What a finished request tells the metrics (the edge's `Exchange` is one)."""
+
+    @property
+    def route(self) -> str: ...
+
+    @property
+    def status(self) -> int: ...
+
+    @property
+    def added_s(self) -> float | None: ...
+
+    @property
+    def upstream_s(self) -> float: ...
+
+    @property
+    def queue_s(self) -> float | None: ...
+
+    @property
+    def headers(self) -> dict[str, str]: ...
+
+    @property
+    def fields(self) -> dict[str, str]: ...
+
+
+def route_of(path: str) -> str:
+    """The label for a raw path (a refused request matched no route yet): one of a few, never the path."""
+    if path == "/v1/chat/completions" or path == "/metrics":
+        return path
+    if path.startswith("/v1/"):
+        return "/v1/{path}"
+    if path.startswith("/inflight/"):
+        return "/inflight/{path}"
+    return "other"
+
+
+def multiprocess_directory() -> str | None:
+    """Where the workers' values are, when prometheus_client keeps them in files (else None)."""
+    if not getattr(values.ValueClass, "_multiprocess", False):
+        return None
+    return os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self._define_requests(self.registry)
+        self._define_compactions(self.registry)
+        self._children: dict[tuple[object, ...], Any] = {}  # `labels()` costs microseconds: each child once
+        for side in ("before", "after"):  # the label values known ahead, at 0 from the start
+            self._child(self.tokens, side)
+        for outcome in ("ok", "rejected", "error"):
+            self._child(self.summarizer_calls, outcome)
+        for result in ("hit", "miss"):
+            self._child(self.lookups, result)
+        for side in ("sent", "client"):
+            self._child(self.cost, side)
+        self.jobs_changed(queued=0, running=0)
+        self.exposed = self.registry
+        directory = multiprocess_directory()
+        if directory is not None:  # every worker's values, from their files
+            self.exposed = CollectorRegistry()
+            MultiProcessCollector(self.exposed, path=directory)  # type: ignore[no-untyped-call]
+
+    def _define_requests(self, registry: CollectorRegistry) -> None:
+        self.requests = Counter(
+            "inflight_requests", "Requests answered, by route and status.", ["route", "status"], registry=registry
+        )
+        self.added = Histogram(
+            "inflight_added_latency_seconds",
+            "Time the proxy itself spent before the upstream's answer was in (total minus upstream waits).",
+            ["route"],
+            buckets=ADDED_BUCKETS,
+            registry=registry,
+        )
+        self.upstream = Histogram(
+            "inflight_upstream_latency_seconds",
+            "Time waiting for the upstream's response headers (and a held first event), retries included.",
+            ["route"],
+            buckets=UPSTREAM_BUCKETS,
+            registry=registry,
+        )
+        self.lane_wait = Histogram(
+            "inflight_heavy_lane_wait_seconds",
+            "Time a big request's work waited for a heavy lane (a thread per core), by route.",
+            ["route"],
+            buckets=ADDED_BUCKETS,
+            registry=registry,
+        )
+        self.retries = Counter("inflight_retries", "Requests retried after a context refusal.", registry=registry)
+        self.send_timeouts = Counter(
+            "inflight_client_send_timeouts",
+            "Answers cut because the client took none of their bytes for limits.client_send_timeout_s.",
+            registry=registry,
+        )
+
+    def _define_compactions(self, registry: CollectorRegistry) -> None:
+        self.compactions = Counter(
+            "inflight_compactions", "Compaction actions taken (x-inflight-actions).", ["action"], registry=registry
+        )
+        self.tokens = Histogram(
+            "inflight_compaction_tokens",
+            "Calibrated prompt tokens of compacted requests, before and after.",
+            ["side"],
+            buckets=TOKEN_BUCKETS,
+            registry=registry,
+        )
+        self.shadow_compactions = Counter(
+            "inflight_shadow_compactions",
+            "Compaction actions planned in shadow mode and not sent (x-inflight-shadow-actions).",
+            ["action"],
+            registry=registry,
+        )
+        self.shadow_tokens = Histogram(
+            "inflight_shadow_compaction_tokens",
+            "Calibrated prompt tokens of requests compaction would have rewritten in shadow mode: before, and after.",
+            ["side"],
+            buckets=TOKEN_BUCKETS,
+            registry=registry,
+        )
+        self.summarizer_calls = Counter(
+            "inflight_summarizer_calls", "Summarizer model calls, by outcome.", ["outcome"], registry=registry
+        )
+        self.summarizer_latency = Histogram(
+            "inflight_summarizer_latency_seconds",
+            "Time of each summarizer model call.",
+            buckets=SUMMARIZER_BUCKETS,
+            registry=registry,
+        )
+        self.fallbacks = Counter(
+            "inflight_summarizer_fallbacks", "Requests whose compaction used the ledger fallback.", registry=registry
+        )
+        self.jobs = Gauge(
+            "inflight_summary_jobs",
+            "Background summaries queued and running.",
+            ["state"],
+            multiprocess_mode="livesum",
+            registry=registry,
+        )
+        self.lookups = Counter(
+            "inflight_record_lookups", "Compaction record lookups, by result.", ["result"], registry=registry
+        )
+        self.rewrites = Counter(
+            "inflight_prefix_rewrites",
+            "Requests whose compaction changed what had been sent before in their conversation (the prompt cache "
+            "serves only what precedes the change).",
+            registry=registry,
+        )
+        self.cached_share = Histogram(
+            "inflight_cached_share",
+            "Share of each compactable request's prompt tokens in the common prefix with its conversation's "
+            "previous request: what a prefix cache can serve (an estimate).",
+            buckets=SHARE_BUCKETS,
+            registry=registry,
+        )
+        self.cost = Counter(
+            "inflight_cost_units",
+            "Estimated prompt cost of compactable requests, in units of one uncached input token at the `pricing:` "
+            "prices: what was sent, and what the client's own request would have cost (side=client).",
+            ["side"],
+            registry=registry,
+        )
+        self.store_errors = Counter(
+            "inflight_store_errors",
+            "Failed calls to the shared record store (sqlite, redis) or the archive.",
+            ["store"],
+            registry=registry,
+        )
+
+    def render(self, accept: str) -> tuple[bytes, str]:
+        """The metrics as the scraper's `Accept` asks (Prometheus text unless OpenMetrics), and its content type."""
+        encode, content_type = choose_encoder(accept)
+        return encode(self.exposed), content_type
+
+    def exchange_done(self, exchange: FinishedRequest) -> None:
+        """A request is done (`Exchange.finish`): its status, latencies, and what its compaction did."""
+        route = exchange.route
+        self._child(self.requests, route, str(exchange.status)).inc()
+        added = exchange.added_s
+        if added is not None:
+            self._child(self.added, route).observe(added)
+            self._child(self.upstream, route).observe(exchange.upstream_s)
+        queued = exchange.queue_s
+        if queued is not None:
+            self._child(self.lane_wait, route).observe(queued)
+        if "client_send_timeout_s" in exchange.fields:
+            self.send_timeouts.inc()
+        cached = exchange.fields.get("cached")
+        if cached is not None:
+            self.cached_share.observe(float(cached))
+        if "rewrite" in exchange.fields:
+            self.rewrites.inc()
+        for side, name in (("sent", "cost"), ("client", "cost_client")):
+            units = exchange.fields.get(name)  # the log line's text
+            if units is not None:
+                self._child(self.cost, side).inc(float(units))
+        actions = exchange.headers.get("x-inflight-actions")
+        if actions is not None and actions != "none":
+            self._compacted(actions.split(","), exchange.headers)
+        shadow = exchange.headers.get("x-inflight-shadow-actions")
+        if shadow is not None:
+            self._shadowed(shadow.split(","), exchange.headers)
+
+    def refused(self, path: str) -> None:
+        """A request answered 401 before any route saw it."""
+        self._child(self.requests, route_of(path), "401").inc()
+
+    def _compacted(self, actions: list[str], headers: dict[str, str]) -> None:
+        after = headers.get("x-inflight-tokens-after")
+        self._actions(actions, headers, after, counter=self.compactions, tokens=self.tokens)
+        if "fallback" in actions:
+            self.fallbacks.inc()
+        if headers.get("x-inflight-retried") == "1":
+            self.retries.inc()
+
+    def _shadowed(self, actions: list[str], headers: dict[str, str]) -> None:
+        """What shadow mode planned and did not send: its actions, and the tokens it would have sent."""
+        after = headers.get("x-inflight-shadow-tokens-after")
+        self._actions(actions, headers, after, counter=self.shadow_compactions, tokens=self.shadow_tokens)
+
+    def _actions(
+        self, actions: list[str], headers: dict[str, str], after: str | None, *, counter: Counter, tokens: Histogram
+    ) -> None:
+        """Each action but `none` counted, and, for a request compacted, its tokens before and `after`."""
+        for action in actions:
+            if action != "none":
+                self._child(counter, action).inc()
+        before = headers.get("x-inflight-tokens-before")
+        if before is not None and after is not None and not NOT_COMPACTIONS.issuperset(actions):
+            self._child(tokens, "before").observe(int(before))
+            self._child(tokens, "after").observe(int(after))
+
+    def record_lookup(self, *, hit: bool) -> None:
+        self._child(self.lookups, "hit" if hit else "miss").inc()
+
+    def jobs_changed(self, *, queued: int, running: int) -> None:
+        self._child(self.jobs, "queued").set(queued)
+        self._child(self.jobs, "running").set(running)
+
+    def store_error(self, *, store: str) -> None:
+        self._child(self.store_errors, store).inc()
+
+    def summarizer_called(self, *, outcome: SummarizerOutcome, seconds: float) -> None:
+        self._child(self.summarizer_calls, outcome).inc()
+        self.summarizer_latency.observe(seconds)
+
+    def _child(self, metric: M, *labels: str) -> M:
+        key = (id(metric), *labels)
+        child: M | None = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child

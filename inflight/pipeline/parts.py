@@ -1,0 +1,144 @@
+"""The parts one request's compaction is built from: its model's settings, counting, the summarizer.
+
+The pipeline decides whether and against what budget to compact; these build the compactor it
+runs, and the background job's `SummaryAhead`, for that one request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from inflight.compaction import Budget, Compactor, Summarize, SummaryAhead, SummaryJob, build_compactor
+from inflight.compaction.conversation import Message, observation_regex
+from inflight.compaction.depth import Spacing
+from inflight.compaction.stages import SummarizeStage
+from inflight.compaction.summary_job import SummaryBudgetSpent
+from inflight.config import Compaction, Prices
+from inflight.formats import WireFormat
+from inflight.offload import on_home_loop
+from inflight.pipeline.accounting import Accounting
+from inflight.policy.tenants import SummaryBudget
+from inflight.policy.windows import ContextRegistry
+from inflight.tokens import TokenCounter
+from inflight.tokens.text import counted_or_estimated
+from inflight.upstream.headers import RawHeaders
+
+
+class SummarizerFactory(Protocol):
+    """The summarizer for one request: its model's compaction settings, its model, the client's key, and
+    the API the request came in through (`chat_completions` or `responses`: the upstream speaks it)."""
+
+    def __call__(
+        self, options: Compaction, *, model: str, client_credentials: RawHeaders, wire: WireFormat | None = None
+    ) -> Summarize: ...
+
+    async def window(self, options: Compaction, model: str) -> int | None:
+        """The summarizer model's window as its own endpoint says (None: not a separate endpoint, or silent)."""
+        ...
+
+
+async def summarizer_window(
+    summarizers: SummarizerFactory | None, registry: ContextRegistry, settings: Compaction, model: str, *, ask: bool
+) -> int:
+    """The summarizer's window: configured, else from its own endpoint when summaries go elsewhere (if
+    `ask`), else as any model's. A summarizer is never sent more than this (`SummarizeStage.chunks`)."""
+    model = settings.summarize.model or model
+    if ask and summarizers is not None and settings.summarize.base_url:
+        found = await summarizers.window(settings, model)
+        if found is not None:
+            return found
+    return registry.resolve(model).context_window
+
+
+@dataclass
+class CompactionParts:
+    """What one request's compaction is built from: its model's settings, counting and summarizer."""
+
+    settings: Compaction
+    accounting: Accounting
+    counter: TokenCounter
+    summarizers: SummarizerFactory | None
+    client_credentials: RawHeaders  # the client's key headers, for the summarizer when no key is configured
+    summarizer_input_tokens: int  # the summarizer's window, in our units
+    wire: WireFormat | None = None  # the request's format: the upstream's own model is asked in it
+    budget: SummaryBudget | None = None  # the summarizer calls clients may cause (None: no bound)
+    spender: str = ""  # whose budget this request's summaries spend, background jobs' included
+    prices: Prices | None = None  # the upstream's prices, when compactions are scheduled by cost
+
+    def spacing(self, *, summaries_ahead: bool) -> Spacing:
+        """How far apart compactions go, for the compactor and the background job alike."""
+        return Spacing(
+            self.settings.summarize,
+            self.settings.min_turns_between,
+            summary_costs=self.summarizers is not None,
+            summaries_ahead=summaries_ahead,
+            prices=self.prices,
+        )
+
+    def summarize(self) -> Summarize | None:
+        if self.summarizers is None:
+            return None
+        model = self.accounting.model
+        made = self.summarizers(self.settings, model=model, client_credentials=self.client_credentials, wire=self.wire)
+        return on_home_loop(budgeted(made, self.budget, self.spender) if self.budget is not None else made)
+
+    def count_message(self) -> Callable[[Message], int]:
+        counter, encoding = self.counter, self.counter.encoding(self.accounting.encoding)
+        return lambda message: counter.count_message(message, encoding)
+
+    def estimate_message(self) -> Callable[[Message], int]:
+        counter, encoding = self.counter, self.counter.encoding(self.accounting.encoding)
+        return lambda message: counter.estimate_message(message, encoding)
+
+    def count_text(self) -> Callable[[str], int]:
+        encoding = self.counter.encoding(self.accounting.encoding)
+        return lambda text: counted_or_estimated(encoding, text)
+
+    def compactor(self, *, background: bool) -> Compactor:
+        # The summarizer's reply is bounded by max_summary_tokens, which the stages keep room for.
+        return build_compactor(
+            self.settings,
+            count_message=self.count_message(),
+            count_text=self.count_text(),
+            estimate_message=self.estimate_message(),
+            summarize=None if background else self.summarize(),
+            summarizer_input_tokens=self.summarizer_input_tokens,
+            background=background,
+            spacing=self.spacing(summaries_ahead=background),
+        )
+
+    def ahead(self, budget: Budget, start_at: int, tools: object) -> SummaryAhead | None:
+        """What a background summary job of this conversation needs (None: no summarizer)."""
+        summarize = self.summarize()
+        if summarize is None:
+            return None
+        settings = self.settings.summarize
+        stage = SummarizeStage(
+            settings, summarize=summarize, count_text=self.count_text(), input_tokens=self.summarizer_input_tokens
+        )
+        in_place = self.wire is None or self.wire.in_place_summaries
+        own_model = settings.base_url is None and settings.model in (None, self.accounting.model) and in_place
+        return SummaryAhead(
+            start_at=start_at,
+            wait_s=settings.wait_s,
+            budget=budget,
+            stage=stage,
+            count_message=self.count_message(),
+            observation=observation_regex(self.settings.mask.observation_pattern),
+            in_place_model=self.accounting.model if own_model else None,
+            tools=tools,
+            spacing=self.spacing(summaries_ahead=True),
+        )
+
+
+def budgeted(summarize: Summarize, budget: SummaryBudget, spender: str) -> Summarize:
+    """`summarize`, each call first taken from `spender`'s budget and the proxy's; past either, not made."""
+
+    async def run(job: SummaryJob) -> str:
+        if not budget.spend(spender, job.input_tokens):
+            raise SummaryBudgetSpent(f"the summarizer budget of {spender[:40]} is spent")
+        return await summarize(job)
+
+    return run

@@ -1,0 +1,211 @@
+"""The LLM call that turns a span of conversation into a summary: the summarizer model, then fallbacks.
+
+A summary is a non-streaming chat completion sent through the same `UpstreamClient` as forwarded
+requests (one HTTP stack: one place for pools, TLS, timeouts and error mapping). Summaries to the
+upstream share its pool; a summarizer at another `summarize.base_url` gets a client of its own,
+made once per URL and closed with the rest.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+
+import orjson
+
+from inflight.compaction import Summarize, SummaryJob
+from inflight.compaction.validation import headings, rejection
+from inflight.config import Compaction, Settings
+from inflight.config import Upstream as UpstreamSettings
+from inflight.errors import ProxyError
+from inflight.formats import CHAT_COMPLETIONS, WireFormat
+from inflight.metrics.observer import NO_OBSERVER, Observer
+from inflight.policy.windows import ContextRegistry
+from inflight.upstream.client import UpstreamClient
+from inflight.upstream.headers import RawHeaders, key_headers
+
+log = logging.getLogger("inflight")
+DISCOVERY_TIMEOUT_S = 10.0
+MODEL_CHARS = 256  # of a model's name (the client's), in a log line or an error
+
+
+class SummarizerError(RuntimeError):
+    def __init__(self, message: str, *, rejected: str | None = None, status: int | None = None) -> None:
+        super().__init__(message)
+        self.rejected = rejected  # why the last reply was refused (`inflight.compaction.validation`), if it was
+        self.status = status  # the last error status a summarizer answered with, if it did
+
+
+class Summarizer:
+    """Asks the summarizer's endpoint for the summary, non-streaming, trying each model in turn, in the
+    shape of a wire format: Chat Completions, or the request's own when the upstream's model
+    summarizes it (models such as Codex's answer only through the Responses API)."""
+
+    def __init__(
+        self,
+        client: UpstreamClient,
+        *,
+        timeout_s: float,
+        wire: WireFormat = CHAT_COMPLETIONS,
+        observer: Observer = NO_OBSERVER,
+    ) -> None:
+        self.client = client
+        self.timeout_s = timeout_s
+        self.wire = wire
+        self.observer = observer  # told each model's call: its outcome and how long it took
+
+    async def __call__(self, job: SummaryJob, *, models: Sequence[str], credentials: RawHeaders) -> str:
+        errors: list[str] = []
+        rejected = None
+        status = None
+        if job.in_place is not None:  # only its own model holds the conversation in its prompt cache
+            models = [model for model in models if model == job.in_place.model][:1]
+        for model in models:
+            started = time.perf_counter()
+            try:
+                text, finish_reason = await self.complete(job, model=model, credentials=credentials)
+            except (ProxyError, SummarizerError, ValueError) as exc:
+                self.observer.summarizer_called(outcome="error", seconds=time.perf_counter() - started)
+                status = getattr(exc, "status", None) or status
+                errors.append(f"{model[:MODEL_CHARS]}: {type(exc).__name__}: {exc}")
+                log.info("[compaction] summarizer %s failed: %s", model[:MODEL_CHARS], exc)
+                continue
+            seconds = time.perf_counter() - started
+            sections = headings(job.prompt)
+            rejected = rejection(
+                text,
+                finish_reason=finish_reason,
+                transcript=job.transcript,
+                sections=sections,
+            )
+            self.observer.summarizer_called(outcome="ok" if rejected is None else "rejected", seconds=seconds)
+            if rejected is None:
+                return text
+            errors.append(f"{model[:MODEL_CHARS]}: reply rejected ({rejected})")
+            log.warning("[compaction] summary from %s rejected (%s); not installed", model[:MODEL_CHARS], rejected)
+        raise SummarizerError("; ".join(errors) or "no summarizer model", rejected=rejected, status=status)
+
+    async def complete(self, job: SummaryJob, *, model: str, credentials: RawHeaders) -> tuple[str, object]:
+        """The reply's text and how it ended, asked in the wire format's shape."""
+        headers: RawHeaders = [(b"content-type", b"application/json"), *self.wire.summary_headers, *credentials]
+        tools = job.in_place.tools if job.in_place is not None else None
+        body = self.wire.summary_request(job.messages(), model=model, max_tokens=job.max_tokens, tools=tools)
+        status, answer = await self.client.send_whole(
+            "POST", self.wire.summary_path, headers=headers, content=orjson.dumps(body), timeout_s=self.timeout_s
+        )
+        if status != 200:
+            text = answer[:200].decode("utf-8", "replace")
+            raise SummarizerError(f"status {status}: {text}", status=status)
+        content, finish_reason = self.wire.summary_reply(orjson.loads(answer))  # not JSON: a ValueError
+        if not content.strip():
+            raise SummarizerError("no summary text in the response")
+        return content, finish_reason
+
+
+class Summarizers:
+    """The summarizer for one request: which endpoint, which models, whose key.
+
+    At the upstream (the request's format's own, `upstreams.<format>`): `compaction.summarize.api_key`,
+    else that upstream's own key (or its URL's `user:password`), each sent as that upstream takes it.
+    At a `summarize.base_url` of its own: that URL's `user:password`, else `summarize.api_key`. Else the
+    client's `Authorization` or `x-api-key` (the summary is the client's spending), unless the proxy has
+    keys of its own (then the client's is one of them: never sent on).
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        upstream: UpstreamClient,
+        *,
+        by_format: dict[str, UpstreamClient] | None = None,
+        observer: Observer = NO_OBSERVER,
+    ) -> None:
+        self.settings = settings
+        self.upstream = upstream  # the proxy's own: summaries that go to the upstream share its pool
+        self.by_format = by_format or {}  # a format's own upstream, where it has one
+        self.observer = observer
+        self._registries: dict[str, ContextRegistry] = {}  # one per summarizer endpoint, discovered once
+        self._clients: dict[str, UpstreamClient] = {}  # one per `summarize.base_url` (a handful: from the config)
+
+    def client_for(self, base_url: str | None, wire: WireFormat | None = None) -> UpstreamClient:
+        """The upstream's client (the format's own), or the one for a summarizer at its own `base_url`
+        (made on first use)."""
+        if base_url is None:
+            return self.by_format.get(wire.name, self.upstream) if wire is not None else self.upstream
+        client = self._clients.get(base_url)
+        if client is None:
+            upstream = self.settings.upstream
+            settings = UpstreamSettings(
+                base_url=base_url,
+                connect_timeout_s=upstream.connect_timeout_s,
+                read_timeout_s=upstream.read_timeout_s,
+            )
+            client = self._clients[base_url] = UpstreamClient(settings)
+        return client
+
+    async def aclose(self) -> None:
+        """Close the clients of summarizers at their own `base_url` (the upstream's is its owner's to close)."""
+        clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            await client.aclose()
+
+    async def window(self, options: Compaction, model: str) -> int | None:
+        """The model's window at `summarize.base_url`: the config's entry, else its `GET /models`, else None."""
+        base_url = options.summarize.base_url
+        if base_url is None:
+            return None
+        registry = self._registries.setdefault(base_url, ContextRegistry(self.settings))
+        client = self.client_for(base_url)
+        authorization = own_authorization(options, client)
+        headers: RawHeaders = [(b"authorization", authorization.encode("latin-1"))] if authorization else []
+
+        async def fetch_models() -> bytes:
+            status, body = await client.send_whole(
+                "GET", "/v1/models", headers=headers, content=None, timeout_s=DISCOVERY_TIMEOUT_S
+            )
+            if status != 200:
+                raise SummarizerError(f"GET /models answered {status}")
+            return body
+
+        limits = await registry.resolve_async(model, fetch_models)
+        return limits.context_window if limits.source in ("config", "discovered", "learned") else None
+
+    def __call__(
+        self,
+        options: Compaction,
+        *,
+        model: str,
+        client_credentials: RawHeaders,
+        wire: WireFormat | None = None,
+    ) -> Summarize:
+        summarize = options.summarize
+        client = self.client_for(summarize.base_url, wire)
+        # A summarizer of its own (`summarize.base_url`) is asked through Chat Completions; the upstream
+        # in the request's own format (`wire`).
+        shape = wire if wire is not None and summarize.base_url is None else CHAT_COMPLETIONS
+        summarizer = Summarizer(client, timeout_s=summarize.timeout_s, wire=shape, observer=self.observer)
+        models = [summarize.model or model, *summarize.fallback_models]
+        own: RawHeaders
+        if summarize.base_url is not None:
+            authorization = own_authorization(options, client)
+            own = [(b"authorization", authorization.encode("latin-1"))] if authorization else []
+        elif summarize.api_key:
+            own = key_headers(summarize.api_key, "", client.key_header)
+        else:
+            own = client.own_credentials()
+        # With access.keys the client's key is one of the proxy's own: never sent on.
+        credentials = own or ([] if self.settings.access.keys else list(client_credentials))
+
+        async def run(job: SummaryJob) -> str:
+            return await summarizer(job, models=models, credentials=credentials)
+
+        return run
+
+
+def own_authorization(options: Compaction, client: UpstreamClient) -> str | None:
+    """A summarizer at its own `summarize.base_url`: the `user:password` in that URL (which wins, as it
+    did when httpx sent these calls), else `summarize.api_key`, else None."""
+    if client.basic_auth:
+        return f"Basic {client.basic_auth}"
+    return f"Bearer {options.summarize.api_key}" if options.summarize.api_key else None

@@ -1,0 +1,47 @@
+"""The room a reply needs, learned from the model's answers so far, where the upstream does not count `max_tokens`.
+
+Claude Code asks `max_tokens` of 32k to 128k on every request; where the upstream does not hold the prompt to
+the window less that (Anthropic's Messages API today), reserving all of it would leave a third of a small
+window unused, and a fixed quarter of the window is a guess. What the client's answers from the model have
+actually needed, with a margin and a floor, keeps the window used and still leaves an unusually long reply room.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+from cachetools import LRUCache
+
+from inflight.policy.tenants import tenant_model_key
+
+SAMPLES = 32  # the latest answers a reserve is learned from
+MIN_SAMPLES = 3  # fewer answers than this teach nothing yet: the configured reserve holds
+PERCENTILE = 0.95
+MARGIN = 1.5  # room above the percentile, for the answer longer than any so far
+MIN_RESERVE = 4096  # never less than this: one long answer (a file written whole) must still fit
+MAX_ENTRIES = 4096  # models and clients whose answers are kept (the least recent forgotten)
+
+
+class OutputSizes:
+    """Each model's latest answer sizes, per client, and the reserve they call for."""
+
+    def __init__(self, max_key_chars: int = 256) -> None:
+        self._max_key_chars = max_key_chars
+        self._sizes: LRUCache[str, deque[int]] = LRUCache(maxsize=MAX_ENTRIES)
+
+    def record(self, model: str, output_tokens: int, *, tenant: str = "") -> None:
+        key = tenant_model_key(model, tenant, self._max_key_chars)
+        sizes = self._sizes.get(key)
+        if sizes is None:
+            sizes = self._sizes[key] = deque(maxlen=SAMPLES)
+        sizes.append(max(output_tokens, 0))
+
+    def reserve(self, model: str, *, tenant: str = "") -> int | None:
+        """The reply's reserve for this client's next request to `model` (None: too few answers seen)."""
+        sizes = self._sizes.get(tenant_model_key(model, tenant, self._max_key_chars))
+        if sizes is None or len(sizes) < MIN_SAMPLES:
+            return None
+        ordered = sorted(sizes)
+        high = ordered[min(len(ordered) - 1, math.ceil(PERCENTILE * len(ordered)) - 1)]
+        return max(math.ceil(high * MARGIN), MIN_RESERVE)

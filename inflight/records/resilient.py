@@ -1,0 +1,72 @@
+"""A shared store that fails open: when it errs, records are kept in this process's memory meanwhile.
+
+Redis unreachable, the SQLite file locked past its timeout, a full disk: the request is still
+served. Its compaction uses in-process records (the next turn's prefix may differ from what another
+worker sends, and a restart forgets them), the response says `x-inflight-state: degraded`, and a
+warning is logged. After a failure the shared store is not asked again for `RETRY_AFTER_S`, so a
+dead Redis costs one timeout per period, not one per request; then it is tried again.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from inflight.compaction.record import Record, RecordStore
+from inflight.metrics.observer import NO_OBSERVER, Observer
+from inflight.records.memory import MemoryRecordStore
+
+log = logging.getLogger("inflight")
+
+T = TypeVar("T")
+RETRY_AFTER_S = 5.0
+
+
+class ResilientStore:
+    def __init__(
+        self, primary: RecordStore, fallback: MemoryRecordStore, *, name: str, observer: Observer = NO_OBSERVER
+    ) -> None:
+        self.primary = primary
+        self.fallback = fallback
+        self.name = name
+        self.observer = observer  # told each failure, with the store's kind (`sqlite`, `redis`)
+        self.failed_at: float | None = None  # when the shared store last failed (None: it works)
+        self.errors = 0
+
+    @property
+    def degraded(self) -> bool:
+        return self.failed_at is not None
+
+    async def load(self, key: str) -> list[Record]:
+        return await self._either(lambda store: store.load(key))
+
+    async def save(self, key: str, records: list[Record]) -> None:
+        await self._either(lambda store: store.save(key, records))
+
+    async def lease(self, name: str, owner: str, ttl_s: float) -> bool:
+        return await self._either(lambda store: store.lease(name, owner, ttl_s))
+
+    async def release(self, name: str, owner: str) -> None:
+        await self._either(lambda store: store.release(name, owner))
+
+    async def close(self) -> None:
+        await self.primary.close()
+
+    async def _either(self, call: Callable[[RecordStore], Awaitable[T]]) -> T:
+        if self.failed_at is not None and time.monotonic() - self.failed_at < RETRY_AFTER_S:
+            return await call(self.fallback)
+        try:
+            result = await call(self.primary)
+        except Exception as exc:  # whatever the store's client raises: the request goes on without it
+            self.errors += 1
+            self.observer.store_error(store=self.name.partition(":")[0])
+            if self.failed_at is None:
+                log.warning("[state] %s failed (%s: %s); keeping records in memory", self.name, type(exc).__name__, exc)
+            self.failed_at = time.monotonic()
+            return await call(self.fallback)
+        if self.failed_at is not None:
+            log.warning("[state] %s is back", self.name)
+            self.failed_at = None
+        return result

@@ -1,0 +1,131 @@
+"""An upstream origin: where a `/v1` path goes, with which headers, over its connection pool.
+
+The one HTTP stack: forwarded requests, model discovery and summarizer calls all go through an
+`UpstreamClient` (a summarizer at another `summarize.base_url` has a client of its own).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterable
+from urllib.parse import urlsplit
+
+from inflight.config import Upstream as UpstreamSettings
+from inflight.errors import UpstreamTimeout, UpstreamUnreachable
+from inflight.upstream.connection import Outgoing
+from inflight.upstream.exceptions import upstream_errors
+from inflight.upstream.headers import CREDENTIALS, RawHeaders, filter_headers, key_headers, request_headers
+from inflight.upstream.pool import ConnectionPool, Timeouts
+from inflight.upstream.reader import ResponseHeadersTooLarge
+from inflight.upstream.response import Response
+
+
+class UpstreamClient:
+    """`key_header`: how this upstream takes the proxy's key (`upstream.auth`, else the format's way).
+    `max_header_bytes`: how large a response's head may be (`limits.max_upstream_header_bytes`): past it
+    the request fails with a 502 and nothing of the answer is relayed."""
+
+    def __init__(
+        self,
+        settings: UpstreamSettings,
+        *,
+        key_header: bytes = b"authorization",
+        max_header_bytes: int = 64 * 1024,
+    ) -> None:
+        parts = urlsplit(settings.base_url)
+        self.host = parts.netloc
+        self.api_key = settings.api_key
+        self.basic_auth = settings.basic_auth
+        self.key_header = {"bearer": b"authorization", "x-api-key": b"x-api-key"}.get(settings.auth or "", key_header)
+        self._host_header = self.host.encode("idna")
+        self._base_path = parts.path.rstrip("/").encode("utf-8")
+        self.pool = ConnectionPool(
+            scheme=parts.scheme,
+            host=parts.hostname or "",
+            port=parts.port or (443 if parts.scheme == "https" else 80),
+            max_connections=settings.max_connections,
+            max_header_bytes=max_header_bytes,
+        )
+        self.timeouts = Timeouts(
+            connect=settings.connect_timeout_s,
+            read=settings.read_timeout_s,
+            write=settings.read_timeout_s,
+            pool=settings.connect_timeout_s,
+        )
+
+    def target_for(self, v1_path: bytes, query: bytes = b"") -> bytes:
+        """`/v1/x/y?q` -> `<base_url path>/x/y?q`, path and query string kept byte for byte."""
+        suffix = v1_path[len(b"/v1") :] if v1_path.startswith(b"/v1") else v1_path
+        target = self._base_path + suffix
+        return target + b"?" + query if query else target
+
+    def headers_for(self, raw: Iterable[tuple[bytes, bytes]], *, rewrite_body: bool = False) -> RawHeaders:
+        return request_headers(
+            raw,
+            host=self._host_header,
+            api_key=self.api_key,
+            basic_auth=self.basic_auth,
+            key_header=self.key_header,
+            rewrite_body=rewrite_body,
+        )
+
+    def own_credentials(self) -> RawHeaders:
+        """The proxy's key for this upstream, as it takes it ([]: the proxy holds none)."""
+        return key_headers(self.api_key, self.basic_auth, self.key_header)
+
+    def credential_headers(self, raw: Iterable[tuple[bytes, bytes]]) -> RawHeaders:
+        """Only who the client is (for requests the proxy makes on its own, like model discovery)."""
+        return self.headers_for([(name, value) for name, value in filter_headers(raw) if name in CREDENTIALS])
+
+    async def fetch(self, v1_path: str, *, headers: RawHeaders) -> tuple[int, bytes]:
+        """GET a small resource from the upstream and read it whole."""
+        response = await self.open("GET", self.target_for(v1_path.encode()), headers=headers, content=None)
+        return await self.read_whole(response)
+
+    async def send_whole(
+        self, method: str, v1_path: str, *, headers: RawHeaders, content: bytes | None, timeout_s: float
+    ) -> tuple[int, bytes]:
+        """A request the proxy makes on its own (a summary): exactly `headers` plus `Host`, the answer read
+        whole. `timeout_s` bounds each phase (connecting, waiting for a connection, writing, each read)
+        and the whole exchange (`UpstreamTimeout` past it)."""
+        own = [(b"host", self._host_header), (b"accept-encoding", b"identity"), *headers]
+        timeouts = Timeouts(connect=timeout_s, read=timeout_s, write=timeout_s, pool=timeout_s)
+        target = self.target_for(v1_path.encode())
+        try:
+            async with asyncio.timeout(timeout_s):
+                response = await self.open(method, target, headers=own, content=content, timeouts=timeouts)
+                return await self.read_whole(response)
+        except TimeoutError as exc:
+            raise UpstreamTimeout(f"upstream {self.host} gave no whole answer within {timeout_s:g} s") from exc
+
+    async def read_whole(self, response: Response) -> tuple[int, bytes]:
+        """The response's status and whole body; the response closed."""
+        try:
+            async with upstream_errors(self.host):
+                return response.status, await response.aread()
+        finally:
+            await response.aclose()
+
+    async def open(
+        self,
+        method: str,
+        target: bytes,
+        *,
+        headers: RawHeaders,
+        content: bytes | AsyncIterator[bytes] | None,
+        timeouts: Timeouts | None = None,
+    ) -> Response:
+        """Send and return the response with its body still unread (the caller must `aclose()` it).
+        `timeouts`: this request's own (default: `upstream.*_timeout_s`)."""
+        if isinstance(content, bytes) and not any(name == b"content-length" for name, _ in headers):
+            headers = [*headers, (b"content-length", str(len(content)).encode())]
+        outgoing = Outgoing(method.encode(), target, headers, content)
+        async with upstream_errors(self.host):
+            try:
+                return await self.pool.request(outgoing, timeouts or self.timeouts)
+            except ResponseHeadersTooLarge as exc:
+                # Reachable, but not answering as an HTTP server we can relay: its own code says which.
+                raise UpstreamUnreachable(f"upstream {self.host}: {exc}", code="upstream_bad_response") from exc
+
+    async def aclose(self) -> None:
+        await self.pool.aclose()

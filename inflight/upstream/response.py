@@ -1,0 +1,106 @@
+"""An upstream response as it arrives: status and headers, then body chunks handed to the relay.
+
+The body is buffered only as far as the relay lags behind; past HIGH_WATER the connection stops
+reading the socket, so a slow client slows the upstream instead of filling the proxy's memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import AsyncIterator
+from typing import Protocol
+
+from inflight.upstream.exceptions import ReadTimeout
+from inflight.upstream.headers import RawHeaders
+
+HIGH_WATER = 1024 * 1024  # buffered body bytes at which the upstream socket stops being read
+LOW_WATER = 256 * 1024
+
+
+class Owner(Protocol):
+    """The connection a response arrives on."""
+
+    def pause_reading(self) -> None: ...
+
+    def resume_reading(self) -> None: ...
+
+    def response_closed(self, response: Response) -> None: ...
+
+
+class Response:
+    """An upstream response whose body arrives chunk by chunk; `aclose()` must be called."""
+
+    def __init__(self, connection: Owner, read_timeout: float | None) -> None:
+        self.connection = connection
+        self.read_timeout = read_timeout
+        self.status = 0
+        self.headers: RawHeaders = []
+        self.complete = False  # the whole body was received
+        self.error: Exception | None = None
+        self._chunks: deque[bytes] = deque()
+        self._buffered = 0
+        self._headers_ready = asyncio.get_running_loop().create_future()
+        self._wakeup: asyncio.Future[None] | None = None
+
+    async def wait_for_headers(self) -> None:
+        try:
+            async with asyncio.timeout(self.read_timeout):
+                await self._headers_ready
+        except TimeoutError as exc:
+            raise ReadTimeout("the upstream sent no response headers in time") from exc
+
+    async def aiter_raw(self) -> AsyncIterator[bytes]:
+        """The body as it came off the wire (still content-encoded, no transfer encoding)."""
+        while True:
+            if self._chunks:
+                chunk = self._chunks.popleft()
+                self._buffered -= len(chunk)
+                if self._buffered < LOW_WATER:
+                    self.connection.resume_reading()
+                yield chunk
+                continue
+            if self.error is not None:
+                raise self.error
+            if self.complete:
+                return
+            self._wakeup = asyncio.get_running_loop().create_future()
+            try:
+                async with asyncio.timeout(self.read_timeout):
+                    await self._wakeup
+            except TimeoutError as exc:
+                raise ReadTimeout("the upstream went silent mid-body") from exc
+
+    async def aread(self) -> bytes:
+        return b"".join([chunk async for chunk in self.aiter_raw()])
+
+    async def aclose(self) -> None:
+        self.connection.response_closed(self)
+
+    # --- fed by the connection --------------------------------------------------------------
+
+    def headers_received(self, status: int, headers: RawHeaders) -> None:
+        self.status, self.headers = status, headers
+        if not self._headers_ready.done():
+            self._headers_ready.set_result(None)
+
+    def body_received(self, chunk: bytes) -> None:
+        self._chunks.append(chunk)
+        self._buffered += len(chunk)
+        if self._buffered > HIGH_WATER:
+            self.connection.pause_reading()
+        self._wake()
+
+    def finished(self, error: Exception | None = None) -> None:
+        if error is None:
+            self.complete = True
+        elif not self.complete and self.error is None:
+            self.error = error
+            if not self._headers_ready.done():
+                self._headers_ready.set_exception(error)
+                self._headers_ready.exception()  # retrieved here, so an abandoned wait logs nothing
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._wakeup is not None and not self._wakeup.done():
+            self._wakeup.set_result(None)

@@ -1,9 +1,0 @@
-"""inflight: a transparent OpenAI-compatible proxy that keeps agent conversations inside the context window.
-
-Nothing here imports the web stack: the app lives in `proxy.app`, the pure core in `proxy.tokens`,
-`proxy.compaction` and `proxy.policy`.
-"""
-
-from __future__ import annotations
-
-__version__ = "0.1.0"
