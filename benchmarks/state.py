@@ -82,7 +82,7 @@ def record_of_128k() -> tuple[str, list[Record]]:
     async def compact() -> None:
         counted = pipeline.count(raw, orjson.loads(raw), CHAT_COMPLETIONS)
         assert counted is not None
-        accounting = await pipeline.account(counted, None)
+        accounting = pipeline.account(counted)
         await pipeline.prepare(counted, accounting, Options(session="bench"))
 
     asyncio.run(compact())

@@ -29,7 +29,7 @@ from inflight.http.intake import parse_object
 from inflight.http.server import prepare_process, startup_line, state_warning, uvicorn_options
 from inflight.http.workers import check_workers, serve_workers
 from inflight.pipeline.accounting import Counted
-from inflight.pipeline.engine import Options, Pipeline, build_pipeline
+from inflight.pipeline.engine import Mode, Options, Pipeline, build_pipeline
 from inflight.pipeline.evaluation import Compacted, SizedSummarizers, replay, report, totals
 from inflight.pipeline.outgoing import Prepared
 from inflight.pipeline.summarizer import Summarizers
@@ -143,7 +143,7 @@ def count(args: argparse.Namespace) -> int:
     """Offline: the window comes from the config, then the built-in table (no discovery)."""
     pipeline = offline_pipeline(offline_settings(args), None)
     _, counted = counted_request(args, pipeline, exact=True)
-    accounting = asyncio.run(pipeline.account(counted, None))
+    accounting = pipeline.account(counted)
     tokens, budget, limits = counted.count.total, accounting.budget, accounting.limits
     if args.json:
         document = {"model": counted.model, "prompt_tokens": tokens, "context_window": limits.context_window}
@@ -191,9 +191,9 @@ async def _compact(args: argparse.Namespace, settings: Settings) -> tuple[dict[s
     pipeline = offline_pipeline(settings, summarizers)
     try:
         payload, counted = counted_request(args, pipeline)
-        accounting = await pipeline.account(counted, None)
+        accounting = pipeline.account(counted)
         key = os.environ.get("OPENAI_API_KEY", "")
-        options = Options(mode="force", credentials=[(b"authorization", b"Bearer " + key.encode())] if key else [])
+        options = Options(mode=Mode.FORCE, credentials=[(b"authorization", b"Bearer " + key.encode())] if key else [])
         return payload, await pipeline.prepare(counted, accounting, options)
     finally:
         await pipeline.aclose()

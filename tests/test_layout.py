@@ -121,6 +121,43 @@ def test_the_upstream_transport_uses_only_its_settings_and_errors() -> None:
     assert not beyond
 
 
+# The edge's modules that drive a turn; nothing else may import the driver.
+DRIVES_TURNS = {"inflight.http.conversation_handler", "inflight.http.compact_handler"}
+# What a client may ask in its request's `x-inflight-*` headers: read where the request's options are made.
+REQUEST_HEADERS = {"x-inflight-compaction", "x-inflight-session"}
+# The demo is a client of the proxy: it reads the answer's headers as any client would.
+CLIENTS = ("inflight.demo",)
+
+
+def test_only_the_handlers_import_the_driver() -> None:
+    importers = {module for module, targets in GRAPH.items() if "inflight.http.driver" in targets}
+    assert importers <= DRIVES_TURNS
+
+
+def header_reads(path: Path) -> Iterator[str]:
+    """Every `x-inflight-*` name read in `path`: a subscript loaded, or an argument to `.get(...)`."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        key: ast.expr | None = None
+        if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
+            key = node.slice
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get":
+            key = node.args[0] if node.args else None
+        if isinstance(key, ast.Constant) and isinstance(key.value, str) and key.value.startswith("x-inflight-"):
+            yield f"{path.name}:{key.lineno} reads {key.value}"
+
+
+def test_nothing_reads_the_proxys_own_headers_back() -> None:
+    """What a turn did travels as its typed report; the headers are only rendered from it, never parsed."""
+    reads = [
+        read
+        for module, path in MODULES.items()
+        if not module.startswith(CLIENTS)
+        for read in header_reads(path)
+        if read.rpartition(" reads ")[2] not in REQUEST_HEADERS
+    ]
+    assert not reads
+
+
 def test_no_import_cycles() -> None:
     cycles: list[list[str]] = []
     state: dict[str, int] = {}  # 1: on the current path, 2: done

@@ -10,6 +10,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
+from inflight.compaction.actions import Action
 from inflight.compaction.conversation import (
     Conversation,
     Message,
@@ -25,8 +26,6 @@ from inflight.compaction.stage import Outcome, Stage, Work
 from inflight.compaction.stages import build_stages
 from inflight.compaction.summary_job import Summarize
 from inflight.config import Compaction
-
-CHURN = "churn"  # the action of a compaction that leaves fewer than min_turns_between turns to the next
 
 
 class Compactor:
@@ -56,10 +55,10 @@ class Compactor:
             return None
         head_len = head_length(conversation.messages)
         draft = Draft.from_record(record, conversation) if record else Draft(head_len, head_len)
-        actions: list[str] = []
+        actions: list[Action] = []
         if record is not None:
-            actions += ["summary-cached"] if record.summary is not None else []
-            actions += sorted({r.kind for r in draft.replaced.values()})
+            actions += [Action.SUMMARY_CACHED] if record.summary is not None else []
+            actions += sorted({Action(r.kind) for r in draft.replaced.values()})
         outcome = Outcome([], before, before, actions, record or draft.freeze(conversation), fits=True)
         latest = latest_request_index(conversation.messages, self.observation, conversation.observations)
         work = Work(
@@ -99,7 +98,7 @@ class Compactor:
         changed = bool(outcome.actions) and (record is None or outcome.record != record)
         if changed and work.depth is not None and work.depth.churns(total):
             say_churn(outcome, work.depth, total)
-        outcome.actions = list(dict.fromkeys(outcome.actions)) or ["none"]
+        outcome.actions = list(dict.fromkeys(outcome.actions)) or [Action.NONE]
         return outcome
 
 
@@ -129,7 +128,7 @@ def count_exactly(work: Work) -> bool:
 def say_churn(outcome: Outcome, depth: Depth, tokens: int) -> None:
     """The conversation's turns are too big for its window: the next compaction is fewer turns away than asked.
     Said in `x-inflight-actions` and on the request's log line (the growth, the turns left, the floor)."""
-    outcome.actions.append(CHURN)
+    outcome.actions.append(Action.CHURN)
     outcome.notes["growth"] = str(depth.growth)
     outcome.notes["turns_left"] = f"{depth.turns_left(tokens):.1f}"
     outcome.notes["floor"] = str(depth.floor)

@@ -6,6 +6,7 @@ summary message. Both the LLM summary and its local fallback replace the same sp
 
 from __future__ import annotations
 
+from inflight.compaction.actions import Action
 from inflight.compaction.conversation import Message, pinned, turn_starts
 from inflight.compaction.depth import Depth, Spacing, growth_per_turn
 from inflight.compaction.draft import Budget
@@ -109,7 +110,7 @@ def replace_middle(
     settings: SummarizeSettings,
     fallback: bool,
     ledger: Ledger,
-    action: str | None = None,
+    action: Action | None = None,
 ) -> None:
     """Put one summary message (`text`, then the ledger) in place of the middle up to `cut`; drop
     replacements it swallowed. The text gets at most 60% of the room, the ledger the rest."""
@@ -124,4 +125,4 @@ def replace_middle(
     draft.prefix_len = cut
     draft.replaced = {i: r for i, r in draft.replaced.items() if i >= cut or i < draft.head_len}
     work.middle_replaced = True
-    work.outcome.actions.append(action or ("fallback" if fallback else "summarize"))
+    work.outcome.actions.append(action or (Action.FALLBACK if fallback else Action.SUMMARIZE))

@@ -25,6 +25,7 @@ from typing import TypeVar
 import xxhash
 from cachetools import LRUCache
 
+from inflight.compaction.actions import Action
 from inflight.compaction.background.ahead import SummaryAhead
 from inflight.compaction.background.jobs import AheadJobs, say_how_it_waited
 from inflight.compaction.background.scheduler import BackgroundSummaries, Elsewhere, Superseded
@@ -89,7 +90,7 @@ class ConversationCompactions:
         if outcome is None:
             self.ahead_jobs.start(key, conversation, record, ahead, conversation.messages, conversation.tokens)
             return None
-        if ahead is not None and "fallback" in outcome.actions:  # a summary was due, and the ledger stood in
+        if ahead is not None and Action.FALLBACK in outcome.actions:  # a summary was due, and the ledger stood in
             outcome = await self.wait_for_summary(key, conversation, compactor, outcome, record, ahead, budget=budget)
         self.ahead_jobs.start(key, conversation, outcome.record, ahead, outcome.messages, outcome.tokens_after)
         return outcome
@@ -148,11 +149,11 @@ class ConversationCompactions:
             landed = await self.ahead_jobs.landed_elsewhere(key, conversation, deadline)
         if landed:
             again, _ = await self.run(key, conversation, compactor, budget=budget, force=False)
-            if again is not None and "summary-cached" not in outcome.actions:  # it replayed this turn's own digest
+            if again is not None and Action.SUMMARY_CACHED not in outcome.actions:  # it replayed this turn's own digest
                 # ... or, in a burst, the record another turn made with the summary meanwhile: then nothing else is
                 # left to say, and the turn says what it sends rather than nothing.
-                made = "fallback" if again.record.fallback else PRECOMPUTED
-                again.actions = [action for action in again.actions if action != "summary-cached"] or [made]
+                made = Action.FALLBACK if again.record.fallback else PRECOMPUTED
+                again.actions = [action for action in again.actions if action != Action.SUMMARY_CACHED] or [made]
             if again is not None:  # what this turn dropped is measured from before it: its ledger was never sent
                 again.previous = outcome.previous
             outcome = again or outcome

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from inflight.compaction.actions import Action
 from inflight.compaction.conversation import Conversation, Message, last_user_index
 from inflight.compaction.depth import Depth
 from inflight.compaction.draft import Budget, Draft
@@ -24,7 +25,7 @@ class Outcome:
     messages: list[Message]
     tokens_before: int
     tokens_after: int
-    actions: list[str]
+    actions: list[Action]
     record: Record
     fits: bool
     messages_replaced: int = 0

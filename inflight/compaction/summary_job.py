@@ -13,6 +13,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from inflight.compaction.actions import Action
 from inflight.compaction.background.scheduler import Final
 from inflight.compaction.conversation import Message, calls_of_results, describe_call, text_of
 from inflight.compaction.ledger import LEDGER_HEADING
@@ -102,7 +103,7 @@ class SummaryBudgetSpent(Final):
 
     Final: a background job is not tried again; the turn goes on with the ledger, and says why."""
 
-    action = "summary-budget"  # in `x-inflight-actions`
+    action = Action.SUMMARY_BUDGET
 
 
 def summary_message(text: str) -> Message:

@@ -27,12 +27,13 @@ from inflight.formats import Responses
 from inflight.formats.compaction_items import ItemKey
 from inflight.formats.seam import text_of_parts
 from inflight.http.body import read_limited
-from inflight.http.conversation_handler import discovery, options_of, post_upstream
+from inflight.http.conversation_handler import options_of
 from inflight.http.disconnect import cancelled_on_disconnect
+from inflight.http.driver import discovery, post_upstream
 from inflight.http.exchange import Exchange
 from inflight.http.intake import read_request
 from inflight.http.relay import Relay, relay
-from inflight.pipeline.engine import Pipeline
+from inflight.pipeline.engine import Mode, Pipeline
 from inflight.upstream.client import UpstreamClient
 from inflight.upstream.exceptions import upstream_errors
 from inflight.upstream.headers import response_headers
@@ -69,8 +70,10 @@ class CompactHandler:
             ):
                 return relay(response, exchange)
             theirs = await read_short(response, self.upstream.host)  # its "no such route", kept to relay if need be
-            options = replace(options_of(request, self.wire), mode="force")  # compacted, fit or not
-            accounting = await self.pipeline.account(counted, discovery(self.upstream, request), tenant=options.tenant)
+            options = replace(options_of(request, self.wire), mode=Mode.FORCE)  # compacted, fit or not
+            if self.pipeline.discovers(counted.model):
+                await self.pipeline.discover(discovery(self.upstream, request))
+            accounting = self.pipeline.account(counted, tenant=options.tenant)
             prepared = await self.pipeline.prepare(counted, accounting, options)
         output = (
             self.sealed(counted.payload["input"], orjson.loads(prepared.body)["input"]) if prepared.rewritten else None
@@ -78,7 +81,7 @@ class CompactHandler:
         if output is None:  # nothing summarized (not compactable, compaction off or failed): the upstream's answer
             exchange.note("compacted_by", "none")
             return json_answer(theirs, exchange, status=response.status)
-        exchange.headers = dict(prepared.headers)
+        exchange.report = prepared.turn_report(accounting)
         exchange.note_all(accounting.log_fields() | prepared.fields | {"compacted_by": "inflight"})
         answer = {
             "id": f"resp_compact_{uuid.uuid4().hex}",

@@ -70,4 +70,5 @@ def note_send_timeout(scope: Scope, exchange: Exchange) -> None:
     """On the request's log line: the client was cut for reading nothing (`client_send_timeout_s=60`)."""
     timeout = scope.get(SEND_TIMED_OUT)
     if timeout is not None:
+        exchange.send_timed_out = True
         exchange.note("client_send_timeout_s", f"{timeout:g}")

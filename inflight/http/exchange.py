@@ -1,4 +1,4 @@
-"""One request as the proxy handles it: what its log line, its `x-inflight-*` headers and its retry need.
+"""One request as the proxy handles it: its timings, its log line, and the report its headers and metrics show.
 
 Each step of a request adds to its `Exchange`; the log line is built and written here, once, when
 the response is done (or failed), and the finish hook (the metrics) is called then. Fields are
@@ -10,8 +10,9 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from inflight.compaction.report import CacheFigures, TurnReport
 from inflight.offload import LaneWait
 
 log = logging.getLogger("inflight")
@@ -38,15 +39,21 @@ class Exchange:
     started: float = field(default_factory=time.perf_counter)
     status: int = 0
     fields: dict[str, str] = field(default_factory=dict)
-    headers: dict[str, str] = field(default_factory=dict)  # x-inflight-* headers for the client
+    report: TurnReport = field(default_factory=TurnReport)  # what the turn did: the x-inflight-* headers, the metrics
     finished: bool = False
     answered_at: float | None = None  # when the upstream's answer was last in (headers, or a held first event)
     upstream_s: float = 0.0  # waited on the upstream until then: every request sent to it (a retry's too)
     lane: LaneWait = field(default_factory=LaneWait)  # waited for a heavy lane (`inflight.offload`)
-    # Fields worked out once the answer is out (the prompt cache's figures): by name, the latest one of each.
-    later: dict[str, Callable[[], dict[str, object]]] = field(default_factory=dict, repr=False)
+    # The prompt cache's figures, worked out once the answer is out (off the request's path).
+    cache_figures: Callable[[], CacheFigures | None] | None = field(default=None, repr=False)
+    send_timed_out: bool = False  # the client was cut for reading nothing (`limits.client_send_timeout_s`)
     _sent_at: float | None = field(default=None, repr=False)
     _waited_before: float = field(default=0.0, repr=False)  # by the upstream requests before the latest one
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """The `x-inflight-*` headers for the client, rendered from the report."""
+        return self.report.headers()
 
     def note(self, key: str, value: object) -> None:
         self.fields[key] = clean(value)
@@ -89,11 +96,12 @@ class Exchange:
         if self.finished:
             return
         self.finished = True
-        for name, work_out in self.later.items():
+        if self.cache_figures is not None:
             try:
-                self.note_all(work_out())
+                self.report = replace(self.report, cache=self.cache_figures())
+                self.note_all(self.report.cache_fields())
             except Exception:  # a bug of ours in a figure must not cost the log line
-                log.exception("figures %s could not be worked out", name)
+                log.exception("the prompt cache's figures could not be worked out")
         total_ms = (time.perf_counter() - self.started) * 1000
         upstream = f"{self.upstream_ms:.1f}" if self.upstream_ms is not None else "-"
         added = self.added_s

@@ -19,6 +19,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, valu
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from inflight.compaction.actions import Action
+from inflight.compaction.report import Plan, TurnReport
 from inflight.metrics.observer import SummarizerOutcome
 
 # Seconds. The proxy's own share is usually under a millisecond: fine buckets there.
@@ -28,7 +30,6 @@ SUMMARIZER_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300)
 SHARE_BUCKETS = (0.1, 0.25, 0.5, 0.65, 0.8, 0.9, 0.95, 0.99, 1.0)
 TOKEN_BUCKETS = (1000, 2000, 4000, 8000, 16000, 32000, 64000, 128000, 256000, 512000, 1_000_000, 2_000_000)
 M = TypeVar("M", Counter, Gauge, Histogram)
-NOT_COMPACTIONS = frozenset({"none", "retry", "error"})  # actions that do not say the request was compacted
 
 
 class FinishedRequest(Protocol):
@@ -50,10 +51,10 @@ class FinishedRequest(Protocol):
     def queue_s(self) -> float | None: ...
 
     @property
-    def headers(self) -> dict[str, str]: ...
+    def report(self) -> TurnReport: ...
 
     @property
-    def fields(self) -> dict[str, str]: ...
+    def send_timed_out(self) -> bool: ...
 
 
 def route_of(path: str) -> str:
@@ -216,52 +217,40 @@ class Metrics:
         queued = exchange.queue_s
         if queued is not None:
             self._child(self.lane_wait, route).observe(queued)
-        if "client_send_timeout_s" in exchange.fields:
+        if exchange.send_timed_out:
             self.send_timeouts.inc()
-        cached = exchange.fields.get("cached")
-        if cached is not None:
-            self.cached_share.observe(float(cached))
-        if "rewrite" in exchange.fields:
-            self.rewrites.inc()
-        for side, name in (("sent", "cost"), ("client", "cost_client")):
-            units = exchange.fields.get(name)  # the log line's text
-            if units is not None:
-                self._child(self.cost, side).inc(float(units))
-        actions = exchange.headers.get("x-inflight-actions")
-        if actions is not None and actions != "none":
-            self._compacted(actions.split(","), exchange.headers)
-        shadow = exchange.headers.get("x-inflight-shadow-actions")
-        if shadow is not None:
-            self._shadowed(shadow.split(","), exchange.headers)
+        self._reported(exchange.report)
+
+    def _reported(self, report: TurnReport) -> None:
+        """What the turn's report says: the prompt cache's figures, and what compaction did or planned."""
+        if report.cache is not None and not report.shadow_mode:  # a plan's cache figures are not the live cache's
+            self.cached_share.observe(report.cache.share)
+            if report.cache.rewrite:
+                self.rewrites.inc()
+            for side, units in (("sent", report.cache.cost), ("client", report.cache.cost_client)):
+                if units is not None:
+                    self._child(self.cost, side).inc(units)
+        if report.sent is not None and report.sent.actions != (Action.NONE,):
+            self._actions(report.sent, counter=self.compactions, tokens=self.tokens)
+            if Action.FALLBACK in report.sent.actions:
+                self.fallbacks.inc()
+            if report.retried:
+                self.retries.inc()
+        if report.shadow is not None:  # what shadow mode planned and did not send
+            self._actions(report.shadow, counter=self.shadow_compactions, tokens=self.shadow_tokens)
 
     def refused(self, path: str) -> None:
         """A request answered 401 before any route saw it."""
         self._child(self.requests, route_of(path), "401").inc()
 
-    def _compacted(self, actions: list[str], headers: dict[str, str]) -> None:
-        after = headers.get("x-inflight-tokens-after")
-        self._actions(actions, headers, after, counter=self.compactions, tokens=self.tokens)
-        if "fallback" in actions:
-            self.fallbacks.inc()
-        if headers.get("x-inflight-retried") == "1":
-            self.retries.inc()
-
-    def _shadowed(self, actions: list[str], headers: dict[str, str]) -> None:
-        """What shadow mode planned and did not send: its actions, and the tokens it would have sent."""
-        after = headers.get("x-inflight-shadow-tokens-after")
-        self._actions(actions, headers, after, counter=self.shadow_compactions, tokens=self.shadow_tokens)
-
-    def _actions(
-        self, actions: list[str], headers: dict[str, str], after: str | None, *, counter: Counter, tokens: Histogram
-    ) -> None:
-        """Each action but `none` counted, and, for a request compacted, its tokens before and `after`."""
-        for action in actions:
-            if action != "none":
+    def _actions(self, plan: Plan, *, counter: Counter, tokens: Histogram) -> None:
+        """Each action but `none` counted, and, for a request compacted, its tokens before and after."""
+        for action in plan.actions:
+            if action != Action.NONE:
                 self._child(counter, action).inc()
-        before = headers.get("x-inflight-tokens-before")
-        if before is not None and after is not None and not NOT_COMPACTIONS.issuperset(actions):
-            self._child(tokens, "before").observe(int(before))
-            self._child(tokens, "after").observe(int(after))
+        if plan.compacted:
+            self._child(tokens, "before").observe(plan.tokens_before)
+            self._child(tokens, "after").observe(plan.tokens_after)
 
     def record_lookup(self, *, hit: bool) -> None:
         self._child(self.lookups, "hit" if hit else "miss").inc()

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
+from inflight.compaction.report import Window
 from inflight.formats import CoreRequest, WireFormat
 from inflight.policy.calibration import RATIO_BOUNDS
 from inflight.policy.windows import ModelLimits
@@ -94,15 +95,9 @@ class Accounting:
             return replace(self, ratio=ratio)
         return replace(self, ratio=tokens / self.raw_tokens, fixed_ratio=tokens / self.raw_tokens)
 
-    def headers(self) -> dict[str, str]:
-        headers = {
-            "x-inflight-prompt-tokens": str(self.prompt_tokens),
-            "x-inflight-context-window": str(self.limits.context_window),
-            "x-inflight-budget": str(self.budget),
-        }
-        if self.estimated:
-            headers["x-inflight-count"] = "estimate"
-        return headers
+    def window(self) -> Window:
+        """The request against its window, as the turn's report says it."""
+        return Window(self.prompt_tokens, self.limits.context_window, self.budget, estimated=self.estimated)
 
     def log_fields(self) -> dict[str, object]:
         fields: dict[str, object] = {

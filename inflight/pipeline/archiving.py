@@ -88,7 +88,7 @@ class Archiver:
         now = time.time()
         outcome = prepared.outcome
         conversation = conversation_id(key)
-        headers = prepared.headers
+        plan = prepared.shadow_plan if prepared.shadow else prepared.plan
         # A shadow turn is archived as what it would have sent (the viewer marks it): that is what it measures.
         sent = outcome.tokens_after if prepared.shadow and outcome is not None else prepared.sent_tokens
         turn = turn_entry(
@@ -97,7 +97,7 @@ class Archiver:
             tokens=accounting.prompt_tokens,
             sent=accounting.calibrated(sent),
             thresholds=thresholds_of(accounting, prepared, settings),
-            actions=headers.get("x-inflight-shadow-actions" if prepared.shadow else "x-inflight-actions", "none"),
+            actions=plan.said() if plan is not None else "none",
             compaction_id=outcome.compaction_id or None if outcome is not None else None,
             fresh=outcome is not None and outcome.fresh,
             recorded=outcome is not None and not outcome.record.bare,

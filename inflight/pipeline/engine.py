@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import logging
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from typing import Any
 
 import orjson
@@ -18,6 +19,7 @@ import xxhash
 from cachetools import LRUCache
 
 from inflight.compaction import Budget, Conversation, ConversationCompactions, Outcome, conversation_key, head_length
+from inflight.compaction.actions import Action
 from inflight.compaction.background.scheduler import BackgroundSummaries
 from inflight.compaction.prefix import CacheTurn, PrefixTracker, SentRequest, view_ids
 from inflight.compaction.record import shadow_key
@@ -44,14 +46,27 @@ log = logging.getLogger("inflight")
 EXACT_MARGIN = 1.25  # counted exactly: this much more than the window (a calibration ratio below 1 needs more)
 
 
+class Mode(StrEnum):
+    """What a request asks of compaction, beyond the config."""
+
+    CONFIGURED = ""  # as the config says
+    OFF = "off"  # forward untouched, never retry
+    FORCE = "force"  # compact even if it fits
+    SHADOW = "shadow"  # forward untouched, never retry; plan the compaction only to say what it would have sent
+    ACTIVE = "active"  # compact as configured, even under a shadow config (`inflight eval`; never from a client)
+
+    @classmethod
+    def asked(cls, header: str) -> Mode:
+        """What a client's `x-inflight-compaction` asks: `off`, `force` or `shadow`; anything else, nothing."""
+        mode = header.strip().lower()
+        return cls(mode) if mode in CLIENT_MODES else cls.CONFIGURED
+
+
 @dataclass(frozen=True)
 class Options:
     """What the client asked of the proxy for this request (the `x-inflight-*` request headers)."""
 
-    # "off": forward untouched, never retry; "force": compact even if it fits; "shadow": forward untouched,
-    # never retry, and plan the compaction only to say what it would have sent (`compaction.mode: shadow`);
-    # "active" (never from a client: `CLIENT_MODES`): compact as configured, even under a shadow config
-    mode: str = ""
+    mode: Mode = Mode.CONFIGURED
     session: str | None = None  # `x-inflight-session`: before any the body names
     session_hint: str | None = None  # the wire format's own session header: after the body's
     # The client's `Authorization` and `x-api-key`, for the summarizer when no key is configured; and who it is.
@@ -68,7 +83,7 @@ class Options:
 # What overrules a shadow config: a client's `off` (less than shadow: nothing planned), and `active`, which only
 # `inflight eval` asks (it measures what compaction sends). A client's `force` does not: the operator chose shadow
 # mode so that no byte changes.
-OVERRULE_SHADOW = frozenset({"off", "active"})
+OVERRULE_SHADOW = frozenset({Mode.OFF, Mode.ACTIVE})
 CLIENT_MODES = frozenset({"off", "force", "shadow"})  # what a client may ask (`x-inflight-compaction`)
 PREFIX_SHARE = 4  # the requests sent last (`compaction.prefix`) may hold a quarter of the records' bytes
 
@@ -204,14 +219,18 @@ class Pipeline:
     def encoding_for(self, model: str) -> EncodingChoice:
         return choose_encoding(model, self.model_settings(model).encoding)
 
-    async def account(self, counted: Counted, fetch_models: FetchModels | None, *, tenant: str = "") -> Accounting:
-        """The request's window, budget and calibration (the client `tenant`'s own); `fetch_models` None: no
-        discovery (offline)."""
+    def discovers(self, model: str) -> bool:
+        """Whether `model`'s window is worth asking of the upstream's model list before this request is accounted."""
+        return self._registry.discovers(model)
+
+    async def discover(self, fetch_models: FetchModels) -> None:
+        """Ask the upstream's model list for its windows (once a process; again a minute after a failure)."""
+        await self._registry.discover(fetch_models)
+
+    def account(self, counted: Counted, *, tenant: str = "") -> Accounting:
+        """The request's window, budget and calibration (the client `tenant`'s own), from what is known now."""
         model = counted.model
-        if fetch_models is None:
-            limits = self._registry.resolve(model)
-        else:
-            limits = await self._registry.resolve_async(model, fetch_models)
+        limits = self._registry.resolve(model)
         settings = self.model_settings(model).compaction
         budget = self.budget(counted, limits.context_window, tenant=tenant)
         ratios = Ratios() if counted.encoding.exact else self._calibration.ratios(model, tenant=tenant)
@@ -326,13 +345,13 @@ class Pipeline:
     def plans(self, counted: Counted, options: Options) -> bool:
         """Whether this request's compaction is planned: to be sent, or only said (`shadows`)."""
         enabled = self.model_settings(counted.model).compaction.enabled
-        return enabled and options.mode != "off" and counted.request.compactable
+        return enabled and options.mode != Mode.OFF and counted.request.compactable
 
     def shadows(self, counted: Counted, options: Options) -> bool:
         """Whether this request's compaction is planned and recorded but not sent: the client asks it of this
         request (`x-inflight-compaction: shadow`), or its model's config does (`compaction.mode: shadow`) and
         the client asks nothing else of it (`force`, `off`, and the compact endpoint's own, still win)."""
-        if options.mode == "shadow":
+        if options.mode == Mode.SHADOW:
             return True
         return options.mode not in OVERRULE_SHADOW and self.model_settings(counted.model).compaction.mode == "shadow"
 
@@ -362,7 +381,7 @@ class Pipeline:
                 prepared.body, prepared.rewritten = orjson.dumps(counted.payload), True
             prepared.fields["context_management"] = "inflight"
         if self.degraded and self.compacts(counted, options):
-            prepared.headers["x-inflight-state"] = "degraded"
+            prepared.degraded = True
             prepared.fields["state"] = "degraded"
         return prepared
 
@@ -374,7 +393,6 @@ class Pipeline:
         shadow = self.shadows(counted, options)
         if shadow:
             untouched.shadow = True
-            untouched.headers["x-inflight-compaction"] = "shadow"
             untouched.fields["shadow"] = "none"
         if not self.plans(counted, options):
             return untouched
@@ -391,13 +409,17 @@ class Pipeline:
             model = self._model_key(accounting.model)
             log.exception("[compaction] failed for %s; forwarding the request unchanged", model)
             untouched.fields["compaction_error"] = type(exc).__name__
+            failed = replace(untouched.plan, actions=(Action.ERROR,))
             if shadow:
-                untouched.fields["shadow"] = untouched.headers["x-inflight-shadow-actions"] = "error"
+                untouched.fields["shadow"] = Action.ERROR
+                untouched.shadow_plan = failed
             else:
-                untouched.headers["x-inflight-actions"] = "error"
+                untouched.plan = failed
             return untouched
         untouched.scheduled = outcome.scheduled if outcome is not None else None
-        if outcome is None or (outcome.actions == ["none"] and outcome.fits):  # nothing changed: the client's bytes
+        if outcome is None or (
+            outcome.actions == [Action.NONE] and outcome.fits
+        ):  # nothing changed: the client's bytes
             return self.cache_figures(untouched, counted, None, key=plan_key)
         if shadow:  # the client's bytes go; what would have gone instead is said, and measured for the cache
             return self.cache_figures(shadowed(untouched, accounting, outcome), counted, outcome, key=plan_key)
@@ -450,7 +472,7 @@ class Pipeline:
         )
         own_units = accounting.own_units(retry.limit if retry else accounting.budget)  # compaction's units
         budget = Budget.exactly(own_units) if retry and retry.blind else Budget.of(own_units, settings)
-        force = options.mode == "force"  # a retry needs no push: what it retries is over its limit
+        force = options.mode == Mode.FORCE  # a retry needs no push: what it retries is over its limit
         summarizers = None if shadow and not settings.shadow_summaries else self._summarizers
         background = self._compactions.background and summarizers is not None
         background_at = settings.summarize.background_at
@@ -482,7 +504,12 @@ class Pipeline:
         outcome = await self._compactions.compact(
             key, conversation, compactor=compactor, budget=budget, force=force, ahead=ahead
         )
-        if spent and outcome is not None and "fallback" in outcome.actions and BUDGET_ACTION not in outcome.actions:
+        if (
+            spent
+            and outcome is not None
+            and Action.FALLBACK in outcome.actions
+            and BUDGET_ACTION not in outcome.actions
+        ):
             outcome.actions.append(BUDGET_ACTION)
         return outcome
 

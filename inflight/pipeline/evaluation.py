@@ -40,7 +40,7 @@ from inflight.compaction.stages.mask import TOOL_PRUNED
 from inflight.config import Compaction
 from inflight.formats import CHAT_COMPLETIONS, WireFormat
 from inflight.pipeline.accounting import Accounting, Counted
-from inflight.pipeline.engine import Options, Pipeline
+from inflight.pipeline.engine import Mode, Options, Pipeline
 from inflight.pipeline.outgoing import Prepared
 from inflight.pipeline.parts import SummarizerFactory
 from inflight.upstream.headers import RawHeaders
@@ -184,8 +184,8 @@ async def compacted_turns(
         counted = pipeline.count(orjson.dumps(request), request, CHAT_COMPLETIONS)
         if counted is None:
             continue
-        accounting = await pipeline.account(counted, None)
-        prepared = await pipeline.prepare(counted, accounting, Options(mode="active", session=session))
+        accounting = pipeline.account(counted)
+        prepared = await pipeline.prepare(counted, accounting, Options(mode=Mode.ACTIVE, session=session))
         if cache is not None and prepared.cache is not None:
             cache.add(prepared.cache, prepared.prices)
         if prepared.outcome is not None and prepared.rewritten:

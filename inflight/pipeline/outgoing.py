@@ -1,4 +1,4 @@
-"""What the pipeline hands the server: the body to send upstream, and the headers and log fields about it."""
+"""What the pipeline hands the server: the body to send upstream, what was done to it, and its log fields."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from inflight.compaction import Budget, Outcome
+from inflight.compaction.actions import Action
 from inflight.compaction.prefix import CacheTurn
+from inflight.compaction.report import CacheFigures, Plan, TurnReport
 from inflight.config import Prices
 from inflight.pipeline.accounting import Accounting, Counted
 
@@ -23,7 +25,7 @@ class Prepared:
     rewritten: bool
     sent_tokens: int  # our uncalibrated count of what is sent, for calibration
     limit: int  # the budget it was prepared against
-    headers: dict[str, str]
+    plan: Plan  # what was done to it: its actions, tokens before and after
     fields: dict[str, object] = field(default_factory=dict)  # for the request's log line
     outcome: Outcome | None = None
     too_long: str | None = None  # why it cannot fit even compacted: the body is our best effort, sent anyway
@@ -35,6 +37,8 @@ class Prepared:
     # Shadow mode: `body` is the client's own, and `outcome` what compaction would have sent instead (said in the
     # `x-inflight-shadow-*` headers, the log line, the metrics and the archive; never sent).
     shadow: bool = False
+    shadow_plan: Plan | None = None  # shadow mode: what compaction would have done
+    degraded: bool = False  # the shared record store is failing
     # What the prompt cache can serve of it (`inflight.compaction.prefix`), against the conversation's request sent
     # before it: worked out when first asked (after the answer, for the log line), once.
     measure_cache: Callable[[], CacheTurn] | None = field(default=None, repr=False)
@@ -54,20 +58,26 @@ class Prepared:
                 log.exception("[cache] the prompt cache's figures could not be worked out")
         return self._cache
 
-    def cache_fields(self) -> dict[str, object]:
-        """The prompt cache's figures for the log line (and the metrics read from it): the cached share, a rewrite."""
+    def cache_figures(self) -> CacheFigures | None:
+        """The prompt cache's figures for the report: the cached share, a rewrite, and the cost of both sides."""
         turn = self.cache
         if turn is None:
-            return {}
-        # In shadow mode, what the cache would have served of the plan: said apart, and kept out of the live metrics.
-        prefix = "shadow_" if self.shadow else ""
-        fields: dict[str, object] = {f"{prefix}cached": f"{turn.share:.2f}"}
-        if turn.rewrite:
-            fields[f"{prefix}rewrite"] = 1
-        if self.prices is not None:  # estimated, in units of one uncached input token: sent, and without inflight
-            fields[f"{prefix}cost"] = round(turn.cost(self.prices))
-            fields[f"{prefix}cost_client"] = round(turn.client_cost(self.prices))
-        return fields
+            return None
+        if self.prices is None:
+            return CacheFigures(turn.share, turn.rewrite)
+        # Estimated, in units of one uncached input token: what is sent, and what the client's request would cost.
+        cost, client = round(turn.cost(self.prices)), round(turn.client_cost(self.prices))
+        return CacheFigures(turn.share, turn.rewrite, cost=cost, cost_client=client)
+
+    def turn_report(self, accounting: Accounting) -> TurnReport:
+        """What the turn says of this body: its window, what was done to it, and in shadow mode the plan."""
+        return TurnReport(
+            window=accounting.window(),
+            sent=self.plan,
+            shadow=self.shadow_plan,
+            shadow_mode=self.shadow,
+            degraded=self.degraded,
+        )
 
     def follows(self, refused: Prepared) -> None:
         """This is the retry of `refused`: what its compaction dropped counts from before both attempts."""
@@ -76,37 +86,26 @@ class Prepared:
 
 
 def as_sent(counted: Counted, accounting: Accounting, *, limit: int) -> Prepared:
-    """The client's own bytes, with the headers that say nothing was done to them."""
-    tokens = str(accounting.calibrated(counted.count.total))
-    headers = accounting.headers() | {
-        "x-inflight-tokens-before": tokens,
-        "x-inflight-tokens-after": tokens,
-        "x-inflight-actions": "none",
-    }
+    """The client's own bytes, said to be untouched."""
+    plan = Plan.untouched(accounting.calibrated(counted.count.total))
     total, fixed, approximate = counted.count.total, counted.count.fixed, bool(counted.count.approximated)
-    return Prepared(counted.raw, False, total, limit, headers, approximate=approximate, sent_fixed=fixed)
+    return Prepared(counted.raw, False, total, limit, plan, approximate=approximate, sent_fixed=fixed)
 
 
 def translated(counted: Counted, untouched: Prepared) -> Prepared:
     """Nothing compacted, but the body carries what only inflight can read (its own compaction items):
     the format writes it as the upstream reads it, the rest as it came."""
     body = counted.wire.write(counted.payload, counted.request, counted.request.messages)
-    actions = {"x-inflight-actions": "expanded"}
-    return replace(
-        untouched,
-        body=body,
-        rewritten=True,
-        headers=untouched.headers | actions,
-        fields=untouched.fields | {"actions": "expanded"},
-    )
+    plan = replace(untouched.plan, actions=(Action.EXPANDED,))
+    return replace(untouched, body=body, rewritten=True, plan=plan, fields=untouched.fields | {"actions": "expanded"})
 
 
 def rewritten(counted: Counted, accounting: Accounting, outcome: Outcome, *, limit: int, key: str) -> Prepared:
-    """The compacted body, with the headers and log fields that say what was done to it."""
-    headers, fields = described(accounting, outcome, limit=limit, key=key)
+    """The compacted body, with the plan and log fields that say what was done to it."""
+    plan, fields = described(accounting, outcome, limit=limit, key=key)
     too_long = None
     if not outcome.fits:
-        before, after = accounting.calibrated(outcome.tokens_before), accounting.calibrated(outcome.tokens_after)
+        before, after = plan.tokens_before, plan.tokens_after
         too_long = (
             f"This request needs at least {after:,} prompt tokens after compaction (it had {before:,}), but "
             f"{accounting.model} allows {limit:,} ({accounting.limits.context_window:,}-token context window "
@@ -114,39 +113,25 @@ def rewritten(counted: Counted, accounting: Accounting, outcome: Outcome, *, lim
         )
     body = counted.wire.write(counted.payload, counted.request, outcome.messages)
     fixed = counted.count.fixed  # compaction keeps the tools
-    return Prepared(body, True, outcome.tokens_after, limit, headers, fields, outcome, too_long, key, sent_fixed=fixed)
+    return Prepared(body, True, outcome.tokens_after, limit, plan, fields, outcome, too_long, key, sent_fixed=fixed)
 
 
 def shadowed(untouched: Prepared, accounting: Accounting, outcome: Outcome) -> Prepared:
     """Shadow mode: the client's own bytes, sent and counted as they are, with what compaction would have sent
-    instead said beside them: `x-inflight-shadow-*` headers, and the log line's `shadow=` (its actions) and
+    instead said beside them: the report's shadow plan, and the log line's `shadow=` (its actions) and
     `compacted=` fields. No body is written for it: nobody reads one."""
-    headers, fields = described(accounting, outcome, limit=untouched.limit, key=untouched.key)
-    said = {"x-inflight-shadow-actions": headers["x-inflight-actions"]}
-    said["x-inflight-shadow-tokens-after"] = headers["x-inflight-tokens-after"]
-    if "x-inflight-compaction-id" in headers:
-        said["x-inflight-shadow-compaction-id"] = headers["x-inflight-compaction-id"]
+    plan, fields = described(accounting, outcome, limit=untouched.limit, key=untouched.key)
     fields = {"shadow": fields.pop("actions")} | fields
-    return replace(
-        untouched, headers=untouched.headers | said, fields=untouched.fields | fields, outcome=outcome, shadow=True
-    )
+    return replace(untouched, fields=untouched.fields | fields, outcome=outcome, shadow=True, shadow_plan=plan)
 
 
-def described(
-    accounting: Accounting, outcome: Outcome, *, limit: int, key: str
-) -> tuple[dict[str, str], dict[str, object]]:
-    """The headers and log fields that say what a compaction did (or, in shadow mode, would have done)."""
+def described(accounting: Accounting, outcome: Outcome, *, limit: int, key: str) -> tuple[Plan, dict[str, object]]:
+    """The plan and log fields that say what a compaction did (or, in shadow mode, would have done)."""
     before, after = accounting.calibrated(outcome.tokens_before), accounting.calibrated(outcome.tokens_after)
-    actions = ",".join(outcome.actions)
-    headers = accounting.headers() | {
-        "x-inflight-tokens-before": str(before),
-        "x-inflight-tokens-after": str(after),
-        "x-inflight-actions": actions,
-    }
-    if outcome.compaction_id:  # which compaction this is, or which one a record hit replays (the archive's id)
-        headers["x-inflight-compaction-id"] = outcome.compaction_id
+    # Which compaction this is, or which one a record hit replays (the archive's id).
+    plan = Plan(tuple(outcome.actions), before, after, outcome.compaction_id or None)
     fields: dict[str, object] = {
-        "actions": actions,
+        "actions": plan.said(),
         "compaction": outcome.compaction_id or "-",
         "compacted": f"{before}->{after}/{limit}",
         "key": key[:48],
@@ -154,4 +139,4 @@ def described(
         "summarizer_calls": outcome.summarizer_calls,
         "summarizer_ms": f"{outcome.summarizer_ms:.0f}" if outcome.summarizer_ms is not None else "-",
     }
-    return headers, fields | outcome.notes
+    return plan, fields | outcome.notes

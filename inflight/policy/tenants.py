@@ -15,12 +15,13 @@ from collections.abc import Callable, Sequence
 
 from cachetools import LRUCache
 
+from inflight.compaction.actions import Action
 from inflight.config.settings import SummarizerBudget
 
 TENANT_DIGEST_BYTES = 12  # 96 bits: no two keys share a tenant by chance, nor can one be found that does
 KEY_DIGEST_BYTES = 16
 MAX_CLIENTS = 10_000  # the clients whose summarizer spending is remembered (the least recent are forgotten)
-BUDGET_ACTION = "summary-budget"
+BUDGET_ACTION = Action.SUMMARY_BUDGET
 
 
 def presented_key(credentials: Sequence[tuple[bytes, bytes]]) -> bytes | None:

@@ -189,14 +189,19 @@ class ContextRegistry:
             return ModelLimits(table[0], max_output, "builtin")
         return ModelLimits(self.settings.default_context_window, max_output, "default")
 
+    def discovers(self, model: str) -> bool:
+        """Whether `model`'s window should be asked of the upstream's model list before it is resolved: neither
+        configured nor learned, discovery on, and the list not fetched yet (nor failed within the last minute)."""
+        if not self.settings.discover_context_window or self.resolve(model).source in ("config", "learned"):
+            return False
+        return self._discovered is None and time.monotonic() - self._discovery_failed_at >= DISCOVERY_RETRY_S
+
     async def resolve_async(self, model: str, fetch: FetchModels) -> ModelLimits:
-        limits = self.resolve(model)
-        if limits.source in ("config", "learned") or not self.settings.discover_context_window:
-            return limits
-        await self._discover(fetch)
+        if self.discovers(model):
+            await self.discover(fetch)
         return self.resolve(model)
 
-    async def _discover(self, fetch: FetchModels) -> None:
+    async def discover(self, fetch: FetchModels) -> None:
         """Ask the upstream once; on failure, try again no sooner than a minute later."""
         if self._discovered is not None or time.monotonic() - self._discovery_failed_at < DISCOVERY_RETRY_S:
             return

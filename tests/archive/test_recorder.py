@@ -28,7 +28,7 @@ async def archive_turns(store: ArchiveStore, turns: int, errors: list[str]) -> A
         payload = {"model": "gpt-4o", "messages": agent_conversation(n, output_lines=2)}
         counted = pipeline.count(orjson.dumps(payload), payload, CHAT_COMPLETIONS)
         assert counted is not None
-        accounting = await pipeline.account(counted, None)
+        accounting = pipeline.account(counted)
         prepared = await pipeline.prepare(counted, accounting, Options())
         archiver.turn(counted, accounting, Options(), prepared, status=200)
     return archiver

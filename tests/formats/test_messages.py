@@ -195,7 +195,7 @@ def test_the_pipeline_compacts_a_claude_code_conversation_into_a_valid_request(s
     async def prepare() -> bytes:
         counted = pipeline.count(raw, body, MESSAGES)
         assert counted is not None
-        accounting = await pipeline.account(counted, None)
+        accounting = pipeline.account(counted)
         assert accounting.budget == 12_000 - 3_000  # 128k asked: the reserve is capped at a quarter
         prepared = await pipeline.prepare(counted, accounting, Options())
         assert prepared.rewritten and prepared.too_long is None
@@ -271,9 +271,9 @@ def prepared_body(body: dict[str, Any], window: int) -> tuple[dict[str, Any], st
     async def prepare() -> tuple[bytes, str, str | None]:
         counted = pipeline.count(raw, body, MESSAGES)
         assert counted is not None
-        prepared = await pipeline.prepare(counted, await pipeline.account(counted, None), Options())
+        prepared = await pipeline.prepare(counted, pipeline.account(counted), Options())
         await pipeline.aclose()
-        return prepared.body, prepared.headers["x-inflight-actions"], prepared.too_long
+        return prepared.body, prepared.plan.said(), prepared.too_long
 
     sent, actions, too_long = asyncio.run(prepare())
     return orjson.loads(sent), actions, too_long

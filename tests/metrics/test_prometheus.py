@@ -6,7 +6,9 @@ import asyncio
 import time
 from pathlib import Path
 
+from inflight.compaction.actions import Action
 from inflight.compaction.background.scheduler import BackgroundSummaries
+from inflight.compaction.report import Plan, TurnReport
 from inflight.config import Cache, State
 from inflight.http.exchange import Exchange
 from inflight.metrics.prometheus import Metrics, route_of
@@ -18,19 +20,19 @@ def value(metrics: Metrics, name: str, **labels: str) -> float:
     return 0.0 if found is None else found
 
 
-def finished(metrics: Metrics, status: int, headers: dict[str, str]) -> None:
+def finished(metrics: Metrics, status: int, report: TurnReport) -> None:
     exchange = Exchange("POST", "/v1/chat/completions", "/v1/chat/completions", metrics.exchange_done)
-    exchange.status, exchange.headers = status, headers
+    exchange.status, exchange.report = status, report
     exchange.finish()
     exchange.finish()  # counted once
 
 
-def test_an_exchange_is_counted_once_with_what_its_headers_say() -> None:
+def test_an_exchange_is_counted_once_with_what_its_report_says() -> None:
     metrics = Metrics()
-    compacted = {"x-inflight-actions": "truncate,mask,fallback,retry", "x-inflight-retried": "1"}
-    finished(metrics, 200, compacted | {"x-inflight-tokens-before": "9000", "x-inflight-tokens-after": "2500"})
-    finished(metrics, 200, {"x-inflight-actions": "none", "x-inflight-tokens-before": "10"})
-    finished(metrics, 400, {"x-inflight-actions": "error", "x-inflight-tokens-before": "10"})
+    compacted = Plan((Action.TRUNCATE, Action.MASK, Action.FALLBACK), 9000, 2500)
+    finished(metrics, 200, TurnReport(sent=compacted).retried_as())
+    finished(metrics, 200, TurnReport(sent=Plan.untouched(10)))
+    finished(metrics, 400, TurnReport(sent=Plan((Action.ERROR,), 10, 10)))
     route = "/v1/chat/completions"
     assert value(metrics, "inflight_requests_total", route=route, status="200") == 2
     assert value(metrics, "inflight_requests_total", route=route, status="400") == 1

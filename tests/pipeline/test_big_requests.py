@@ -73,7 +73,7 @@ def test_what_a_compaction_sends_is_counted_exactly() -> None:
     pipeline = pipeline_with_window(64_000)
     counted = count(pipeline, body)
     assert counted.count.approximated
-    accounting = asyncio.run(pipeline.account(counted, None))
+    accounting = pipeline.account(counted)
     prepared = asyncio.run(pipeline.prepare(counted, accounting, Options()))
     assert prepared.outcome is not None and prepared.outcome.fits
     assert "truncate" in prepared.outcome.actions and "mask" in prepared.outcome.actions
@@ -89,7 +89,7 @@ def test_a_window_bigger_than_the_count_assumed_has_what_it_keeps_counted() -> N
     assert len(counted.count.approximated) > 10
     # Compacted for a bigger one, which keeps the newest 12 outputs whole: more than were counted.
     bigger = pipeline_with_window(40_000, mask={"keep_tool_results": 12})
-    accounting = asyncio.run(bigger.account(counted, None))
+    accounting = bigger.account(counted)
     prepared = asyncio.run(bigger.prepare(counted, accounting, Options()))
     assert prepared.outcome is not None and "mask" in prepared.outcome.actions
     sent = orjson.loads(prepared.body)
@@ -114,7 +114,7 @@ def test_one_huge_output_is_estimated_where_it_is_and_sent_cut_and_counted() -> 
     pipeline = build_pipeline(load_settings(None), summarizers=None)
     counted = count(pipeline, body)
     assert counted.count.approximated == {len(body["messages"]) - 1}
-    accounting = asyncio.run(pipeline.account(counted, None))
+    accounting = pipeline.account(counted)
     prepared = asyncio.run(pipeline.prepare(counted, accounting, Options()))
     assert prepared.outcome is not None and "truncate" in prepared.outcome.actions
     sent = orjson.loads(prepared.body)

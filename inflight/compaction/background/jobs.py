@@ -17,6 +17,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 
+from inflight.compaction.actions import Action
 from inflight.compaction.background.ahead import AheadPlan, SummaryAhead
 from inflight.compaction.background.scheduler import BackgroundSummaries, Elsewhere, Job, Superseded
 from inflight.compaction.conversation import Conversation, Message, head_length
@@ -164,17 +165,17 @@ async def kept_leased(records: RecordStore, name: str, owner: str, ttl_s: float)
 def say_how_it_waited(outcome: Outcome, job: Job, conversation: Conversation) -> None:
     """The actions and notes of a turn that waited for a summary job."""
     if PRECOMPUTED in outcome.actions and job.started_by is conversation:  # made for this turn, while it waited
-        outcome.actions = ["summarize" if action == PRECOMPUTED else action for action in outcome.actions]
+        outcome.actions = [Action.SUMMARIZE if action == PRECOMPUTED else action for action in outcome.actions]
         made = job.result
         if isinstance(made, Precomputed):
             outcome.summarizer_calls, outcome.summarizer_ms = made.calls, made.made_ms
     if not job.done.is_set():
-        outcome.actions.append("summary-pending")
+        outcome.actions.append(Action.SUMMARY_PENDING)
         outcome.notes["summary"] = "pending"
     elif job.error is not None and not isinstance(job.error, asyncio.CancelledError):
         outcome.notes["summarizer_error"] = type(job.error).__name__
         rejected = getattr(job.error, "rejected", None)
         if rejected:
-            outcome.actions.append(f"summary-rejected-{rejected}")
+            outcome.actions.append(Action.rejected(rejected))
         if isinstance(job.error, SummaryBudgetSpent) and job.error.action not in outcome.actions:
             outcome.actions.append(job.error.action)

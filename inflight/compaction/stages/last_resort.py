@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from inflight.compaction.actions import Action
 from inflight.compaction.conversation import Message, last_user_index, pinned, text_of
 from inflight.compaction.record import Replacement
 from inflight.compaction.stage import Work
@@ -35,7 +36,7 @@ class LastResortStage:
                 if shrunk is None:
                     break
                 total -= shrunk
-        work.outcome.actions.append("truncate")
+        work.outcome.actions.append(Action.TRUNCATE)
 
     @staticmethod
     def phases(work: Work) -> list[set[int]]:

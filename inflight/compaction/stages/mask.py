@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from inflight.compaction.actions import Action
 from inflight.compaction.conversation import (
     Message,
     calls_of_results,
@@ -104,6 +105,6 @@ class MaskStage:
                 previous_tokens = current.tokens if current else conversation.counts[index]
                 draft.replaced[index] = Replacement(conversation.digests[index], masked, tokens, "mask")
                 total += tokens - previous_tokens
-                work.outcome.actions.append("mask")
+                work.outcome.actions.append(Action.MASK)
             if not work.force and total <= work.aim:
                 break

@@ -9,11 +9,12 @@ for it): from then on the conversation carries the LLM summary instead of the di
 
 from __future__ import annotations
 
+from inflight.compaction.actions import Action
 from inflight.compaction.middle import choose_cut, grown_ledger, replace_middle
 from inflight.compaction.stage import Work
 from inflight.config import Summarize as SummarizeSettings
 
-PRECOMPUTED = "summary-precomputed"
+PRECOMPUTED = Action.SUMMARY_PRECOMPUTED
 
 
 class PrecomputedStage:

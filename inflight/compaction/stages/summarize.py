@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from inflight.compaction.actions import Action
 from inflight.compaction.conversation import Message
 from inflight.compaction.middle import due_cut, grown_ledger, max_summary_tokens, replace_middle, span
 from inflight.compaction.stage import Work
@@ -74,7 +75,7 @@ class SummarizeStage:
             work.outcome.notes["summarizer_error"] = type(exc).__name__
             rejected = getattr(exc, "rejected", None)
             if rejected:  # said in x-inflight-actions: the reply came, and was not good enough to keep
-                work.outcome.actions.append(f"summary-rejected-{rejected}")
+                work.outcome.actions.append(Action.rejected(rejected))
             if isinstance(exc, SummaryBudgetSpent):
                 work.outcome.actions.append(exc.action)
             log.warning("[compaction] summarizer failed (%s: %s); using a local digest", type(exc).__name__, exc)

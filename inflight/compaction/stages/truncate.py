@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any
 
+from inflight.compaction.actions import Action
 from inflight.compaction.conversation import Message, protected, text_of
 from inflight.compaction.facts import facts_note
 from inflight.compaction.record import Replacement
@@ -117,4 +118,4 @@ class TruncateStage:
                 digest = work.conversation.digests[index]
                 tokens = work.count_replacement(index, cut, size=len(text_of(cut.get("content"))))
                 draft.replaced[index] = Replacement(digest, cut, tokens, "truncate")
-                work.outcome.actions.append("truncate")
+                work.outcome.actions.append(Action.TRUNCATE)

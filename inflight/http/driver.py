@@ -1,0 +1,288 @@
+"""The driver of a turn: carries out each command of `inflight.pipeline.turn.Turn` with the upstream and
+the client, and answers with what happened, until the answer is relayed.
+
+The turn decides (compact or not, hold the answer or not, retry once); this file only does I/O: the
+upstream's model list and exact count, the compaction's waits, the request upstream, reading enough of
+the answer to tell a refusal, and the relay. It renders the turn's report on the exchange (the
+`x-inflight-*` headers, the log line's fields, the metrics) and hands the archive the turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+
+from inflight.config import Limits
+from inflight.errors import ProxyError, UpstreamUnreachable
+from inflight.formats import UsageReader, WireFormat
+from inflight.http.exchange import Exchange
+from inflight.http.hold import Held, hold_until_known
+from inflight.http.keepalive import KeepAlive
+from inflight.http.relay import Relay, prepend, relay, tap
+from inflight.http.target import checked_path
+from inflight.pipeline.accounting import Counted
+from inflight.pipeline.archiving import Archiver
+from inflight.pipeline.outgoing import Prepared as PreparedBody
+from inflight.pipeline.turn import (
+    Answered,
+    Command,
+    CountExactly,
+    Discover,
+    Discovered,
+    Event,
+    ExactCount,
+    Prepare,
+    Prepared,
+    Send,
+    Turn,
+)
+from inflight.pipeline.turn import Relay as RelayCommand
+from inflight.policy.refusals import EventBuffer
+from inflight.policy.windows import FetchModels
+from inflight.upstream.client import UpstreamClient
+from inflight.upstream.headers import header_value, is_event_stream
+from inflight.upstream.response import Response
+
+log = logging.getLogger("inflight")
+COUNT_TIMEOUT_S = 10.0  # the upstream's exact count; past it, our estimate decides
+
+
+class Driver:
+    """Carries one turn through: each command done with the upstream, each outcome told back to the turn."""
+
+    def __init__(
+        self,
+        turn: Turn,
+        *,
+        request: Request,
+        exchange: Exchange,
+        upstream: UpstreamClient,
+        limits: Limits,
+        archive: Archiver | None,
+    ) -> None:
+        self.turn = turn
+        self.request = request
+        self.exchange = exchange
+        self.upstream = upstream
+        self.limits = limits
+        self.archive = archive
+        self.wire: WireFormat = turn.counted.wire
+        self.identity = False  # ask for an unencoded answer: a keep-alive stream sent its headers already
+        self.response: Response | None = None  # the upstream's latest answer, until it is relayed or closed
+        self.held: Held | None = None  # what was read of it to tell a refusal
+
+    async def drive(self) -> Relay | KeepAlive:
+        """The answer for the client: the relay of the upstream's, or a keep-alive stream that ends in it."""
+        try:
+            return await self._carry_out(self.turn.start())
+        except BaseException:
+            await self._close()
+            raise
+
+    async def _carry_out(self, command: Command) -> Relay | KeepAlive:
+        while True:
+            self.exchange.report = self.turn.report
+            self.exchange.note_all(self.turn.take_fields())
+            if isinstance(command, RelayCommand):
+                return self._relay(command.prepared)
+            if isinstance(command, Prepare) and command.keepalive_after is not None:
+                preparing = asyncio.ensure_future(self._prepare(command))
+                try:
+                    await asyncio.wait_for(asyncio.shield(preparing), command.keepalive_after)
+                except TimeoutError:  # still compacting: begin the stream, and keep it alive until it is sent
+                    self.identity = True  # the headers go out now, with no Content-Encoding: the upstream sends none
+                    work = asyncio.ensure_future(self._after(preparing))
+                    return KeepAlive(work, command.keepalive_after, self.exchange, self.wire)
+                except BaseException:
+                    preparing.cancel()
+                    raise
+                event: Event = preparing.result()
+            else:
+                event = await self._do(command)
+            command = self.turn.send(event)
+            if isinstance(event, Answered) and not isinstance(command, RelayCommand):
+                await self._close()  # refused: not kept open while the retry is compacted
+
+    async def _after(self, preparing: asyncio.Future[Prepared]) -> Relay:
+        """The rest of the turn once the compaction a keep-alive stream waited for is done."""
+        try:
+            answer = await self._carry_out(self.turn.send(await preparing))
+        except BaseException:
+            await self._close()
+            raise
+        assert isinstance(answer, Relay)  # only the first compaction may begin a keep-alive stream
+        return answer
+
+    async def _do(self, command: Command) -> Event:
+        if isinstance(command, Discover):
+            await self.turn.pipeline.discover(discovery(self.upstream, self.request))
+            return Discovered()
+        if isinstance(command, CountExactly):
+            tokens = await exact_count(self.upstream, self.request, self.turn.counted)
+            return ExactCount(tokens)
+        if isinstance(command, Prepare):
+            return await self._prepare(command)
+        assert isinstance(command, Send)
+        return await self._send(command)
+
+    async def _prepare(self, command: Prepare) -> Prepared:
+        turn = self.turn
+        prepared = await turn.pipeline.prepare(turn.counted, turn.accounting, turn.options, retry=command.retry)
+        return Prepared(prepared)
+
+    async def _send(self, command: Send) -> Answered:
+        await self._close()
+        identity = self.identity or command.identity
+        self.response = response = await post_upstream(
+            self.upstream, self.request, self.exchange, command.body, rewritten=command.rewritten, identity=identity
+        )
+        if not command.hold:
+            return Answered(response.status)
+        self.held = held = await hold_until_known(
+            response,
+            self.wire,
+            event_stream=self.turn.counted.streams,
+            host=self.upstream.host,
+            max_event_bytes=self.limits.max_event_bytes,
+        )
+        self.exchange.upstream_answered()  # for a held response: when its first event (or its error) was in
+        return Answered(response.status, b"".join(held.chunks), held.refusal)
+
+    async def _close(self) -> None:
+        response, self.response, self.held = self.response, None, None
+        if response is not None:
+            await response.aclose()
+
+    def _relay(self, prepared: PreparedBody) -> Relay:
+        """Relay the answer unchanged, reading the upstream's counts on the way to calibrate the estimates."""
+        response, held, turn, exchange = self.response, self.held, self.turn, self.exchange
+        assert response is not None
+        exchange.cache_figures = prepared.cache_figures  # worked out after the answer, off the request's path
+        chunks = response.aiter_raw() if held is None else prepend(held.chunks, held.rest)
+        if self.archive is not None:
+            self.archive.turn(turn.counted, turn.accounting, turn.options, prepared, status=response.status)
+        if response.status != 200:
+            return relay(response, exchange, chunks=chunks)
+        reader = UsageReader(
+            self.wire,
+            event_stream=is_event_stream(response.headers),
+            content_encoding=header_value(response.headers, b"content-encoding"),
+            max_event_bytes=self.limits.max_event_bytes,
+            max_inflate_bytes=self.limits.max_inflate_bytes,
+        )
+
+        def counted_by_upstream() -> None:
+            turn.answered_usage(reader.finish(), reader.output_tokens)
+
+        answer = relay(response, exchange, chunks=tap(chunks, reader.feed, counted_by_upstream))
+        if prepared.report is None:
+            return answer
+        return reported(answer, self.wire, prepared.report, max_event_bytes=self.limits.max_event_bytes)
+
+
+async def post_upstream(
+    upstream: UpstreamClient,
+    request: Request,
+    exchange: Exchange,
+    body: bytes,
+    *,
+    rewritten: bool,
+    identity: bool = False,
+) -> Response:
+    """`body` POSTed to the request's path upstream with the client's headers, timed on the exchange.
+    `rewritten`: not the client's bytes (its length is recomputed); `identity`: ask for no encoding."""
+    target = upstream.target_for(checked_path(request.scope), request.scope["query_string"])
+    client_headers = request.scope["headers"]
+    if identity:
+        client_headers = [(k, v) for k, v in client_headers if k.lower() != b"accept-encoding"]
+        client_headers.append((b"accept-encoding", b"identity"))
+    headers = upstream.headers_for(client_headers, rewrite_body=rewritten)
+    exchange.upstream_sending()
+    response = await upstream.open("POST", target, headers=headers, content=body)
+    exchange.upstream_answered()
+    return response
+
+
+def reported(answer: Relay, wire: WireFormat, report: dict[str, Any], *, max_event_bytes: int) -> Relay:
+    """The answer with the report of what inflight did in the upstream's place (Anthropic's
+    `context_management`) written in: the JSON body whole, or the stream's event that carries it. An
+    encoded answer (the upstream ignored our `identity`) goes as it came."""
+    if header_value(answer.headers, b"content-encoding") not in (None, b"identity"):
+        log.info("[context_management] the answer came encoded: sent without the report of the edits made")
+        return answer
+    if is_event_stream(answer.headers):
+        answer.chunks = reported_events(answer.chunks, wire, report, max_event_bytes=max_event_bytes)
+        return answer
+    answer.headers = [(name, value) for name, value in answer.headers if name != b"content-length"]
+    answer.chunks = reported_whole(answer.chunks, wire, report)
+    return answer
+
+
+async def reported_whole(
+    chunks: AsyncIterator[bytes], wire: WireFormat, report: dict[str, Any]
+) -> AsyncIterator[bytes]:
+    body = b"".join([chunk async for chunk in chunks])
+    try:
+        yield wire.reported_body(body, report)
+    except ValueError:  # not JSON after all: as it came
+        yield body
+
+
+async def reported_events(
+    chunks: AsyncIterator[bytes], wire: WireFormat, report: dict[str, Any], *, max_event_bytes: int
+) -> AsyncIterator[bytes]:
+    """The stream event by event as it comes, each through `wire.reported_event`; past `max_event_bytes`
+    with no end of an event in sight, the rest as it comes."""
+    events = EventBuffer()
+    async for chunk in chunks:
+        events.add(chunk)
+        while (event := events.next_event()) is not None:
+            try:
+                yield wire.reported_event(event, report) + b"\n\n"
+            except ValueError:
+                yield event + b"\n\n"
+        if len(events) > max_event_bytes:
+            yield events.pending
+            async for rest in chunks:
+                yield rest
+            return
+    if events.pending:
+        yield events.pending
+
+
+async def exact_count(upstream: UpstreamClient, request: Request, counted: Counted) -> int | None:
+    """`POST` the prompt to the format's `count_path` with the client's credentials (and betas); None when
+    the upstream gives no count (an error, a timeout): the estimate stands."""
+    wire = counted.wire
+    assert wire.count_path is not None
+    raw = request.scope["headers"]
+    credentials = [(n, v) for n, v in upstream.credential_headers(raw) if n != b"host"]
+    betas = [(n, v) for n, v in raw if n == b"anthropic-beta"]
+    headers = [(b"content-type", b"application/json"), *credentials, *betas]
+    body = orjson.dumps(wire.count_request(counted.payload))
+    try:
+        status, answer = await upstream.send_whole(
+            "POST", wire.count_path, headers=headers, content=body, timeout_s=COUNT_TIMEOUT_S
+        )
+        return wire.counted_tokens(orjson.loads(answer)) if status == 200 else None
+    except (ProxyError, ValueError) as exc:
+        log.info("[tokens] %s gave no count (%s)", wire.count_path, exc)
+        return None
+
+
+def discovery(upstream: UpstreamClient, request: Request) -> FetchModels:
+    """Fetches the upstream's model list with this client's credentials (used once per process)."""
+    credentials = upstream.credential_headers(request.scope["headers"])
+
+    async def fetch_models() -> bytes:
+        status, body = await upstream.fetch("/v1/models", headers=credentials)
+        if status != 200:
+            raise UpstreamUnreachable(f"GET /v1/models answered {status}")
+        return body
+
+    return fetch_models

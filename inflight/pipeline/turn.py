@@ -1,0 +1,212 @@
+"""One request's decisions, with no I/O of their own: the turn says what to do next, the driver does it.
+
+A `Turn` is made from a counted request and the client's options. Its `start()` and `send(event)`
+return the next command (`Discover`, `CountExactly`, `Prepare`, `Send`, `Relay`); the driver at the
+edge carries each out (the upstream, the summarizer's waits, the client) and answers with the event
+that says how it went (`Discovered`, `ExactCount`, `Prepared`, `Answered`). The driver renders
+`report` into the headers, the metrics and the archive, and writes `take_fields()` on the log line.
+Once the answer is relayed, `answered_usage` tells the turn what the upstream counted.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Generator
+from dataclasses import dataclass
+
+from inflight.compaction.report import TurnReport
+from inflight.pipeline.accounting import Accounting, Counted
+from inflight.pipeline.engine import Options, Pipeline
+from inflight.pipeline.outgoing import Prepared as PreparedBody
+from inflight.policy.refusals import Refusal
+from inflight.policy.retry import RetryAim
+
+log = logging.getLogger("inflight")
+
+
+@dataclass(frozen=True)
+class Discover:
+    """Ask the upstream's model list for the windows, then answer `Discovered()`."""
+
+
+@dataclass(frozen=True)
+class CountExactly:
+    """Ask the upstream to count the prompt (its format's `count_path`), then answer `ExactCount`."""
+
+
+@dataclass(frozen=True)
+class Prepare:
+    """Work out the body to send (`Pipeline.prepare`, which may wait for a summary), then answer `Prepared`.
+    A streaming client may be kept reading with comments after `keepalive_after` seconds (None: never)."""
+
+    retry: RetryAim | None = None
+    keepalive_after: float | None = None
+
+
+@dataclass(frozen=True)
+class Send:
+    """POST `body` upstream, then answer `Answered`. With `hold`, read just enough of the answer to tell a
+    context refusal; `identity` asks the upstream for an unencoded answer (a report is written into it)."""
+
+    body: bytes
+    rewritten: bool
+    hold: bool
+    identity: bool = False
+
+
+@dataclass(frozen=True)
+class Relay:
+    """Relay the latest answer to the client; the turn's last command. `prepared` is what was sent."""
+
+    prepared: PreparedBody
+
+
+Command = Discover | CountExactly | Prepare | Send | Relay
+
+
+@dataclass(frozen=True)
+class Discovered:
+    pass
+
+
+@dataclass(frozen=True)
+class ExactCount:
+    tokens: int | None  # None: the upstream gave no count
+
+
+@dataclass(frozen=True)
+class Prepared:
+    prepared: PreparedBody
+
+
+@dataclass(frozen=True)
+class Answered:
+    """The upstream answered: its status, what was held of the body (empty: nothing), and the refusal it is."""
+
+    status: int
+    held: bytes = b""
+    refusal: Refusal | None = None
+
+
+Event = Discovered | ExactCount | Prepared | Answered
+
+
+class Turn:
+    """One conversation request from its count to the answer relayed: compaction, a refusal's retry, usage."""
+
+    def __init__(self, pipeline: Pipeline, counted: Counted, options: Options) -> None:
+        self.pipeline = pipeline
+        self.counted = counted
+        self.options = options
+        self.accounting: Accounting = pipeline.account(counted, tenant=options.tenant)
+        self.report = TurnReport(window=self.accounting.window())
+        self.sent: PreparedBody | None = None  # the body of the latest request sent upstream
+        self._fields: dict[str, object] = {}
+        self._steps = self._run()
+
+    def start(self) -> Command:
+        return next(self._steps)
+
+    def send(self, event: Event) -> Command:
+        return self._steps.send(event)
+
+    def take_fields(self) -> dict[str, object]:
+        """The log line's fields noted since last asked."""
+        fields, self._fields = self._fields, {}
+        return fields
+
+    def answered_usage(self, prompt_tokens: int | None, output_tokens: int | None) -> None:
+        """The upstream's count of the prompt sent and of its reply: calibrates the estimates, and says the
+        window held that prompt. An estimate made from samples calibrates nothing."""
+        sent = self.sent
+        if prompt_tokens is None or sent is None or sent.approximate:
+            return
+        self.pipeline.record_usage(
+            self.counted.model,
+            estimate=sent.sent_tokens,
+            actual=prompt_tokens,
+            fixed=sent.sent_fixed,
+            tenant=self.options.tenant,
+            output=output_tokens,
+        )
+
+    def _run(self) -> Generator[Command, Event, None]:
+        pipeline, counted, options = self.pipeline, self.counted, self.options
+        if pipeline.discovers(counted.model):
+            yield Discover()
+            self._account()
+        if pipeline.asks_exact_count(counted, self.accounting, options):
+            answer = yield CountExactly()
+            tokens = answer.tokens if isinstance(answer, ExactCount) else None
+            self._fields["exact_count"] = tokens if tokens is not None else "failed"
+            if tokens is not None:
+                self.accounting = pipeline.with_exact_count(self.accounting, tokens, tenant=options.tenant)
+                self.report = TurnReport(window=self.accounting.window())
+        self._fields.update(self.accounting.log_fields())
+        keepalive = pipeline.keepalive_after(counted.model) if counted.streams and self._compacts() else None
+        prepared = yield from self._prepare(Prepare(keepalive_after=keepalive))
+        server_compaction_refused = False
+        while True:
+            hold = self._compacts() and prepared.too_long is None  # a retry could shrink it no further
+            answer = yield self._send(prepared, hold=hold)
+            assert isinstance(answer, Answered)
+            if not hold or (answer.refusal is None and server_compaction_refused):
+                break
+            if answer.refusal is None and self._refuses_server_compaction(answer):
+                server_compaction_refused = True  # once: inflight does it from now on, for this model
+                pipeline.learn_no_server_compaction(counted.model)
+                self._fields["context_management"] = "refused"
+                if pipeline.discovers(counted.model):
+                    yield Discover()
+                self._account()
+                self._fields.update(self.accounting.log_fields())
+                prepared = yield from self._prepare(Prepare())
+                continue
+            if answer.refusal is None:
+                break
+            prepared = yield from self._retry(answer.refusal, prepared)
+            answer = yield self._send(prepared, hold=False)
+            break
+        yield Relay(prepared)
+
+    def _retry(self, refusal: Refusal, refused: PreparedBody) -> Generator[Command, Event, PreparedBody]:
+        """Once: the original request compacted again against what the refusal taught us."""
+        aim = self.pipeline.learn(self.counted, self.accounting, refusal, refused, tenant=self.options.tenant)
+        self._fields.update({"refused_by": refusal.upstream, "retry_limit": aim.limit})
+        if aim.blind:
+            self._fields["retry_aim"] = "blind"
+        prepared = yield from self._prepare(Prepare(retry=aim))
+        prepared.follows(refused)
+        self.report = self.report.retried_as()
+        return prepared
+
+    def _prepare(self, command: Prepare) -> Generator[Command, Event, PreparedBody]:
+        answer = yield command
+        assert isinstance(answer, Prepared)
+        prepared = answer.prepared
+        self.report = prepared.turn_report(self.accounting)
+        self._fields.update(prepared.fields)
+        if prepared.too_long is not None:
+            # Fail open: our count may be wrong, and only the upstream knows. Its answer is the client's.
+            log.warning("[compaction] %s", prepared.too_long)
+            self._fields["fits"] = "no"
+        return prepared
+
+    def _send(self, prepared: PreparedBody, *, hold: bool) -> Send:
+        self.sent = prepared
+        # A report of what inflight did in the upstream's place is written into the answer: it must come unencoded.
+        return Send(prepared.body, prepared.rewritten, hold=hold, identity=prepared.report is not None)
+
+    def _account(self) -> None:
+        self.accounting = self.pipeline.account(self.counted, tenant=self.options.tenant)
+        self.report = TurnReport(window=self.accounting.window())
+
+    def _compacts(self) -> bool:
+        return self.pipeline.compacts(self.counted, self.options)
+
+    def _refuses_server_compaction(self, answer: Answered) -> bool:
+        """The upstream refused the request's `context_management` compaction, which inflight did not take over."""
+        counted = self.counted
+        if not counted.request.server_managed or self.pipeline.takes_over_server_compaction(counted):
+            return False
+        return counted.wire.rejects_server_compaction(answer.status, answer.held)
