@@ -1,8 +1,8 @@
-"""What `GET /metrics` reports, in Prometheus's format: requests, latencies, compactions, summaries, stores.
+"""The metrics `GET /metrics` reports, in Prometheus's format: requests, latencies, compactions, summaries, stores.
 
-`Metrics` owns a registry of its own (tests build several apps in one process, so nothing goes in
+`Metrics` has its own registry (tests build several apps in one process, so nothing goes in
 prometheus_client's global one). Request figures are read from each request's `Exchange` once it finishes;
-the compaction machinery reports through the `Observer` hooks, which this class implements.
+the compaction code reports through the `Observer` hooks, which this class implements.
 
 With `inflight serve --workers N` every worker writes its values to files in the directory that
 `PROMETHEUS_MULTIPROC_DIR` names (prometheus_client's multiprocess mode, chosen when it is first
@@ -206,7 +206,7 @@ class Metrics:
         return encode(self.exposed), content_type
 
     def exchange_done(self, exchange: FinishedRequest) -> None:
-        """A request is done (`Exchange.finish`): its status, latencies, and what its compaction did."""
+        """Record a finished request (`Exchange.finish`): its status, latencies, and what its compaction did."""
         route = exchange.route
         self._child(self.requests, route, str(exchange.status)).inc()
         added = exchange.added_s
@@ -235,7 +235,7 @@ class Metrics:
             self._shadowed(shadow.split(","), exchange.headers)
 
     def refused(self, path: str) -> None:
-        """A request answered 401 before any route saw it."""
+        """Record a request answered with 401 before any route saw it."""
         self._child(self.requests, route_of(path), "401").inc()
 
     def _compacted(self, actions: list[str], headers: dict[str, str]) -> None:
@@ -247,14 +247,14 @@ class Metrics:
             self.retries.inc()
 
     def _shadowed(self, actions: list[str], headers: dict[str, str]) -> None:
-        """What shadow mode planned and did not send: its actions, and the tokens it would have sent."""
+        """Record what shadow mode planned but did not send: its actions, and the tokens it would have sent."""
         after = headers.get("x-inflight-shadow-tokens-after")
         self._actions(actions, headers, after, counter=self.shadow_compactions, tokens=self.shadow_tokens)
 
     def _actions(
         self, actions: list[str], headers: dict[str, str], after: str | None, *, counter: Counter, tokens: Histogram
     ) -> None:
-        """Each action but `none` counted, and, for a request compacted, its tokens before and `after`."""
+        """Count each action except `none`, and, for a compacted request, its tokens before and `after`."""
         for action in actions:
             if action != "none":
                 self._child(counter, action).inc()
