@@ -1,7 +1,7 @@
 """The `inflight` command: `serve` the proxy, `health` (is it up?), and the offline commands `count`,
-`compact` and `eval`, which keep their records in memory unless `--state URL` names a store: they must
-not write into the store a running proxy serves from (a forced compaction's record would be served to
-the live conversation)."""
+`compact` and `eval`. The offline commands keep their records in memory unless `--state URL` names a
+store, so they never write into the store a running proxy uses (a forced compaction's record would
+otherwise be replayed into the live conversation)."""
 
 from __future__ import annotations
 
@@ -45,8 +45,8 @@ def _load(args: argparse.Namespace, overrides: dict[str, Any] | None = None) -> 
 
 
 def offline_settings(args: argparse.Namespace, overrides: dict[str, Any] | None = None) -> Settings:
-    """An offline command's settings: the config's, with records in this process's memory (or `--state URL`)
-    and no archive, whatever `state.url` and `archive.enabled` say."""
+    """An offline command's settings: the config's, but with records in memory (or `--state URL`) and no archive,
+    whatever `state.url` and `archive.enabled` say."""
     offline = {"state": {"url": args.state or "memory://"}, "archive": {"enabled": False}}
     return _load(args, {**(overrides or {}), **offline})
 
@@ -83,11 +83,12 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def health(args: argparse.Namespace) -> int:
-    """Exit 0 when the server the config (and `--host`, `--port`) describes answers `GET /healthz` with 200,
-    else 1: the container's HEALTHCHECK, which thus follows the configured port."""
+    """Exit 0 if the server the config (and `--host`, `--port`) describes answers `GET /healthz` with 200, else 1.
+
+    This is the container's HEALTHCHECK, so it follows the configured port."""
     settings = serving_settings(args)
     url = f"http://{local_address(settings.listen.host)}:{settings.listen.port}/healthz"
-    # No proxy from the environment (HTTP_PROXY): the server is on this machine.
+    # Ignore any proxy from the environment (HTTP_PROXY): the server is on this machine.
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
         with opener.open(url, timeout=args.timeout) as response:
@@ -100,7 +101,7 @@ def health(args: argparse.Namespace) -> int:
 
 
 def local_address(host: str) -> str:
-    """Where to reach a server listening on `host` from the same machine (all interfaces: loopback)."""
+    """The address to reach a server listening on `host` from the same machine (loopback if it listens on all)."""
     if host in ("", "0.0.0.0"):
         return "127.0.0.1"
     if host == "::":
@@ -120,14 +121,14 @@ def read_request(path: str) -> dict[str, Any]:
 
 
 def offline_pipeline(settings: Settings, summarizers: Summarizers | None) -> Pipeline:
-    """The server's pipeline without a server: no discovery; records in memory, for this run (`offline_settings`)."""
+    """The server's pipeline without a server: no discovery, and records in memory for this run (`offline_settings`)."""
     return build_pipeline(settings, summarizers=summarizers)
 
 
 def counted_request(
     args: argparse.Namespace, pipeline: Pipeline, *, exact: bool = False
 ) -> tuple[dict[str, Any], Counted]:
-    """The request file, counted as `--model` (default: its own model); `exact`: every message counted."""
+    """Read and count the request file as `--model` (default: its own model); `exact` counts every message."""
     payload = read_request(args.file)
     model = args.model or payload.get("model")
     if not isinstance(model, str):
@@ -140,7 +141,7 @@ def counted_request(
 
 
 def count(args: argparse.Namespace) -> int:
-    """Offline: the window comes from the config, then the built-in table (no discovery)."""
+    """Count a request offline; the window comes from the config, then the built-in table (no discovery)."""
     pipeline = offline_pipeline(offline_settings(args), None)
     _, counted = counted_request(args, pipeline, exact=True)
     accounting = pipeline.account(counted)

@@ -1,4 +1,4 @@
-"""The errors the proxy itself answers with. Plain exceptions: `inflight.http.error_response` renders them.
+"""The errors the proxy itself responds with, as plain exceptions that `inflight.http.error_response` renders.
 
 Each carries the fields of OpenAI's error shape (`{"error": {"message", "type", "param", "code"}}`)
 and its HTTP status, so the one renderer at the edge needs nothing else.
@@ -11,7 +11,7 @@ class ProxyError(Exception):
     status_code = 500
     error_type = "server_error"
     code: str | None = None
-    # Raised with the request body perhaps half read: the connection cannot carry another request.
+    # Raised when the request body may be only half read, so the connection cannot carry another request.
     ends_connection = False
 
     def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:

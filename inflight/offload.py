@@ -1,20 +1,20 @@
-"""Work that must not run on the event loop: big bodies parsed and counted, big compactions run.
+"""Run work that must not block the event loop: parsing and counting big bodies, and big compactions.
 
-Two kinds of lane. Worker threads keep CPU work off the event loop, but they share the GIL with it:
-with six threads counting at once, the loop waits its turn behind all of them, and every small
-request with it. So work on big requests (a body of megabytes) queues for the heavy lanes, one
-thread per core (`HEAVY_LANES`): most of that work is tiktoken and RE2, which let go of the GIL while
-they run, so big requests use every core, and the loop competes with as many threads as there are
-cores, not with every request. The rest of the default pool stays free for ordinary requests. How
-long a request waited for a heavy lane is told to its `LaneWait` (the log line's `queue_ms`).
+There are two thread pools. Worker threads keep CPU work off the event loop, but they share the GIL
+with it: with six threads counting at once, the loop waits behind all of them, and so does every small
+request. So work on big requests (a body of megabytes) queues for the "heavy lanes", a separate pool
+of one thread per core, at most four (`HEAVY_LANES`). Most of that work is tiktoken and RE2, which
+release the GIL while they run, so big requests use every core, and the loop competes with as many
+threads as there are cores rather than with every request. The default pool stays free for ordinary
+requests. How long a request waited for a heavy lane is added to its `LaneWait` (the log line's `queue_ms`).
 
 A compaction is mostly counting (tiktoken over truncated outputs, placeholders and summaries) and
-building the new message list: for a 30 MB request, seconds of CPU. On the event loop those are
-seconds in which no other request, not even `/healthz`, moves. So a big compaction's coroutine runs
-in a worker thread, on an event loop of its own. Its one piece of I/O, the summarizer call, goes
-back to the server's loop (whose connections it uses) and is awaited from the thread
-(`on_home_loop`). A small compaction stays on the loop: a thread and a loop cost about 0.4 ms, more
-than it does.
+building the new message list: for a 30 MB request, seconds of CPU. On the event loop, no other
+request, not even `/healthz`, would be served during those seconds. So a big compaction's coroutine
+runs in a worker thread on an event loop of its own. Its one piece of I/O, the summarizer call, is
+sent back to the server's loop (whose connections it uses) and awaited from the thread
+(`on_home_loop`). A small compaction stays on the loop, since a thread and a loop cost about 0.4 ms,
+more than the compaction itself.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ P = ParamSpec("P")
 T = TypeVar("T")
 A = TypeVar("A")
 
-HEAVY_BYTES = 1 << 20  # a body this big goes to the heavy lane
+HEAVY_BYTES = 1 << 20  # a body this big goes to a heavy lane
 HEAVY_TOKENS = HEAVY_BYTES // 4  # and so does a conversation this long
 
 HEAVY_LANES = max(1, min(os.cpu_count() or 1, 4))
@@ -42,17 +42,17 @@ _LANES = ThreadPoolExecutor(max_workers=HEAVY_LANES, thread_name_prefix="infligh
 
 @dataclass
 class LaneWait:
-    """How long one request's work waited for a heavy lane, all its pieces together."""
+    """How long one request's work waited for a heavy lane, summed over all its pieces."""
 
     seconds: float = 0.0
-    used: bool = False  # some of its work went to a heavy lane
+    used: bool = False  # whether any of its work went to a heavy lane
 
 
 LANE_WAIT: ContextVar[LaneWait | None] = ContextVar("inflight_lane_wait", default=None)
 
 
 async def in_thread(heavy: bool, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
-    """`fn(*args, **kwargs)` in a worker thread: a heavy lane's, or the default pool's."""
+    """Run `fn(*args, **kwargs)` in a worker thread: a heavy lane, or the default pool."""
     if not heavy:
         return await asyncio.to_thread(fn, *args, **kwargs)
     waited, queued = LANE_WAIT.get(), time.perf_counter()
@@ -66,14 +66,14 @@ async def in_thread(heavy: bool, fn: Callable[P, T], /, *args: P.args, **kwargs:
     return await asyncio.get_running_loop().run_in_executor(_LANES, timed)
 
 
-# Below this many tokens a compaction is cheap enough to run where it is. Measured (`python -m
-# benchmarks.hostile --only D`): at 16,384, back-to-back compactions of 4k-window conversations kept
-# /healthz waiting 58 ms at p99; at 2,048, 2.7 ms (a thread costs about 0.4 ms, and only when compacting).
+# Below this many tokens a compaction is cheap enough to run on the event loop. Measured with `python -m
+# benchmarks.hostile --only D`: with 16,384, back-to-back compactions of 4k-window conversations kept
+# /healthz waiting 58 ms at p99; with 2,048, 2.7 ms (a thread costs about 0.4 ms, paid only when compacting).
 OFFLOAD_AT_TOKENS = 2_048
 
 
 def on_home_loop(call: Callable[[A], Awaitable[T]]) -> Callable[[A], Awaitable[T]]:
-    """`call`, callable from any thread's loop: it always runs on the loop it was wrapped on."""
+    """Wrap `call` so it can be awaited from any thread's loop but always runs on the loop it was wrapped on."""
     home = asyncio.get_running_loop()
 
     async def call_at_home(argument: A) -> T:
@@ -121,20 +121,20 @@ async def in_worker_thread(work: Callable[[], Awaitable[T]], *, heavy: bool = Fa
         return await asyncio.shield(future)
     except asyncio.CancelledError:
         run.cancel()
-        # Nobody awaits it any more: its end (cancelled, or an error) must not be logged as unretrieved.
+        # Nobody awaits it any more: retrieve its outcome (cancelled, or an error) so it is not logged as unretrieved.
         future.add_done_callback(lambda done: done.cancelled() or done.exception())
         raise
 
 
 async def run_sized(work: Callable[[], Awaitable[T]], tokens: int) -> T:
-    """`work()` here when it is small; in a worker thread (the heavy lane when huge) when it is not."""
+    """Await `work()` on this loop when small, else in a worker thread (a heavy lane when huge)."""
     if tokens < OFFLOAD_AT_TOKENS:
         return await work()
     return await in_worker_thread(work, heavy=tokens >= HEAVY_TOKENS)
 
 
 async def call_sized(work: Callable[[], T], tokens: int) -> T:
-    """`work()` (plain CPU work, no awaits) here when small; in a worker thread (the heavy lane when huge) when not."""
+    """Run `work()` (plain CPU work, no awaits) here when small, else in a worker thread (a heavy lane when huge)."""
     if tokens < OFFLOAD_AT_TOKENS:
         return work()
     return await in_thread(tokens >= HEAVY_TOKENS, work)

@@ -1,9 +1,9 @@
-"""What the archive keeps, as plain JSON-ready dicts: one entry a turn, one a compaction.
+"""Build what the archive keeps, as plain JSON-ready dicts: one entry per turn, one per compaction.
 
-A turn entry is small (its tokens, the thresholds it was measured against, what was done); a
+A turn entry is small (its tokens, the thresholds it was measured against, what was done). A
 compaction entry holds what that compaction took out of the conversation: the client's own
-messages that the summary (or the ledger standing in for it) replaced, and those it masked or
-truncated, with the summary and ledger sent in their place. Nothing here does I/O.
+messages that the summary (or a ledger digest) replaced, and those it masked or truncated, with
+the summary and ledger sent in their place. Nothing here does I/O.
 """
 
 from __future__ import annotations
@@ -20,19 +20,19 @@ from inflight.compaction.record import Record
 from inflight.compaction.stages.digest import without_notes
 from inflight.compaction.summary_job import written_part
 
-LEDGER_CHARS = 100_000  # the ledger as archived: whole, short of a pathological one
+LEDGER_CHARS = 100_000  # the archived ledger is whole unless it is pathologically long
 
 
 def conversation_id(key: str) -> str:
-    """A short id for a conversation key, safe in a URL (a session name may hold anything)."""
+    """A short id for a conversation key, safe in a URL (a session name may contain anything)."""
     return xxhash.xxh64_hexdigest(key.encode("utf-8"))
 
 
 def conversation_label(key: str) -> str:
-    """What the viewer calls a conversation: its `x-inflight-session`, else its model (clipped: a client's).
+    """The name the viewer shows for a conversation: its `x-inflight-session`, else its model (clipped).
 
-    A key's scope (its tenant, what a summary is sent with) follows its last `#`, and a name holding a `#`
-    always has one (`conversation_key`): it is no part of the label."""
+    The key's scope (its tenant, the tools a summary is sent with) follows its last `#` (`conversation_key`)
+    and is left out of the label."""
     name = key.rpartition("#")[0] if "#" in key else key
     kind, _, rest = name.partition(":")
     return clipped(rest if kind == "session" else rest.rpartition(":")[0] or name)
@@ -68,15 +68,16 @@ def turn_entry(
     cost: int | None = None,
     client_cost: int | None = None,
 ) -> dict[str, Any]:
-    """One chat request: the client's tokens, what was sent, against which limits, and what was done. A `shadow`
-    turn (`compaction.mode: shadow`) sent the client's request as it was: `sent`, `actions` and `cached` are
-    what its compaction would have sent, and done."""
+    """The entry for one chat request: the client's tokens, what was sent, against which limits, and what was done.
+
+    A `shadow` turn (`compaction.mode: shadow`) sent the client's request unchanged: `sent`, `actions` and
+    `cached` describe what its compaction would have sent and done."""
     return {
         "time": round(time, 3),
         "model": clipped(model),
         "tokens": tokens,
         "sent": sent,
-        "window": thresholds.window,  # (not `asdict`: it copies deeply, and this runs on every turn)
+        "window": thresholds.window,  # (not `asdict`, which copies deeply, and this runs on every turn)
         "budget": thresholds.budget,
         "background_at": thresholds.background_at,
         "prune_at": thresholds.prune_at,
@@ -85,17 +86,17 @@ def turn_entry(
         "actions": actions,
         "compaction_id": compaction_id,
         "compacted_here": fresh,  # a new compaction on this turn (else none, or a replay of an earlier one)
-        # Where the next compaction comes: with a record in use, masking waits for summarize_at
-        # (`compactor.recompact_at`), so that the prefix the upstream cached stays as it was.
+        # When the next compaction happens: with a record in use, masking waits for summarize_at
+        # (`compactor.recompact_at`), so that the prefix the upstream cached stays unchanged.
         "next_at": thresholds.summarize_at if recorded else thresholds.prune_at,
         "status": status,
-        # What the prompt cache can serve of it: the tokens it shares with the turn before (`compaction.prefix`),
+        # How much the prompt cache can serve: the tokens shared with the previous turn (`compaction.prefix`),
         # and whether inflight changed what it had sent before.
         "cached": cached,
         "rewrite": rewrite,
         "shadow": shadow,
         # The prompt's estimated cost at the `pricing:` prices (units of one uncached input token), and what the
-        # client's own request would have cost had the upstream taken it.
+        # client's own request would have cost if sent unchanged.
         "cost": cost,
         "cost_client": client_cost,
     }
@@ -115,7 +116,7 @@ def compaction_entry(
     record: Record,
     shadow: bool = False,
 ) -> dict[str, Any]:
-    """One compaction: what it replaced and with what (`shadow`: would have, had it been sent)."""
+    """The entry for one compaction: what it replaced and with what (`shadow`: what it would have replaced)."""
     summary = record.summary
     return {
         "id": compaction_id,
@@ -125,7 +126,7 @@ def compaction_entry(
         "tokens_before": tokens_before,
         "tokens_after": tokens_after,
         "actions": actions,
-        # The summarizer's text (or the note standing in for it), without the ledger sent after it.
+        # The summarizer's text (or the digest's note in its place), without the ledger sent after it.
         "summary": written_part(summary) if summary is not None else None,
         "summary_kind": summary_kind(record),
         "summary_as_sent": summary.get("content") if summary is not None else None,
@@ -137,7 +138,7 @@ def compaction_entry(
 
 
 def summary_kind(record: Record) -> str | None:
-    """What stands for the summarized messages: an LLM `summary`, the `ledger` alone (no summary could be made),
+    """What replaces the summarized messages: an LLM `summary`, the `ledger` alone (no summary could be made),
     or an earlier LLM summary with the ledger of what came after it (`summary-and-ledger`)."""
     if record.summary is None:
         return None
@@ -147,8 +148,9 @@ def summary_kind(record: Record) -> str | None:
 
 
 def dropped(messages: Sequence[Message], previous: Record | None, record: Record) -> list[dict[str, Any]]:
-    """The client's messages this compaction took out, oldest first, each with how (what an earlier one
-    took out is in that one's entry): summarized into the summary, or masked or truncated in place."""
+    """The client's messages this compaction removed, oldest first, each marked summarized, masked or truncated.
+
+    Messages an earlier compaction removed are in that compaction's entry."""
     out: list[dict[str, Any]] = []
     summarized: set[int] = set()
     if record.summary is not None:
@@ -156,11 +158,11 @@ def dropped(messages: Sequence[Message], previous: Record | None, record: Record
         if previous is not None and previous.summary is not None:
             start = max(start, previous.prefix_len)
         for index in range(start, min(record.prefix_len, len(messages))):
-            if not pinned(messages[index]):  # system messages of the middle are sent as they are
+            if not pinned(messages[index]):  # system messages in the middle are sent unchanged
                 out.append(_dropped(index, messages[index], "summarized"))
                 summarized.add(index)
     for index, replacement in sorted(record.replaced.items()):
-        # A head message (or a pinned one of the middle) may be truncated: it is sent, so it counts.
+        # This includes truncated head messages (and pinned ones in the middle): they are sent cut, so they are listed.
         if index in summarized or index >= len(messages):
             continue
         before = previous.replaced.get(index) if previous is not None else None

@@ -1,10 +1,10 @@
-"""The archive in Redis, beside the records: every key expires after `archive.retention_s`.
+"""The archive in Redis, next to the records; every key expires after `archive.retention_s`.
 
 `inflight:arch:conv:<id>` is a conversation's hash (label, model, first, last, turns,
 compactions), `inflight:arch:turns:<id>` its list of turns (the newest `max_turns`),
 `inflight:arch:cmp:<id>` a compaction's JSON, and `inflight:arch:index` orders conversations by
-their last turn. Redis's memory is bounded by its own `maxmemory`, as for the records; labels and
-models are kept clipped (`store.clipped`), and a listing answers at most `MAX_LISTED` conversations.
+their last turn. Redis's memory is limited by its own `maxmemory`, as for the records; labels and
+models are stored clipped (`store.clipped`), and a listing returns at most `MAX_LISTED` conversations.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ class RedisArchive:
         self.client = connect(url)
 
     async def add_turns(self, writes: list[TurnWrite]) -> None:
-        async with self.client.pipeline(transaction=False) as pipe:  # the turns' numbers first
+        async with self.client.pipeline(transaction=False) as pipe:  # first get the turns' numbers
             for write in writes:
                 pipe.hincrby(PREFIX + "conv:" + write.conversation, "turns", 1)
                 pipe.expire(PREFIX + "conv:" + write.conversation, self.ttl_s)  # never a key without a TTL
@@ -93,7 +93,7 @@ class RedisArchive:
 
 
 def _turns(bodies: list[bytes], since: float) -> list[dict[str, Any]]:
-    """The turns within the retention, in order (workers may push them out of order). Off the loop."""
+    """The turns within the retention, sorted (workers may push them out of order). Run off the event loop."""
     turns = [turn for turn in (orjson.loads(body) for body in bodies) if turn["time"] > since]
     return sorted(turns, key=lambda turn: turn["n"])
 

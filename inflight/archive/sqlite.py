@@ -1,11 +1,11 @@
-"""The archive in SQLite: tables beside the records in the state file, or an in-memory database.
+"""The archive in SQLite: tables next to the records in the state file, or an in-memory database.
 
-Three tables: a row per conversation (its label, model, first and last time, turns so far), a row
-per turn and a row per compaction (each a JSON body). Every `SWEEP_EVERY` writes (or an eighth of
-`max_bytes` written), rows past the retention go, then the oldest rows of all three while they
-weigh more than `max_bytes` (a row weighs its bodies, its strings, the index entries of its keys
-and `ROW_BYTES`); a conversation keeps its newest `max_turns` turns. Labels and models are kept
-clipped (`store.clipped`).
+There are three tables: a row per conversation (its label, model, first and last time, turns so far),
+a row per turn and a row per compaction (each a JSON body). Every `SWEEP_EVERY` writes (or after an
+eighth of `max_bytes` is written), rows older than the retention are deleted, then the oldest rows of
+all three tables while they total more than `max_bytes` (a row's size is its bodies, its strings, the
+index entries of its keys and `ROW_BYTES`). A conversation keeps its newest `max_turns` turns. Labels
+and models are stored clipped (`store.clipped`).
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ CREATE TABLE IF NOT EXISTS archive_compactions (
 CREATE INDEX IF NOT EXISTS archive_compactions_time ON archive_compactions (time);
 """
 SWEEP_EVERY = 200
-ROW_BYTES = 64  # what SQLite keeps for a row beside its values: the rowid, the numbers, the time's index entry
-# What each table's rows weigh, in bytes (LENGTH of TEXT counts characters; of a BLOB, bytes). A key is in its
-# table and in each index on it.
+ROW_BYTES = 64  # what SQLite stores for a row besides its values: the rowid, the numbers, the time's index entry
+# The size of each table's rows, in bytes (LENGTH counts characters for TEXT, bytes for a BLOB). A key is stored
+# in its table and in each index on it.
 WEIGHTS = {
     "archive_conversations": "LENGTH(CAST(id AS BLOB)) * 2 + LENGTH(CAST(label AS BLOB)) "
     f"+ LENGTH(CAST(model AS BLOB)) + {ROW_BYTES}",
@@ -59,7 +59,7 @@ class SqliteArchive:
 
     async def add_compaction(self, entry: dict[str, Any]) -> None:
         def add(db: sqlite3.Connection) -> None:
-            body = orjson.dumps(entry)  # in the store's thread: a compaction's messages may weigh megabytes
+            body = orjson.dumps(entry)  # on the store's thread: a compaction's messages may be megabytes
             with transaction(db):
                 db.execute(
                     "INSERT OR REPLACE INTO archive_compactions (id, conversation, time, body) VALUES (?, ?, ?, ?)",
@@ -105,7 +105,7 @@ class SqliteArchive:
         await self.db.close()
 
     def _add_turns(self, db: sqlite3.Connection, writes: list[TurnWrite]) -> None:
-        """All in one transaction, one row update per conversation: a busy proxy writes its turns in batches."""
+        """Write a batch of turns in one transaction, with one row update per conversation."""
         groups: dict[str, list[TurnWrite]] = {}
         for write in writes:
             groups.setdefault(write.conversation, []).append(write)
@@ -126,7 +126,7 @@ class SqliteArchive:
                     (conversation, w.turn["time"], orjson.dumps(kept_turn(start + i, w.turn)))
                     for i, w in enumerate(group)
                 ]
-                if total // 100 > (start - 1) // 100:  # now and then, not every turn: the oldest past max_turns
+                if total // 100 > (start - 1) // 100:  # every 100 turns, trim the oldest beyond max_turns
                     trim.append(conversation)
             db.executemany("INSERT INTO archive_turns (conversation, time, body) VALUES (?, ?, ?)", rows)
         for conversation in trim:
@@ -138,7 +138,7 @@ class SqliteArchive:
         self._wrote(db, size + sum(len(body) + len(cid) * 2 + ROW_BYTES for cid, _, body in rows))
 
     def _wrote(self, db: sqlite3.Connection, size: int) -> None:
-        """Sweep every `SWEEP_EVERY` writes, or sooner when big entries came (a compaction may weigh megabytes)."""
+        """Sweep every `SWEEP_EVERY` writes, or sooner after big entries (a compaction may be megabytes)."""
         self._writes += 1
         self._bytes_since_sweep += size
         if self._writes % SWEEP_EVERY == 1 or self._bytes_since_sweep > self.archive.max_bytes // 8:
@@ -153,8 +153,8 @@ class SqliteArchive:
             db.execute(f"SELECT COALESCE(SUM({weight}), 0) FROM {table}").fetchone()[0]
             for table, weight in WEIGHTS.items()
         )
-        # The oldest rows first, of all three tables: a conversation's row (its time: its last turn's) goes after
-        # its turns.
+        # Delete the oldest rows across all three tables. A conversation's row has its last turn's time, so it
+        # goes after its turns.
         oldest_first = " UNION ALL ".join(
             f"SELECT '{table}', rowid, {TIMES[table]}, {weight} FROM {table}" for table, weight in WEIGHTS.items()
         )

@@ -1,6 +1,6 @@
-"""What an archive store does (`ArchiveStore`) and what it is given to keep (`TurnWrite`).
+"""The interface of an archive store (`ArchiveStore`) and what it is given to keep (`TurnWrite`).
 
-A label (a client's `x-inflight-session`) and a model name are whatever a client sent: a store keeps
+A label (a client's `x-inflight-session`) and a model name are whatever a client sent, so a store keeps
 them clipped to `NAME_CHARS` (`clipped`), and lists at most `MAX_LISTED` conversations.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-NAME_CHARS = 256  # a label or a model as kept: enough for any real one (`limits.max_key_chars`' default)
-MAX_LISTED = 1000  # conversations one listing answers at most
+NAME_CHARS = 256  # longest label or model name kept: enough for any real one (`limits.max_key_chars`' default)
+MAX_LISTED = 1000  # most conversations one listing returns
 
 
 def clipped(name: str) -> str:
@@ -19,7 +19,7 @@ def clipped(name: str) -> str:
 
 
 def kept_turn(number: int, turn: dict[str, Any]) -> dict[str, Any]:
-    """A turn as stored: numbered, its model clipped."""
+    """A turn as stored: numbered, with its model name clipped."""
     return {"n": number, **turn, "model": clipped(str(turn.get("model", "")))}
 
 
@@ -40,15 +40,15 @@ class ArchiveStore(Protocol):
     async def add_compaction(self, entry: dict[str, Any]) -> None: ...
 
     async def conversations(self, limit: int) -> list[dict[str, Any]]:
-        """The conversations seen within the retention, the latest first: id, label, model, first, last, turns."""
+        """The conversations seen within the retention, most recent first: id, label, model, first, last, turns."""
         ...
 
     async def conversation(self, conversation: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
-        """A conversation's summary row (None: unknown) and its kept turns within the retention, in order (`n`)."""
+        """A conversation's overview row (None: unknown) and its turns within the retention, in order (`n`)."""
         ...
 
     async def compaction(self, compaction_id: str) -> bytes | None:
-        """A compaction's entry as stored (JSON): the endpoint sends it on without parsing it."""
+        """A compaction's entry as stored (JSON), which the endpoint passes on without parsing."""
         ...
 
     async def close(self) -> None: ...

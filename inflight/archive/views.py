@@ -1,11 +1,11 @@
-"""What the JSON endpoints answer about a conversation: its turns, its growth, the turns left, the cache.
+"""Build what the JSON endpoints return about a conversation: its turns, growth, turns left and cache figures.
 
-Growth is the client's own tokens from one turn to the next, averaged over the newest turns (a
-turn that shrank, an agent starting over under the same key, is left out). The next compaction
-comes when what is sent passes `prune_at`, or `summarize_at` once a compaction's record is in use
-(each turn says which: `next_at`); what is sent grows as the client's history does, so the turns
-left are the room below it over the growth. The prompt cache's figures (rewrites per 100 turns,
-the cached share) are taken over the kept turns that measured them.
+Growth is the increase in the client's own tokens from one turn to the next, averaged over the newest
+turns (a turn that shrank, such as an agent starting over under the same key, is left out). The next
+compaction happens when what is sent passes `prune_at`, or `summarize_at` once a compaction's record
+is in use (each turn records which, as `next_at`). What is sent grows as the client's history does, so
+the turns left are the room below that threshold divided by the growth. The prompt cache's figures
+(rewrites per 100 turns, the cached share) are computed over the stored turns that measured them.
 """
 
 from __future__ import annotations
@@ -27,8 +27,9 @@ def average_growth(turns: Sequence[dict[str, Any]]) -> float | None:
 
 
 def turns_left(turns: Sequence[dict[str, Any]], growth: float | None) -> int | None:
-    """Turns before the sent tokens pass the next compaction's threshold at this growth (0: the next one
-    compacts); None: unknown."""
+    """Turns before the sent tokens pass the next compaction's threshold at this growth.
+
+    0 means the next turn compacts; None means unknown."""
     if not turns or not growth:
         return None
     last = turns[-1]
@@ -43,7 +44,7 @@ def conversation_summary(meta: dict[str, Any]) -> dict[str, Any]:
 
 
 def cache_figures(turns: Sequence[dict[str, Any]]) -> CacheFigures:
-    """The prompt cache's figures over the kept turns that were measured (`compaction.prefix`)."""
+    """The prompt cache's figures over the stored turns that were measured (`compaction.prefix`)."""
     figures = CacheFigures()
     for turn in turns:
         cached = turn.get("cached")
@@ -56,7 +57,7 @@ def cache_figures(turns: Sequence[dict[str, Any]]) -> CacheFigures:
 
 
 def conversation_view(meta: dict[str, Any], turns: list[dict[str, Any]]) -> dict[str, Any]:
-    """A conversation with its kept turns (oldest first), its compactions (the viewer's markers) and the outlook."""
+    """A conversation with its stored turns (oldest first), its compactions (the viewer's markers) and outlook."""
     growth = average_growth(turns)
     compactions = [
         {

@@ -1,11 +1,11 @@
-"""Writing the archive without making a request wait for it, and without failing one.
+"""Write the archive without making a request wait for it or fail because of it.
 
-A turn's entries (`inflight.pipeline.archiving` builds them when its response starts, its status
-known) are written a moment later by one background task, with every other turn that came
-meanwhile (one store call, one SQLite transaction: a busy proxy does not pay a write per
-request). A store that fails is logged once a minute and counted
+A turn's entries (`inflight.pipeline.archiving` builds them when its response starts and its status
+is known) are written a moment later by one background task, together with every other turn that
+arrived meanwhile (one store call, one SQLite transaction, so a busy proxy does not pay a write per
+request). A failing store is logged once a minute and counted
 (`inflight_store_errors_total{store="archive"}`); the request never notices. At most
-`MAX_WAITING` turns wait: past that they are dropped (and counted) rather than held in memory
+`MAX_WAITING` turns wait; beyond that they are dropped (and counted) rather than held in memory
 behind a slow store.
 """
 
@@ -21,8 +21,8 @@ from inflight.archive.store import ArchiveStore, TurnWrite
 
 log = logging.getLogger("inflight")
 
-WRITE_EVERY_S = 0.05  # turns are written in batches: one store call (one transaction) for all that came meanwhile
-MAX_WAITING = 10_000  # turns waiting for a store that is slow: past that they are dropped (and counted)
+WRITE_EVERY_S = 0.05  # turns are written in batches: one store call (one transaction) for all queued meanwhile
+MAX_WAITING = 10_000  # most turns that may wait for a slow store; beyond that they are dropped (and counted)
 MAX_WAITING_COMPACTIONS = 100  # each may hold megabytes of dropped messages
 WARN_EVERY_S = 60.0
 CLOSE_WAIT_S = 5.0
@@ -32,7 +32,7 @@ class ArchiveWriter:
     def __init__(self, store: ArchiveStore, *, on_error: Callable[[], None] | None = None) -> None:
         self.store = store
         self.on_error = on_error  # counts a failed write (`inflight_store_errors_total{store="archive"}`)
-        self.dropped = 0  # entries not written: too many waiting, a failed write, a bug of ours
+        self.dropped = 0  # entries not written: too many waiting, a failed write, or a bug in inflight
         self._turns: list[TurnWrite] = []
         self._compactions: list[dict[str, Any]] = []
         self._writer: asyncio.Task[None] | None = None
@@ -40,7 +40,7 @@ class ArchiveWriter:
 
     @property
     def full(self) -> bool:
-        """As many turns wait as may: the next is dropped (build none)."""
+        """Whether the queue is full, so the next turn would be dropped (callers then skip building it)."""
         return len(self._turns) >= MAX_WAITING
 
     def add(self, turn: TurnWrite, compaction: dict[str, Any] | None) -> None:
@@ -57,7 +57,7 @@ class ArchiveWriter:
             self._writer = asyncio.ensure_future(self._write_soon())
 
     async def _write_soon(self) -> None:
-        """Write what waits, every `WRITE_EVERY_S` while turns come: one store call for many turns."""
+        """Write what is queued every `WRITE_EVERY_S` while turns arrive: one store call for many turns."""
         try:
             await asyncio.sleep(WRITE_EVERY_S)
             await self._write_waiting()
@@ -77,8 +77,9 @@ class ArchiveWriter:
                 self.lost(f"the store failed ({type(exc).__name__}: {exc})", count=len(turns) + len(compactions))
 
     def lost(self, why: str, *, count: int = 1, exc_info: bool = False) -> None:
-        """Entries not archived (`count`): one store error more (`inflight_store_errors_total{store="archive"}`),
-        logged once a minute."""
+        """Count `count` entries as lost and one store error (`inflight_store_errors_total{store="archive"}`).
+
+        The loss is logged at most once a minute."""
         self.dropped += count
         if self.on_error is not None:
             self.on_error()
@@ -87,7 +88,7 @@ class ArchiveWriter:
             log.warning("[archive] entries lost: %s", why, exc_info=exc_info)
 
     async def close(self) -> None:
-        """Write what waits (a few seconds at most), then close the store."""
+        """Write what is queued (for a few seconds at most), then close the store."""
         try:
             await asyncio.wait_for(self._flush(), CLOSE_WAIT_S)
         except TimeoutError:
@@ -97,5 +98,5 @@ class ArchiveWriter:
 
     async def _flush(self) -> None:
         if self._writer is not None:
-            await asyncio.shield(self._writer)  # the batch it holds is written, not dropped
+            await asyncio.shield(self._writer)  # let the batch in progress be written rather than dropped
         await self._write_waiting()

@@ -1,7 +1,7 @@
-"""Rewrite a conversation so it fits: re-apply the record, then run the stages in order.
+"""Rewrite a conversation so it fits: re-apply its record, then run the stages in order.
 
-Pure: messages in, messages out. Counting and summarizing are passed in as callables, so nothing
-here knows of HTTP. Token figures are in our own (uncalibrated) units; the caller converts the budget.
+Messages go in and messages come out. Counting and summarizing are passed in as callables, so this module does no
+HTTP. Token figures are in our own uncalibrated units; the caller converts the budget into them.
 """
 
 from __future__ import annotations
@@ -41,15 +41,15 @@ class Compactor:
         spacing: Spacing | None = None,
     ) -> None:
         self.stages = list(stages)
-        self.spacing = spacing  # how deep a compaction goes (`inflight.compaction.depth`; None: to target)
+        self.spacing = spacing  # decides how deep a compaction goes (`inflight.compaction.depth`); None: to target
         self.count_message = count_message
-        self.estimate_message = estimate_message  # for big text a stage is about to drop (None: count it)
-        self.observation = observation  # user messages that are observations, not requests
+        self.estimate_message = estimate_message  # cheap estimate for big text a stage may drop; None: count it
+        self.observation = observation  # matches user messages that carry tool output rather than a request
 
     async def run(
         self, conversation: Conversation, *, budget: Budget, record: Record | None, force: bool = False
     ) -> Outcome | None:
-        """The rewritten conversation, or None when it goes upstream untouched."""
+        """Return the rewritten conversation, or None when it can go upstream unchanged."""
         before = conversation.tokens
         if record is None and before <= budget.prune_at and not force:
             return None
@@ -72,14 +72,14 @@ class Compactor:
             latest_request=latest,
         )
         work.prune = force or work.tokens > recompact_at(budget, record)
-        if self.spacing is not None and budget.spaced and (work.prune or draft.fallback):  # a compaction may come
+        if self.spacing is not None and budget.spaced and (work.prune or draft.fallback):  # a compaction may run
             work.depth = depth_of(work, self.spacing)
             if work.depth.schedule is not None:
                 work.budget = budget = schedule_by_cost(budget, work.depth, record)
                 work.prune = force or work.tokens > recompact_at(budget, record)
         for stage in self.stages:
             await stage.run(work)
-        if count_exactly(work) and work.tokens > budget.limit:  # the estimates fell short: once more, counted
+        if count_exactly(work) and work.tokens > budget.limit:  # the estimates were too low: run again on exact counts
             for stage in self.stages:
                 await stage.run(work)
             count_exactly(work)
@@ -93,8 +93,8 @@ class Compactor:
         outcome.record = draft.freeze(conversation)
         outcome.fits = total <= budget.limit
         if work.depth is not None and work.depth.schedule is not None:
-            outcome.scheduled = schedule_by_cost(budget, work.depth, outcome.record)  # where the next one comes
-        # A compaction now (something taken off on this run, and a record it did not replay) may churn.
+            outcome.scheduled = schedule_by_cost(budget, work.depth, outcome.record)  # when the next one is due
+        # Only a new compaction (this run removed something and did not just replay the record) can churn.
         changed = bool(outcome.actions) and (record is None or outcome.record != record)
         if changed and work.depth is not None and work.depth.churns(total):
             say_churn(outcome, work.depth, total)
@@ -103,8 +103,9 @@ class Compactor:
 
 
 def count_exactly(work: Work) -> bool:
-    """Count what is sent but was only estimated: a truncated output kept, a message older than the window
-    was thought to be. Every figure a record keeps and the request reports is then a count. True when any was."""
+    """Replace estimates with exact counts for the messages that will be sent (truncated outputs, old messages).
+
+    This way every figure a record keeps and a request reports is an exact count. Returns True when any changed."""
     draft, conversation = work.draft, work.conversation
     changed = False
     for index in work.estimated:
@@ -126,8 +127,9 @@ def count_exactly(work: Work) -> bool:
 
 
 def say_churn(outcome: Outcome, depth: Depth, tokens: int) -> None:
-    """The conversation's turns are too big for its window: the next compaction is fewer turns away than asked.
-    Said in `x-inflight-actions` and on the request's log line (the growth, the turns left, the floor)."""
+    """Report that turns are too big for the window, so the next compaction comes sooner than configured.
+
+    It appears in `x-inflight-actions` and on the request's log line, with the growth, turns left and floor."""
     outcome.actions.append(Action.CHURN)
     outcome.notes["growth"] = str(depth.growth)
     outcome.notes["turns_left"] = f"{depth.turns_left(tokens):.1f}"
@@ -135,20 +137,21 @@ def say_churn(outcome: Outcome, depth: Depth, tokens: int) -> None:
 
 
 def schedule_by_cost(budget: Budget, depth: Depth, record: Record | None) -> Budget:
-    """The budget with its next compaction where it costs least per turn (`Depth.plan`): a request that fits and
-    is under that point goes as it is (its record replayed), though it is past `prune_at` or `summarize_at`."""
+    """Move the budget's thresholds to the point where compacting costs least per turn (`Depth.plan`).
+
+    A request below that point is sent with its record replayed, even if it is past `prune_at` or `summarize_at`."""
     trigger = min(depth.trigger, budget.limit)
-    if record is None or record.bare:  # the first compaction: no earlier than prune_at
+    if record is None or record.bare:  # the first compaction happens no earlier than prune_at
         return replace(budget, prune_at=max(budget.prune_at, trigger), summarize_at=max(budget.summarize_at, trigger))
     return replace(budget, summarize_at=max(budget.summarize_at, trigger))
 
 
 def recompact_at(budget: Budget, record: Record | None) -> int:
-    """Where truncate and mask run again (down to the aim, `inflight.compaction.depth`). Without a record, at
-    prune_at. With one, only once the rewritten request crosses summarize_at: masking one more result
-    a turn between the two would change a message inside last turn's request every turn and defeat
-    the upstream's prompt cache, for a few hundred tokens the request can afford (it is still under
-    summarize_at)."""
+    """Return the token count above which truncate and mask run again: prune_at without a record, else summarize_at.
+
+    With a record, masking one more result each turn between the two thresholds would change last turn's
+    request every turn and break the upstream's prompt cache, to save a few hundred tokens the request can afford.
+    """
     return budget.prune_at if record is None or record.bare else budget.summarize_at
 
 
@@ -163,10 +166,10 @@ def build_compactor(
     background: bool = False,
     spacing: Spacing | None = None,
 ) -> Compactor:
-    """A compactor with the stages one model's `compaction:` settings call for.
+    """Build a compactor with the stages a model's `compaction:` settings ask for.
 
-    `spacing`: how far apart compactions go and what a summary costs (None: by the thresholds, a summary a
-    summarizer call when `summarize` is given)."""
+    `spacing` sets how far apart compactions are and what a summary costs. When None, it is derived from the
+    settings, and a summary counts as a summarizer call when `summarize` is given."""
     stages = build_stages(
         settings,
         summarize=summarize,

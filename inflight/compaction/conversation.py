@@ -1,4 +1,4 @@
-"""The shape of a conversation: its head, its turns, and where it may be cut without breaking it.
+"""The shape of a conversation: its head, its turns, and where it can be cut without breaking it.
 
 OpenAI rejects a request in which a `tool` message does not answer a tool call of an earlier
 assistant message, or in which an assistant's tool call has no answer. So a cut is only allowed
@@ -15,27 +15,27 @@ from typing import Any
 import orjson
 
 Message = dict[str, Any]
-PINNED_ROLES = ("system", "developer")  # a tuple: `in` compares, so a list as a role is no TypeError
+PINNED_ROLES = ("system", "developer")  # a tuple, so `role in PINNED_ROLES` compares and never raises on a list role
 MAX_VALUE_CHARS = 60
 MAX_ARGS_CHARS = 160
 
 
 @dataclass(frozen=True)
 class Conversation:
-    """The client's original messages with what counting learned about them."""
+    """The client's original messages, with their token counts and digests."""
 
     messages: Sequence[Message]
     counts: Sequence[int]
     digests: Sequence[bytes]
-    fixed_tokens: int  # reply priming and tool definitions: not ours to compact
-    # Messages that are kept as they are or dropped whole, never edited (encrypted reasoning, a
-    # compaction item): the wire format says which.
+    fixed_tokens: int  # reply priming and tool definitions, which compaction cannot shrink
+    # Messages that must be kept byte for byte or dropped whole, never edited (encrypted reasoning, a
+    # provider's compaction item). The wire format says which.
     opaque: frozenset[int] = frozenset()
-    # User messages that are no request: text a tool turn carries beside its results (Claude Code's
-    # reminders): the wire format says which.
+    # User messages that are not requests, such as text a tool turn carries beside its results (Claude Code's
+    # reminders). The wire format says which.
     observations: frozenset[int] = frozenset()
-    # Messages whose count is an estimate from samples (`TokenCounter.count_request`): older than any
-    # compaction keeps, unless the window is bigger than thought; what is kept of them is counted again.
+    # Messages whose count is estimated from samples (`TokenCounter.count_request`). They are older than any
+    # compaction keeps, unless the window is bigger than assumed; any that are kept get counted exactly later.
     approximated: frozenset[int] = frozenset()
 
     @property
@@ -57,13 +57,14 @@ def protected(messages: Sequence[Message], latest_request: int | None) -> set[in
 
 
 def observation_regex(pattern: str | None) -> re.Pattern[str] | None:
-    """`compaction.mask.observation_pattern`, compiled as every reader of it needs it (None: off)."""
+    """Compile `compaction.mask.observation_pattern` with the flags every caller expects; None when unset."""
     return re.compile(pattern, re.MULTILINE) if pattern else None
 
 
 def is_observation(messages: Sequence[Message], index: int, pattern: re.Pattern[str] | None) -> bool:
-    """A user message that is a text-action agent's observation: it answers an assistant message and
-    matches `compaction.mask.observation_pattern`."""
+    """Whether a user message is a tool observation of a text-action agent such as SWE-agent.
+
+    It must follow an assistant message and match `compaction.mask.observation_pattern`."""
     message = messages[index]
     if pattern is None or message.get("role") != "user" or index == 0 or messages[index - 1].get("role") != "assistant":
         return False
@@ -73,8 +74,10 @@ def is_observation(messages: Sequence[Message], index: int, pattern: re.Pattern[
 def latest_request_index(
     messages: Sequence[Message], pattern: re.Pattern[str] | None, observations: frozenset[int] = frozenset()
 ) -> int | None:
-    """The latest user message that is a request, not an observation (by `pattern`, or one the wire
-    format named): what is never cut or summarized."""
+    """Return the index of the latest user message that is a real request rather than an observation.
+
+    Observations are found by `pattern` or named by the wire format. The latest request is never cut or summarized.
+    """
     for index in range(len(messages) - 1, -1, -1):
         message = messages[index]
         if message.get("role") == "user" and index not in observations and not is_observation(messages, index, pattern):
@@ -95,9 +98,10 @@ def head_length(messages: Sequence[Message]) -> int:
 
 
 def turn_starts(messages: Sequence[Message]) -> list[bool]:
-    """`start[i]` is True where a whole turn may begin a verbatim tail: at an assistant message whose
-    earlier tool calls are all answered. Never at an observation (a tool result, or the user message
-    a text-action agent gets back), which would leave it without the command it answers."""
+    """`start[i]` is True where the kept, unchanged tail of the conversation may begin.
+
+    That is an assistant message before which every tool call is answered. It is never an observation (a tool
+    result, or a text-action agent's user message), which would be separated from the command it answers."""
     cuts = cut_points(messages)
     return [cuts[i] and i < len(messages) and messages[i].get("role") == "assistant" for i in range(len(cuts))]
 
@@ -118,7 +122,7 @@ def cut_points(messages: Sequence[Message]) -> list[bool]:
         if message.get("role") == "tool":
             unanswered.discard(message.get("tool_call_id"))
         cuts.append(not unanswered)
-    # A tool message right after a cut would be an orphan even if its call was answered already.
+    # A cut just before a tool message would separate it from its call, even when the call is otherwise answered.
     for index, message in enumerate(messages):
         if message.get("role") == "tool":
             cuts[index] = False
@@ -133,9 +137,9 @@ def last_user_index(messages: Sequence[Message]) -> int | None:
 
 
 def calls_of_results(messages: Sequence[Message]) -> dict[int, dict[str, Any]]:
-    """For each tool result (by index), the `function` (name, arguments) of the call it answers: the
-    nearest assistant call before it with its id. Agents reuse ids (`call_1` every turn): pairing by id
-    alone would name another turn's call."""
+    """Map each tool result's index to the `function` (name, arguments) of the call it answers.
+
+    The call is the nearest earlier one with the same id, because agents reuse ids (`call_1` every turn)."""
     open_calls: dict[str, dict[str, Any]] = {}
     found: dict[int, dict[str, Any]] = {}
     for index, message in enumerate(messages):

@@ -1,21 +1,20 @@
-"""How deep a compaction goes: far enough that the next one is `min_turns_between` turns away.
+"""Decide how deep a compaction goes: far enough that the next one is `min_turns_between` turns away.
 
 A compaction rewrites the prefix the upstream has cached, so the turn after it pays full price
-for its prompt (often ten times a cached one). Compacting just under a threshold makes the next
-turn cross it again, and a conversation whose turns are big then pays that price every turn. So
-a compaction aims at where the conversation, growing as its recent turns did, takes
-`min_turns_between` turns to reach `summarize_at` again; no deeper than it needs (the configured
-`target` is the shallowest it aims), and never below its floor: the head, a summary's room and
-the latest turn, which are all a compaction can keep.
+for its prompt (often ten times a cached one). Compacting to just under a threshold means the next
+turn passes it again, and a conversation with big turns then pays that price every turn. So a
+compaction aims at the size from which the conversation, growing as its recent turns did, takes
+`min_turns_between` turns to reach `summarize_at` again. It goes no deeper than needed (the configured
+`target` is the shallowest aim), and never below its floor.
 
-Masking costs no call; a summary does. When even the floor cannot give those turns (the turns are
-too big for the window), a summary is made only when it at least doubles the turns before the
-next compaction, against masking alone (a summarizer call costs about what a rewrite does), or
-when masking alone would leave no room for the next turn. When no summarizer can be called (none
-configured, or the client's summarizer budget spent), the ledger stands in for nothing, and goes
-to the floor whenever that gives more turns. When summaries are made ahead (the server's default),
-the one ready is put in place down to the aim, and below `summarize_at` none is asked for unless
-masking would leave no room for the next turn.
+Masking costs no call; a summary does. When even the floor cannot give that many turns (the turns are
+too big for the window), a summary is made only if it at least doubles the turns until the next
+compaction compared with masking alone (a summarizer call costs about as much as a cache rewrite), or
+if masking alone would leave no room for the next turn. When no summarizer can be called (none is
+configured, or the client's summarizer budget is spent), the free ledger digest is used and goes down to
+the floor whenever that gives more turns. When summaries are made ahead (the server's default), the
+ready one is used down to the aim, and below `summarize_at` none is requested unless masking would
+leave no room for the next turn.
 """
 
 from __future__ import annotations
@@ -29,38 +28,39 @@ from inflight.config import Prices
 from inflight.config import Summarize as SummarizeSettings
 from inflight.policy.cost import Schedule, summary_cost
 
-RECENT_TURNS = 8  # the growth a compaction plans for: the mean of this many latest turns
+RECENT_TURNS = 8  # a compaction plans for growth equal to the mean size of this many latest turns
 
 
 @dataclass(frozen=True)
 class Spacing:
-    """How far apart compactions are to be, and what a summary costs: the same rules for a compaction and for the
-    background job that plans the summary it will put in place."""
+    """How far apart compactions should be and what a summary costs.
 
-    summarize: SummarizeSettings  # the room a summary takes (`max_summary_tokens`)
+    Both a compaction and the background job that plans its summary use these same rules."""
+
+    summarize: SummarizeSettings  # gives the room a summary takes (`max_summary_tokens`)
     min_turns: int  # `compaction.min_turns_between`
-    summary_costs: bool = True  # a summary is a summarizer call (False: the ledger stands in, for nothing)
-    # Summaries are made ahead, in the background: the one ready is put in place first (`PrecomputedStage`), and
-    # below summarize_at none is asked for unless the next turn would compact again (the ledger standing in, a
-    # wait for the job, a second rewrite when it lands, cost more than the turns it buys).
+    summary_costs: bool = True  # a summary needs a summarizer call (False: a free ledger digest is used)
+    # Summaries are made ahead, in the background. A ready one is used first (`PrecomputedStage`), and below
+    # summarize_at none is requested unless the next turn would compact again: a stand-in digest, a wait for the
+    # job and a second rewrite when its summary arrives would cost more than the turns it buys.
     summaries_ahead: bool = False
-    # The upstream's prices: compactions come when, and go as deep as, costs least per turn (`inflight.policy.cost`),
-    # never before `prune_at` (the first) and `summarize_at` (the next). None: by those thresholds alone.
+    # The upstream's prices: compactions happen when, and go as deep as, costs least per turn (`inflight.policy.cost`),
+    # but never before `prune_at` (the first) or `summarize_at` (later ones). None: by the thresholds alone.
     prices: Prices | None = None
 
 
 @dataclass(frozen=True)
 class Depth:
-    """Where one compaction aims, from how the conversation grows (token figures in our own units)."""
+    """The size one compaction aims for, based on how the conversation grows (token figures in our own units)."""
 
-    growth: int  # tokens a turn adds, as the recent turns did
+    growth: int  # tokens a turn adds, judged by the recent turns
     floor: int  # the least a compaction can send: fixed part, head, a summary's room, the latest turn
-    aim: int  # where this compaction stops: at most `target`, at least `floor`
-    summarize_at: int  # where the next compaction comes (a record in use waits for it)
+    aim: int  # the size this compaction stops at: at most `target`, at least `floor`
+    summarize_at: int  # the size at which the next compaction happens (until then the record is replayed)
     spacing: Spacing
 
-    schedule: Schedule | None = None  # the conversation priced, when compactions are scheduled by cost
-    trigger: int = 0  # priced: where a compaction costs least per turn, whatever the thresholds say
+    schedule: Schedule | None = None  # the cost model of the conversation, when compactions are scheduled by cost
+    trigger: int = 0  # with prices: the size at which compacting costs least per turn, regardless of thresholds
 
     @classmethod
     def plan(
@@ -74,18 +74,20 @@ class Depth:
         limit: int = 0,
         fixed: int = 0,
     ) -> Depth:
-        """Priced (`spacing.prices`), a compaction goes to its floor (what it keeps costs a write now and a read
-        every turn after) and the next comes where the cost per turn is least, past `summarize_at`, within `limit`.
-        Else it goes deep enough that `min_turns` turns reach `summarize_at`, no deeper than `target` needs."""
+        """Plan a compaction's aim and when the next one happens.
+
+        With prices (`spacing.prices`), it goes to the floor, since what it keeps costs a cache write now and a
+        read every later turn, and the next one comes where cost per turn is least, past `summarize_at` and within
+        `limit`. Otherwise it goes just deep enough that `min_turns` turns reach `summarize_at`, at most `target`."""
         if spacing.prices is not None and growth > 0 and limit > 0:
             schedule = Schedule(spacing.prices, growth, fixed)
             trigger = schedule.best_trigger(kept=floor, limit=limit)
             return cls(growth, floor, floor, max(summarize_at, trigger), spacing, schedule, trigger)
-        spaced = summarize_at - spacing.min_turns * growth  # from here, `min_turns` turns reach summarize_at
+        spaced = summarize_at - spacing.min_turns * growth  # from this size, `min_turns` turns reach summarize_at
         return cls(growth, floor, max(min(target, spaced), floor), summarize_at, spacing)
 
     def turns_left(self, tokens: int) -> float:
-        """Turns from a request of `tokens` until the conversation crosses `summarize_at` again."""
+        """How many turns a request of `tokens` has until the conversation passes `summarize_at` again."""
         if self.growth <= 0:
             return math.inf
         return max(self.summarize_at - tokens, 0) / self.growth
@@ -95,11 +97,12 @@ class Depth:
         return self.turns_left(tokens) < self.spacing.min_turns
 
     def summary_pays(self, tokens: int) -> bool:
-        """Masking left `tokens`, above the aim: whether a summary (down to the floor) is worth its call.
+        """Whether a summary down to the floor is worth its call, when masking left `tokens`, above the aim.
+
         It is when it gives the turns asked for, or at least twice as many as masking alone, or when masking
-        alone would have the very next turn compact again and the floor would not; when it costs no call
-        (the ledger stands in), whenever it gives more turns. Never without spacing (`min_turns` 0, or no
-        growth yet): then a summary waits for `summarize_at`, as it always did."""
+        alone would make the very next turn compact again and the floor would not. When it costs no call (a
+        ledger digest), it is whenever it gives more turns. Without spacing (`min_turns` 0, or no growth yet)
+        it never is, and a summary waits for `summarize_at`."""
         spacing = self.spacing
         if self.schedule is not None:
             return self.summary_cheaper(tokens)
@@ -109,18 +112,18 @@ class Depth:
         masked, floor = self.turns_left(tokens), self.turns_left(self.floor)
         if not spacing.summary_costs:
             return floor > masked
-        if masked < 1 <= floor:  # else the very next turn compacts again
+        if masked < 1 <= floor:  # otherwise the very next turn compacts again
             return True
         return not spacing.summaries_ahead and (self.floor <= spaced or floor >= 2 * masked)
 
     def summary_cheaper(self, tokens: int) -> bool:
-        """Priced: whether a summary down to the floor costs less per turn, its call included, than keeping the
-        `tokens` masking left (or the very next turn would compact again without it)."""
+        """With prices: whether a summary down to the floor, its call included, costs less per turn than keeping
+        the `tokens` masking left, or is needed to stop the very next turn compacting again."""
         assert self.schedule is not None
         if self.turns_left(tokens) < 1 <= self.turns_left(self.floor):
             return True
         call = 0.0
-        if self.spacing.summary_costs and not self.spacing.summaries_ahead:  # made ahead, it is paid for already
+        if self.spacing.summary_costs and not self.spacing.summaries_ahead:  # a summary made ahead is already paid
             room = self.spacing.summarize.max_summary_tokens
             call = summary_cost(
                 self.schedule.prices, input_tokens=max(tokens - self.floor, 0) + room, output_tokens=room
@@ -130,8 +133,9 @@ class Depth:
 
 
 def growth_per_turn(messages: Sequence[Message], sizes: Sequence[int], *, head_len: int) -> int:
-    """The mean tokens of the conversation's latest turns (an assistant message and what answers it),
-    each message as it arrived (`sizes`: its count, or its truncated form's)."""
+    """The mean size in tokens of the latest turns (an assistant message and what answers it).
+
+    `sizes` gives each message as it arrived: its count, or its truncated form's count."""
     starts = [
         index
         for index in range(max(head_len, 1), len(messages))

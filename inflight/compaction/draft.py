@@ -1,4 +1,4 @@
-"""The state one compaction builds: the budget it aims at, and the record taking shape (`Draft`).
+"""The state one compaction builds: the budget it aims for, and the record being built (`Draft`).
 
 Token figures here are in our own (uncalibrated) units; the caller converts the budget.
 """
@@ -22,7 +22,7 @@ class Budget:
     prune_at: int
     summarize_at: int
     target: int
-    spaced: bool = True  # a compaction may go deeper than target, to space the next one (`inflight.compaction.depth`)
+    spaced: bool = True  # a compaction may go below target to delay the next one (`inflight.compaction.depth`)
 
     @classmethod
     def of(cls, limit: int, settings: Compaction) -> Budget:
@@ -35,7 +35,7 @@ class Budget:
 
     @classmethod
     def exactly(cls, limit: int) -> Budget:
-        """A budget whose every threshold is the limit: compact to just under it, no further."""
+        """A budget whose thresholds all equal the limit: compact to just under it and no further."""
         return cls(limit=limit, prune_at=limit, summarize_at=limit, target=limit, spaced=False)
 
 
@@ -75,7 +75,7 @@ class Draft:
         )
 
     def view(self, conversation: Conversation) -> list[ViewItem]:
-        """What is sent, in order: the head, the summary, pinned messages of the middle, then the rest."""
+        """The messages to send, in order: the head, the summary, pinned messages of the middle, then the rest."""
         messages, counts = conversation.messages, conversation.counts
         out: list[ViewItem] = [self._item(i, messages, counts) for i in range(self.head_len)]
         if self.summary is not None:

@@ -1,9 +1,9 @@
-"""The facts an agent needs from the messages a compaction drops: commands, files, errors, identifiers.
+"""Extract the facts an agent needs from the messages a compaction drops: commands, files, errors, identifiers.
 
-Deterministic and shared: the ledger is built from them, and `inflight eval` checks them for in the
-compacted request. They are read from tool calls and their results, and from agents that act
-through text (a command in a fenced block of the assistant's message, its output in the next user
-message).
+Extraction is deterministic. The ledger is built from these facts, and `inflight eval` checks that the
+compacted request still contains them. They are read from tool calls and their results, and from agents
+that act through text (a command in a fenced block of the assistant's message, its output in the next
+user message).
 """
 
 from __future__ import annotations
@@ -54,8 +54,10 @@ class Facts:
 
 
 def command_of(function: dict[str, Any]) -> str:
-    """A tool call as the command it ran: a shell's `command` argument as it is; any other tool as its
-    name, its command-like argument and its path-like arguments (`str_replace_editor view src/a.py`)."""
+    """Describe a tool call as a command line.
+
+    For a shell tool that is its `command` argument as is; for any other tool, its name followed by its
+    command-like and path-like arguments (`str_replace_editor view src/a.py`)."""
     name = str(function.get("name") or "tool")
     arguments = function.get("arguments")
     if isinstance(arguments, dict):  # some clients send the object itself
@@ -71,7 +73,7 @@ def command_of(function: dict[str, Any]) -> str:
     if command and name.lower() in SHELL_TOOLS:
         return command
     paths = [str(parsed[k]).strip() for k in PATH_KEYS if isinstance(parsed.get(k), str)]
-    if not command and not paths:  # no telling which argument matters: all the short ones
+    if not command and not paths:  # no way to tell which argument matters: use all the short ones
         paths = [str(v) for v in parsed.values() if isinstance(v, str | int | float) and len(str(v)) <= 200]
     return " ".join([name, *([command] if command else []), *paths]).strip()
 
@@ -82,8 +84,10 @@ def text_commands(text: str) -> list[str]:
 
 
 def steps(messages: Sequence[Message]) -> Iterator[Step]:
-    """Each command of the span with its output: tool calls and their results, or a fenced command
-    in an assistant message answered by the next user message."""
+    """Yield each command in the span with its output.
+
+    A command is a tool call with its result, or a fenced command in an assistant message with the next user
+    message as its output."""
     calls = calls_of_results(messages)
     pending_text: str | None = None
     for index, message in enumerate(messages):
@@ -122,7 +126,7 @@ def facts_of(messages: Sequence[Message]) -> Facts:
         errors.update(dict.fromkeys(found_errors))
         reused.update(dict.fromkeys(name for name in identifiers_in(step.command) if name in seen_in_output))
         seen_in_output.update(identifiers_in(step.output))
-    for message in messages:  # what the agent reasoned about, by name, from what it had read
+    for message in messages:  # names the agent mentioned in its reasoning after reading them in output
         if message.get("role") == "assistant":
             text = text_of(message.get("content"))
             reused.update(dict.fromkeys(name for name in identifiers_in(text) if name in seen_in_output))
@@ -131,7 +135,7 @@ def facts_of(messages: Sequence[Message]) -> Facts:
 
 
 def facts_note(text: str, *, max_errors: int = 3, max_files: int = 12, max_chars: int = 480) -> str:
-    """The error lines and file paths of a text about to be cut or masked, in one line to keep in its place."""
+    """Summarize the error lines and file paths of text about to be cut or masked, in one line kept in its place."""
     errors = list(dict.fromkeys(error_lines(text)))[-max_errors:]
     files = list(dict.fromkeys(paths_in(text)))[:max_files]
     parts = ([f"errors: {' | '.join(errors)}"] if errors else []) + ([f"files: {', '.join(files)}"] if files else [])

@@ -1,12 +1,11 @@
-"""The artifact ledger: what the dropped messages did, kept in every compacted request and grown, never re-summarized.
+"""The ledger: a verbatim list of what dropped messages did, extended at each compaction and never re-summarized.
 
-LLM summaries are weakest at artifacts: exact paths, commands and error lines get paraphrased
-or lost, and a summary of a summary loses more. The ledger keeps them verbatim and
-deterministically: each compaction adds the facts of the span it drops (`facts.facts_of`) to the
-ledger of the compaction before. It is the whole memory when no summarizer is available, and it
-sits under the LLM summary when one is.
+LLM summaries are weakest at exact details: paths, commands and error lines get paraphrased or
+lost, and a summary of a summary loses more. The ledger keeps them verbatim and deterministically:
+each compaction adds the facts of the span it drops (`facts.facts_of`) to the previous ledger. It is
+the only memory when no summarizer is available, and sits below the LLM summary when one is.
 
-When it grows past its room, the oldest entries go first, outcomes before commands.
+When it outgrows its room, the oldest entries go first, outcomes before commands.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ from dataclasses import dataclass, field
 from inflight.compaction.facts import Facts
 
 LEDGER_HEADING = "## Ledger (kept verbatim by inflight from the dropped messages)"
-MAX_ENTRIES = 400  # of each kind: more than any rendering shows, so the record stays bounded
+MAX_ENTRIES = 400  # per kind: more than any rendering shows, but keeps the record's size bounded
 
 
 @dataclass(frozen=True)
@@ -29,10 +28,10 @@ class Ledger:
     dropped_messages: int = 0
 
     def add(self, facts: Facts, *, messages: int) -> Ledger:
-        """This ledger with a newer span's facts after it (a fact seen again moves to the newest place)."""
+        """Return this ledger with a newer span's facts appended; a fact seen again moves to the end."""
         commands = _newest_last(self.commands, facts.commands)
         outcomes = {**self.outcomes, **facts.outcomes}
-        # Older files first, new ones after (render keeps the newest); a file's first command stays its mention.
+        # Older files first, new ones after (render keeps the newest); each file keeps the first command naming it.
         files = {**self.files, **{path: cmd for path, cmd in facts.files.items() if path not in self.files}}
         return Ledger(
             commands=commands,
@@ -44,7 +43,7 @@ class Ledger:
         )
 
     def render(self, max_chars: int) -> str:
-        """The ledger as text within `max_chars`: whole when it fits, else its newest entries."""
+        """Render the ledger within `max_chars`: all of it when it fits, else its newest entries."""
         for keep in (None, 60, 30, 15, 8, 4, 2):
             text = self._text(keep, outcomes=keep is None or keep >= 15)
             if len(text) <= max_chars:

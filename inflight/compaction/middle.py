@@ -1,4 +1,4 @@
-"""The middle of a conversation: where the verbatim tail starts, and replacing what comes before it.
+"""The middle of a conversation: choose where the unchanged tail starts, and replace what comes before it.
 
 The head (system/developer messages and the task) and the tail stay; the middle becomes one
 summary message. Both the LLM summary and its local fallback replace the same span.
@@ -22,7 +22,7 @@ def max_summary_tokens(settings: SummarizeSettings, budget: Budget) -> int:
 
 
 def valid_cuts(work: Work) -> list[int]:
-    """Where a verbatim tail may start after the record's summary: whole turns, never after the latest request."""
+    """Indices where the unchanged tail may start: whole turns after the record's summary, up to the latest request."""
     messages, draft = work.conversation.messages, work.draft
     starts = turn_starts(messages)
     valid = [i for i in range(draft.prefix_len + 1, len(messages)) if starts[i]]
@@ -33,8 +33,9 @@ def valid_cuts(work: Work) -> list[int]:
 
 
 def depth_of(work: Work, spacing: Spacing) -> Depth:
-    """Where this compaction aims (`inflight.compaction.depth`): its floor is the fixed part, the head, a summary's
-    room and the shortest tail a summary may keep, as sent."""
+    """Plan how deep this compaction goes (`inflight.compaction.depth`).
+
+    Its floor is the fixed part, the head, a summary's room and the shortest tail a summary may keep, as sent."""
     conversation, draft = work.conversation, work.draft
     view = draft.view(conversation)
     cuts = valid_cuts(work)
@@ -59,10 +60,10 @@ def depth_of(work: Work, spacing: Spacing) -> Depth:
 
 
 def choose_cut(work: Work, settings: SummarizeSettings, *, growth: int = 0) -> int | None:
-    """Where the verbatim tail starts: as many recent tokens as allowed, at least the last turn.
+    """Choose where the unchanged tail starts: as many recent tokens as allowed, and at least the last turn.
 
-    `growth`: tokens the conversation will gain before the summary is put in place (a summary made
-    ahead): the tail kept now is that much shorter, so that with them it is the usual length."""
+    `growth` is how many tokens the conversation will gain before a summary made ahead is used. The tail
+    kept now is that much shorter, so that with those tokens it ends up the usual length."""
     conversation, draft, budget = work.conversation, work.draft, work.budget
     valid = valid_cuts(work)
     if not valid:
@@ -87,12 +88,12 @@ def choose_cut(work: Work, settings: SummarizeSettings, *, growth: int = 0) -> i
 
 
 def due_cut(work: Work, settings: SummarizeSettings) -> int | None:
-    """Where the middle a summary replaces ends, when one is due this time (else None)."""
+    """The end of the span a summary replaces, when a summary is due this time; else None."""
     return choose_cut(work, settings) if work.summary_due() else None
 
 
 def span(work: Work, cut: int) -> list[Message]:
-    """The messages a summary replaces: the middle up to `cut`, less the pinned ones (they stay)."""
+    """The messages a summary replaces: the middle up to `cut`, except pinned ones, which stay."""
     messages = work.conversation.messages
     return [messages[i] for i in range(work.draft.prefix_len, cut) if not pinned(messages[i])]
 
@@ -112,8 +113,9 @@ def replace_middle(
     ledger: Ledger,
     action: Action | None = None,
 ) -> None:
-    """Put one summary message (`text`, then the ledger) in place of the middle up to `cut`; drop
-    replacements it swallowed. The text gets at most 60% of the room, the ledger the rest."""
+    """Replace the middle up to `cut` with one summary message: `text`, then the ledger.
+
+    Replacements inside the summarized span are dropped. The text gets at most 60% of the room, the ledger the rest."""
     draft = work.draft
     room = max(max_summary_tokens(settings, work.budget) * 4, 800)
     text = clip(text, int(room * 0.6)) if text else ""

@@ -1,15 +1,15 @@
-"""Compacting one conversation at a time, from the record kept for it, and keeping the new record.
+"""Compact one conversation at a time, starting from its stored record, and save the new record.
 
 A big conversation is compacted in a worker thread (`offload`), so the event loop keeps serving.
 Two turns of one conversation may arrive together (an agent retrying, parallel sub-agents sharing a
 head): a lock per conversation key makes the second reuse the first's record instead of paying
 for a second summary.
 
-With summaries made in the background (`SummaryAhead`), a turn past `background_at` starts the
-job for its conversation, and the job's summary lands in the record (`Record.ahead`). A turn that
-needs a summary and finds none waits up to `wait_s` for the running job (starting one if there is
-none), then goes on without: the ledger stands in, and the summary is put in place when it lands.
-How a job is started and its summary kept is `ahead_jobs.AheadJobs`.
+With background summaries (`SummaryAhead`), a turn past `background_at` starts a job for its
+conversation, and the job saves its summary in the record (`Record.ahead`). A turn that needs a
+summary and has none waits up to `wait_s` for the running job (starting one if none runs). If the
+summary is still not ready, a digest of the ledger is sent instead, and the summary is used once saved.
+`background.jobs.AheadJobs` starts the jobs and saves their summaries.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ log = logging.getLogger("inflight")
 
 T = TypeVar("T")
 
-POLL_S = 0.05  # how often a turn waiting on another process's summary looks for it
+POLL_S = 0.05  # how often a turn waiting for another process's summary checks the store
 
 
 class ConversationCompactions:
@@ -51,9 +51,9 @@ class ConversationCompactions:
     ) -> None:
         self.records = records
         self.jobs = jobs
-        self.observer = observer  # told each record lookup's hit or miss
+        self.observer = observer  # told whether each record lookup found a record
         self.ahead_jobs = AheadJobs(jobs, records, lock_for=self.lock_for, save=self.save)
-        # Digests of the keys this process saved records under (a key may be long: its digest is 16 bytes).
+        # Digests of the keys this process saved records under (16 bytes each, since keys can be long).
         self._recorded: LRUCache[bytes, bool] = LRUCache(maxsize=100_000)
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
@@ -67,12 +67,12 @@ class ConversationCompactions:
         force: bool,
         ahead: SummaryAhead | None = None,
     ) -> Outcome | None:
-        """The outcome (None: send the conversation untouched); the record is saved under `key`.
+        """Compact the conversation and save its record under `key`; None means send it unchanged.
 
-        Most requests are far from any threshold: unless this process has kept a record under their
-        key (a forced compaction, a budget that moved), they are told so without asking the store.
-        Those between `background_at` and `prune_at` look for a record and may start a job, still
-        without a lock or a compactor.
+        Most requests are far below every threshold. Unless this process saved a record under their key
+        (after a forced compaction, or a budget that moved), they return None without asking the store.
+        Requests between `background_at` and `prune_at` look up a record and may start a background job,
+        still without taking the lock or building a compactor.
         """
         ahead = ahead if self.jobs is not None else None
         if ahead is not None and self.jobs is not None:
@@ -82,7 +82,7 @@ class ConversationCompactions:
             if conversation.tokens <= start_at and key_digest(key) not in self._recorded:
                 return None
             record = best_record(await self.records.load(key), conversation.digests)
-            if record is None or record.bare:  # else `run` loads the record again, and counts that lookup
+            if record is None or record.bare:  # otherwise `run` loads the record again and counts that lookup
                 self.observer.record_lookup(hit=record is not None)
                 self.ahead_jobs.start(key, conversation, record, ahead, conversation.messages, conversation.tokens)
                 return None
@@ -90,7 +90,7 @@ class ConversationCompactions:
         if outcome is None:
             self.ahead_jobs.start(key, conversation, record, ahead, conversation.messages, conversation.tokens)
             return None
-        if ahead is not None and Action.FALLBACK in outcome.actions:  # a summary was due, and the ledger stood in
+        if ahead is not None and Action.FALLBACK in outcome.actions:  # a summary was due; a ledger digest replaced it
             outcome = await self.wait_for_summary(key, conversation, compactor, outcome, record, ahead, budget=budget)
         self.ahead_jobs.start(key, conversation, outcome.record, ahead, outcome.messages, outcome.tokens_after)
         return outcome
@@ -98,12 +98,12 @@ class ConversationCompactions:
     async def run(
         self, key: str, conversation: Conversation, compactor: Callable[[], Compactor], *, budget: Budget, force: bool
     ) -> tuple[Outcome | None, Record | None]:
-        """One compaction from the best record, under the conversation's lock; the record it started from."""
+        """Run one compaction from the best record, under the conversation's lock; also return that record."""
         async with self.lock_for(key):
             records = await self.records.load(key)
             record = best_record(records, conversation.digests)
             self.observer.record_lookup(hit=record is not None)
-            built = compactor()  # on this loop: its summarizer calls come back here (`offload.on_home_loop`)
+            built = compactor()  # built on this loop, where its summarizer calls will run (`offload.on_home_loop`)
 
             def run() -> Awaitable[Outcome | None]:
                 return built.run(conversation, budget=budget, record=record, force=force)
@@ -112,10 +112,10 @@ class ConversationCompactions:
             if outcome is None:
                 return None, record
             outcome.previous = record
-            if record is not None and outcome.record == record:  # a record hit changes nothing: no write
+            if record is not None and outcome.record == record:  # a replayed record changed nothing: no write
                 outcome.compaction_id = record.compaction_id
                 return outcome, record
-            # Another process may have landed a summary since the load: keep it (`with_ahead_kept`).
+            # Another process may have saved a background summary since the load: keep it (`with_ahead_kept`).
             new = with_ahead_kept(outcome.record, await self.records.load(key), conversation.digests)
             new = dataclasses.replace(new, compaction_id=new_compaction_id())
             outcome.record, outcome.compaction_id, outcome.fresh = new, new.compaction_id, True
@@ -133,8 +133,10 @@ class ConversationCompactions:
         *,
         budget: Budget,
     ) -> Outcome:
-        """This turn needed a summary and had none made ahead (the ledger stands in, in `outcome`): wait up
-        to `wait_s` for the conversation's job (started now if none runs); if it lands, compact again with it."""
+        """Wait up to `wait_s` for a background summary this turn needs, then compact again with it.
+
+        `outcome` uses a ledger digest in place of the missing summary. The conversation's job is started now
+        if none runs; if its summary does not arrive in time, `outcome` is returned as it is."""
         assert self.jobs is not None
         job = self.jobs.running(key) or self.ahead_jobs.start(
             key, conversation, record, ahead, conversation.messages, outcome.tokens_before, crossing=True
@@ -143,18 +145,18 @@ class ConversationCompactions:
             return outcome
         deadline = time.monotonic() + ahead.wait_s
         landed = await self.jobs.wait(job, ahead.wait_s) and job.succeeded
-        if isinstance(job.error, Superseded):  # what it would have made is in the store already: compact from it
+        if isinstance(job.error, Superseded):  # the summary it would make is already stored: compact from it
             landed = True
-        elif isinstance(job.error, Elsewhere):  # its summary will land in the shared store: look there
+        elif isinstance(job.error, Elsewhere):  # another process is making it and will save it in the shared store
             landed = await self.ahead_jobs.landed_elsewhere(key, conversation, deadline)
         if landed:
             again, _ = await self.run(key, conversation, compactor, budget=budget, force=False)
-            if again is not None and Action.SUMMARY_CACHED not in outcome.actions:  # it replayed this turn's own digest
-                # ... or, in a burst, the record another turn made with the summary meanwhile: then nothing else is
-                # left to say, and the turn says what it sends rather than nothing.
+            if again is not None and Action.SUMMARY_CACHED not in outcome.actions:
+                # The second run replayed a record: this turn's own digest, or, in a burst, the record another
+                # turn made with the summary meanwhile. Report what is sent rather than only "summary-cached".
                 made = Action.FALLBACK if again.record.fallback else PRECOMPUTED
                 again.actions = [action for action in again.actions if action != Action.SUMMARY_CACHED] or [made]
-            if again is not None:  # what this turn dropped is measured from before it: its ledger was never sent
+            if again is not None:  # measure what was dropped against the previous record: the digest was never sent
                 again.previous = outcome.previous
             outcome = again or outcome
         say_how_it_waited(outcome, job, conversation)
@@ -162,16 +164,16 @@ class ConversationCompactions:
 
     @property
     def background(self) -> bool:
-        """Whether summaries are made by background jobs (the server) rather than in line (a command)."""
+        """Whether summaries are made by background jobs (the server) rather than inline (a CLI command)."""
         return self.jobs is not None
 
     @property
     def degraded(self) -> bool:
-        """The shared record store failed: records are this process's alone until it is back."""
+        """Whether the shared record store is failing, so records are kept in this process's memory for now."""
         return self.records.degraded
 
     def job_stats(self) -> dict[str, int] | None:
-        """The background summaries' queue and what became of its jobs (None: no background jobs)."""
+        """Counts of queued, running and finished background jobs; None without background jobs."""
         return self.jobs.stats() if self.jobs is not None else None
 
     async def aclose(self) -> None:
@@ -185,7 +187,7 @@ class ConversationCompactions:
         await self.records.save(key, records)
 
     def lock_for(self, key: str) -> asyncio.Lock:
-        """The conversation's lock in this process: its turns, and a job landing, take it one at a time."""
+        """The conversation's lock in this process, taken by each of its turns and by a job saving its summary."""
         return self._locks.setdefault(key, asyncio.Lock())
 
 
@@ -194,9 +196,9 @@ def key_digest(key: str) -> bytes:
 
 
 def with_ahead_kept(new: Record, stored: Sequence[Record], digests: Sequence[bytes]) -> Record:
-    """`new`, holding a summary made ahead that a stored record of the same conversation has and it lacks.
+    """Return `new`, with a stored record's background summary copied in if `new` has none and it still applies.
 
-    Processes share records without a lock: a job elsewhere may have landed its summary after this
+    Processes share records without a lock, so another process's job may have saved a summary after this
     compaction read the records. Without this, saving `new` would throw that paid-for summary away."""
     if new.ahead is not None:
         return new

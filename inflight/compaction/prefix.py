@@ -1,19 +1,19 @@
-"""What of each request the upstream's prompt cache can serve, and the prefix rewrites that cost it.
+"""Estimate how much of each request the upstream's prompt cache can serve, and count the rewrites that break it.
 
-Providers cache the prefix a request shares with the ones before it (OpenAI on its own, Anthropic
-at the client's breakpoints) and bill it at a fraction of the price. Between compactions a
-conversation only grows, so each request begins with the one before and the cache serves all of
-it; a compaction rewrites what was sent, and the cache then serves only what comes before the
-first change. This keeps, per conversation, the request sent last (its messages' identities and
-their tokens) and compares the next one with it:
+Providers cache the prefix a request shares with earlier ones (OpenAI automatically, Anthropic at the
+client's breakpoints) and bill it at a fraction of the price. Between compactions a conversation only
+grows, so each request begins with the previous one and the cache serves all of it. A compaction
+rewrites what was sent, and the cache then serves only what comes before the first change. This
+module keeps, per conversation, the last request sent (its messages' identities and token counts) and
+compares the next one with it:
 
 - cached: the tokens of the common prefix (the fixed part and the messages up to the first that
-  differs): an estimate of what the cache serves, in our own units;
+  differs), an estimate of what the cache serves, in our own units;
 - a rewrite: the request does not begin with the one sent before, although the client's own
-  request begins with its previous one (the client did not change its history: the proxy did).
+  request begins with its previous one (so the proxy changed the history, not the client).
 
-Kept in this process only (an LRU by conversation, bounded in bytes): with several workers each
-compares a turn with the last one it saw of that conversation.
+This is kept in this process only (an LRU per conversation, bounded in bytes): with several workers,
+each compares a turn with the last one it saw of that conversation.
 """
 
 from __future__ import annotations
@@ -31,17 +31,17 @@ from inflight.compaction.record import Replacement
 from inflight.config import Prices
 from inflight.policy.cost import prompt_cost
 
-ENTRY_OVERHEAD_BYTES = 600  # a conversation's entry beyond its messages: objects, key, the LRU's links
-ID_BYTES = 16  # a message's identity: its digest (xxh3-128 of its canonical JSON), or of what replaced it
+ENTRY_OVERHEAD_BYTES = 600  # memory per conversation besides its messages: objects, key, the LRU's links
+ID_BYTES = 16  # a message's identity: its digest (xxh3-128 of its canonical JSON), or that of its replacement
 
 
 @dataclass(frozen=True)
 class SentRequest:
-    """One request as the prompt cache sees it: its messages' identities, and its tokens through each."""
+    """One request as the prompt cache sees it: its messages' identities and the running token total."""
 
     ids: bytes  # ID_BYTES per message, in order
-    ends: array[int]  # tokens of the fixed part and the messages through each one
-    client: bytes  # the client's own messages' digests, joined: whether the client changed its history
+    ends: array[int]  # running total of tokens (fixed part plus messages) at the end of each message
+    client: bytes  # the client's own messages' digests, joined, to tell whether the client changed its history
 
     @classmethod
     def of(cls, ids: bytes, counts: Sequence[int], *, fixed: int, client: Sequence[bytes]) -> SentRequest:
@@ -54,8 +54,9 @@ class SentRequest:
 
 @dataclass(frozen=True)
 class LastSent:
-    """What is kept of a conversation's request sent last: its identities and tokens, and a digest of the client's
-    history then (to tell whether the next request's client history begins with it)."""
+    """What is kept of a conversation's last request: identities, token totals and a digest of the client's history.
+
+    The digest tells whether the client's history in the next request begins with this one."""
 
     ids: bytes
     ends: array[int]
@@ -67,19 +68,23 @@ class LastSent:
         return cls(sent.ids, sent.ends, len(sent.client), xxhash.xxh3_128_digest(sent.client))
 
     def size(self, key: str) -> int:
-        """Bytes it holds under `key`, as the tracker bounds them: its identities and tokens, the key, and the
-        objects around them and the cache's own bookkeeping (measured with tracemalloc: about 600 bytes)."""
+        """The bytes this entry takes under `key`, for the tracker's bound.
+
+        That is its identities and token totals, the key, plus about 600 bytes of object and LRU overhead
+        (measured with tracemalloc)."""
         return len(self.ids) + self.ends.itemsize * len(self.ends) + len(key) + ENTRY_OVERHEAD_BYTES
 
 
 @dataclass(frozen=True)
 class CacheTurn:
-    """What the cache makes of one request, against the one sent before it in its conversation; and of the
-    client's own request against the client's previous one (what it would have cost without compaction)."""
+    """How the cache treats one request compared with the previous one in its conversation.
+
+    It also holds the same figures for the client's own request against the client's previous one, i.e.
+    what the turn would have cost without compaction."""
 
     tokens: int
-    cached: int  # the common prefix's tokens (0 for a conversation's first request this process sees)
-    rewrite: bool  # the proxy changed what it had sent before
+    cached: int  # the common prefix's tokens (0 for the first request of a conversation this process sees)
+    rewrite: bool  # whether the proxy changed what it had sent before
     client_tokens: int = 0
     client_cached: int = 0
 
@@ -92,14 +97,16 @@ class CacheTurn:
         return prompt_cost(prices, tokens=self.tokens, cached=self.cached)
 
     def client_cost(self, prices: Prices) -> float:
-        """What the client's own request would have been billed, had the upstream taken it."""
+        """What the client's own request would have been billed, had it been sent unchanged."""
         return prompt_cost(prices, tokens=self.client_tokens, cached=self.client_cached)
 
 
 def view_ids(view: Iterable[ViewItem], digests: Sequence[bytes], replaced: Mapping[int, Replacement]) -> bytes:
-    """The identities of a compacted request's messages: a client's message its digest; one replaced (masked,
-    truncated: a pure function of the original) a digest of its digest, how and its size; the summary a digest
-    of its text."""
+    """The identities of a compacted request's messages, joined.
+
+    An unchanged message is identified by its digest. A masked or truncated one, which depends only on its
+    original, by a hash of the original's digest, the kind of change and its size. The summary by a hash of its text.
+    """
     ids = []
     for message, tokens, origin in view:
         if origin is None:
@@ -112,7 +119,7 @@ def view_ids(view: Iterable[ViewItem], digests: Sequence[bytes], replaced: Mappi
 
 
 def common_messages(previous: bytes, current: bytes) -> int:
-    """How many leading messages two requests share (by their identities): a binary search over prefixes."""
+    """How many leading messages two requests share, by identity, found by binary search over prefixes."""
     if current.startswith(previous):
         return len(previous) // ID_BYTES
     low, high = 0, min(len(previous), len(current)) // ID_BYTES  # low shared, high + 1 not
@@ -126,7 +133,7 @@ def common_messages(previous: bytes, current: bytes) -> int:
 
 
 def compare(previous: LastSent | None, current: SentRequest) -> CacheTurn:
-    """`current` against the request sent before it (None: the first)."""
+    """Compare `current` with the request sent before it (None if it is the first)."""
     if previous is None:
         return CacheTurn(current.tokens, 0, rewrite=False)
     shared = common_messages(previous.ids, current.ids)
@@ -137,21 +144,24 @@ def compare(previous: LastSent | None, current: SentRequest) -> CacheTurn:
 
 
 class PrefixTracker:
-    """The request sent last in each conversation (this process's), to measure the next one against; at most
-    `max_bytes` of them (24 bytes a message and about 600 a conversation), the least recently seen going first."""
+    """Remembers the last request sent in each conversation (in this process), to compare the next one with.
+
+    It keeps at most `max_bytes` (24 bytes per message and about 600 per conversation), evicting the least
+    recently seen conversation first."""
 
     def __init__(self, max_bytes: int) -> None:
         self._last: LRUCache[str, tuple[LastSent, int]] = LRUCache(maxsize=max_bytes, getsizeof=lambda kept: kept[1])
 
     def observe(self, key: str, sent: SentRequest, client: SentRequest | None = None) -> CacheTurn:
-        """`sent` against the conversation's request sent before it; and `client`, the client's own request when
-        compaction changed it, against the client's previous one. Only a compacted conversation keeps that second
-        entry: before its first compaction the client's previous request is the one sent."""
+        """Compare `sent` with the conversation's previous request, and `client` with the client's previous one.
+
+        `client` is the client's own request when compaction changed it. Only a compacted conversation keeps a
+        separate entry for the client: before its first compaction, what the client sent is what was sent."""
         previous = self._last.get(key)
         turn = self._compare(key, previous, sent)
         own = f"client:{key}"
         if client is None:
-            if own in self._last:  # compacted before, sent as it came now: the client's entry follows
+            if own in self._last:  # compacted before but sent unchanged now: update the client's entry too
                 self._compare(own, self._last.get(own), sent)
             return replace(turn, client_tokens=turn.tokens, client_cached=turn.cached)
         theirs = self._compare(own, self._last.get(own, previous), client)
@@ -168,8 +178,8 @@ class PrefixTracker:
 
 @dataclass
 class CacheFigures:
-    """A conversation's (or a replay's) turns, as the figures people read: rewrites per 100 turns, cached share,
-    and the estimated cost of what was sent beside what the client's own requests would have cost."""
+    """Totals over a conversation's (or a replay's) turns: rewrites per 100 turns, the cached share, and the
+    estimated cost of what was sent next to what the client's own requests would have cost."""
 
     turns: int = 0
     rewrites: int = 0
@@ -198,7 +208,7 @@ class CacheFigures:
 
     @property
     def cost_ratio(self) -> float | None:
-        """What was sent cost, against what the client's requests would have cost (below 1: inflight saved)."""
+        """The cost of what was sent divided by what the client's requests would have cost (below 1: inflight saved)."""
         return self.cost / self.client_cost if self.client_cost else None
 
     @property

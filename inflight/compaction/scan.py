@@ -1,14 +1,14 @@
-"""Scanning text a compaction drops for its facts (error lines, paths, names) in time linear in its size.
+"""Scan text a compaction drops for its facts (error lines, paths, names) in time linear in its size.
 
 The facts kept in a marker, a placeholder and the ledger come from everything an agent's tools
 returned, and an agent can send 25 MB of it in one request. Python's `re` backtracks: the error
-pattern cost about 50 µs a line, and the path pattern (a lookbehind, then a greedy run that backs up
-to find its `/`) about as much again: half a minute for 25 MB, more than everything else the proxy
+pattern costs about 50 µs a line, and the path pattern (a lookbehind, then a greedy run that backs up
+to find its `/`) as much again, which is half a minute for 25 MB, more than everything else the proxy
 does. RE2 (`google-re2`) runs each pattern once over the whole text as an automaton, at about
-140 MB/s here. Its dialect has no lookbehind and an ASCII `\\b`, so the patterns are written for it:
-a word character is a Unicode letter, digit or `_` as in Python (`W`), a "not preceded by" is a
-consumed character (or the start), and an error is matched as the whole line that holds it.
-`tests/compaction/test_scan.py` checks the results against Python's `re` with the original patterns.
+140 MB/s. Its dialect has no lookbehind and an ASCII-only `\\b`, so the patterns are written for it:
+a word character is a Unicode letter, digit or `_` as in Python (`W`), "not preceded by" is written as
+a consumed character (or the start), and an error is matched as the whole line containing it.
+`tests/compaction/test_scan.py` checks the results against reference patterns written for Python's `re`.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ PATH = (
     rf"(?:^|[^\pL\pN_/.-])"
     rf"((?:\.{{0,2}}/)?(?:[\pL\pN_.-]+/)+[\pL\pN_.-]*{W}\.{W}{{1,8}}\b|[\pL\pN_-]+\.(?:{EXTENSIONS})\b)"
 )
-SPACE = r"[ \t\r\f\v]"  # within a line: RE2's `\s` would cross to the next one
+SPACE = r"[ \t\r\f\v]"  # whitespace within a line: RE2's `\s` would also match the newline
 ERROR = (
     rf"\b[A-Z]{W}*(?:Error|Exception)\b|\bTraceback\b|\bFAILED\b|\bFAIL:|\bTIMED OUT\b|\btimed out\b"
     r"|\bfatal:|\bpanic(?:ked)?\b|Segmentation fault|\bcommand not found\b|No such file or directory"
@@ -44,17 +44,17 @@ IDENTIFIER = (
 
 def _compiled(pattern: str) -> re2._Regexp[str]:
     options = re2.Options()
-    options.max_mem = 64 << 20  # the automata of these patterns; RE2 falls back to slower matching past it
+    options.max_mem = 64 << 20  # memory for these patterns' automata; beyond it RE2 falls back to slower matching
     return re2.compile(pattern, options)
 
 
-ERROR_LINES = _compiled(rf"(?m)^[^\n]*?(?:{ERROR})[^\n]*")  # each line holding an error, whole
+ERROR_LINES = _compiled(rf"(?m)^[^\n]*?(?:{ERROR})[^\n]*")  # each whole line that contains an error
 URLS = _compiled(URL)
 PATHS = _compiled(PATH)
 IDENTIFIERS = _compiled(IDENTIFIER)
 # A numbered line of a file being shown (`1481:    raise ...`, `  12| x = 1`), or a line of code
-# (`class ParseError(Exception):`, `# cannot be None`): source being read, not an error met. Anchored:
-# `re` checks it at once, on the lines found.
+# (`class ParseError(Exception):`, `# cannot be None`): source being read, not an error that happened.
+# It is anchored, so `re` checks it quickly on the lines already found.
 LISTING = re.compile(r"^\s*\d+\s*[:|]|^\s*(?:class|def|raise|except|import|from)\b|^\s*(?:#|//)")
 MAX_LINE = 200
 
@@ -66,7 +66,7 @@ def error_lines(text: str) -> list[str]:
 
 
 def paths_in(text: str) -> list[str]:
-    """The file paths `text` names, in order (those inside a URL left out: URLs go first, as a space)."""
+    """The file paths `text` names, in order, leaving out those inside URLs (URLs are replaced by a space first)."""
     return PATHS.findall(URLS.sub(" ", text) if "://" in text else text)
 
 
@@ -76,7 +76,7 @@ def identifiers_in(text: str) -> list[str]:
 
 
 def first_line(text: str) -> str:
-    """The first line with something on it (at most MAX_LINE characters), without splitting all of `text`."""
+    """The first non-blank line (at most MAX_LINE characters), found without splitting all of `text`."""
     start = 0
     while start < len(text):
         end = text.find("\n", start)

@@ -21,36 +21,37 @@ from inflight.compaction.ledger import LEDGER_HEADING
 SUMMARY_PREFIX = "[Previous conversation summary]"
 
 PROMPT_FILE = Path(__file__).parent / "prompts" / "summary.md"
-HEAD_CHARS = 6000  # the task as the summarizer sees it (head and tail of a longer one)
+HEAD_CHARS = 6000  # how much of the task the summarizer sees (the start and end of a longer one)
 LEDGER_CHARS = 4000
 
 
 @lru_cache(maxsize=16)
 def load_prompt(path: str | None = None) -> str:
-    """The summarizer's instructions: `compaction.summarize.prompt_file`, or the one shipped here."""
+    """Read the summarizer's instructions: `compaction.summarize.prompt_file`, or the one shipped with the package."""
     return (Path(path) if path else PROMPT_FILE).read_text(encoding="utf-8")
 
 
 @dataclass(frozen=True)
 class InPlace:
-    """The conversation as it was last sent upstream, to be asked for its summary in place.
+    """The conversation as last sent upstream, for asking the same model to summarize it "in place".
 
-    When the summarizer is the upstream's own model, its prompt cache already holds these messages:
-    sent again unchanged, with the instruction as one more user message (and the same tools, not to
-    be called), they cost a cache hit instead of a fresh prompt."""
+    When the summarizer is the upstream's own model, its prompt cache already holds these messages. Sent
+    again unchanged, with the instruction as one more user message (and the same tools, which it is told
+    not to call), they cost a cache hit instead of a fresh prompt."""
 
     model: str
     messages: Sequence[Message]
     tokens: int  # in our units
     tools: Any = None
-    keep_from: str = ""  # the start of the first message that stays verbatim after the summary
+    keep_from: str = ""  # the start of the first message that stays unchanged after the summary
 
 
 @dataclass(frozen=True)
 class SummaryJob:
-    """What the summarizer is asked: fold `transcript` into `previous` (or start from nothing),
-    knowing the task (`head`) and the ledger kept beside the summary. With `in_place`, the
-    conversation itself is the input, and `transcript` only serves to check the reply."""
+    """One summarizer request: extend the summary `previous` (or write a new one) to cover `transcript`.
+
+    The summarizer also sees the task (`head`) and the ledger kept beside the summary. With `in_place`, the
+    conversation itself is the input, and `transcript` is only used to check the reply."""
 
     previous: str | None
     transcript: str
@@ -59,10 +60,10 @@ class SummaryJob:
     ledger: str = ""
     prompt: str = field(default_factory=load_prompt)
     in_place: InPlace | None = None
-    input_tokens: int = 0  # what it sends, as we count it (without the note so far): what a summarizer budget spends
+    input_tokens: int = 0  # tokens it sends by our count, excluding the summary so far; charged to summarizer budgets
 
     def words(self) -> int:
-        return max(self.max_tokens * 2 // 5, 60)  # about 60% of the room, in words: the rest is the ledger's
+        return max(self.max_tokens * 2 // 5, 60)  # about 60% of the room, in words; the rest is for the ledger
 
     def messages(self) -> list[Message]:
         if self.in_place is not None:
@@ -89,7 +90,7 @@ class SummaryJob:
 
 
 def head_for_summarizer(messages: Sequence[Message]) -> str:
-    """The head's user messages (the task, a demonstration), as the summarizer reads them; the newest first."""
+    """The head's user messages (the task, a demonstration) as text for the summarizer, newest first."""
     texts = [text_of(m.get("content")) for m in messages if m.get("role") == "user"]
     return clip("\n\n".join(reversed(texts)), HEAD_CHARS)
 
@@ -99,9 +100,9 @@ Summarize = Callable[[SummaryJob], Awaitable[str]]
 
 
 class SummaryBudgetSpent(Final):
-    """The summarizer was not asked: the client's summarizer budget, or the proxy's, is spent for now.
+    """The summarizer was not called because the client's or the proxy's summarizer budget is spent for now.
 
-    Final: a background job is not tried again; the turn goes on with the ledger, and says why."""
+    A background job is not retried; the turn goes on with a ledger digest and reports why."""
 
     action = Action.SUMMARY_BUDGET
 
@@ -121,7 +122,7 @@ def written_part(message: Message) -> str:
 
 
 def clip(text: str, limit: int) -> str:
-    """Head and tail of `text` within `limit` characters."""
+    """The start and end of `text` within `limit` characters."""
     if len(text) <= limit:
         return text
     half = (limit - 40) // 2
@@ -129,7 +130,7 @@ def clip(text: str, limit: int) -> str:
 
 
 def render_transcript(messages: Sequence[Message], *, clip_tool_output: int) -> list[str]:
-    """One block of text per message, tool output clipped: the summarizer's input."""
+    """Render messages as the summarizer's input: one block of text per message, with tool output clipped."""
     calls = calls_of_results(messages)
     blocks: list[str] = []
     for index, message in enumerate(messages):

@@ -1,17 +1,17 @@
-"""Whether a summarizer's reply may become the conversation's memory.
+"""Decide whether a summarizer's reply is good enough to replace the conversation's history.
 
-A reply is installed (and cached for every later turn) only if it is complete (`finish_reason`
-`stop`), of a sensible length, has the prompt's sections, and is not a copy of its input. A
+A reply is used (and kept for every later turn) only if it is complete (`finish_reason` `stop`),
+of a sensible length, has the prompt's sections, and is not a copy of its input. Otherwise a
 canned reply, an "OK", a summary cut off at `max_tokens` or a paste of the tool output would
-otherwise be what the agent remembers from then on.
+be all the agent remembers from then on.
 """
 
 from __future__ import annotations
 
 import re
 
-MIN_CHARS = 120  # below this, no reply carries the sections (an "OK", a canned line)
-COPY_SHARE = 0.6  # this share of the reply's lines found verbatim in its input: a copy
+MIN_CHARS = 120  # a reply shorter than this cannot have the sections (an "OK", a canned line)
+COPY_SHARE = 0.6  # a reply is a copy if this share of its lines appear verbatim in its input
 
 
 def headings(prompt: str) -> list[str]:
@@ -21,10 +21,10 @@ def headings(prompt: str) -> list[str]:
 
 
 def rejection(text: str, *, finish_reason: object, transcript: str, sections: list[str]) -> str | None:
-    """Why this reply must not be installed (a short word for the header and the log), or None."""
+    """Why this reply must not be used (a short word for the header and the log), or None if it is fine."""
     if finish_reason != "stop":
         return "truncated" if finish_reason == "length" else "unfinished"
-    if len(text.strip()) < MIN_CHARS:  # a long one is clipped when installed; a short one says nothing
+    if len(text.strip()) < MIN_CHARS:  # a long reply is clipped when used; a short one says nothing
         return "length"
     missing = [s for s in sections if not re.search(rf"^#+\s*{re.escape(s)}", text, re.MULTILINE | re.IGNORECASE)]
     if missing:

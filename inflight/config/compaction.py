@@ -1,7 +1,7 @@
 """The `compaction:` section of the YAML: thresholds, the stages' settings, the summarizer, the record cache.
 
-Split from `inflight.config.settings` (which re-exports every name) because it is most of the file and grows
-with each stage; the rules are the same: frozen models, unknown keys refused.
+It lives apart from `inflight.config.settings` because it is the largest section and grows with each stage;
+the rules are the same: frozen models that refuse unknown keys.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ OBSERVATION_PATTERN = (
 class Mask(Section):
     keep_tool_results: int = Field(5, ge=0)
     keep_tool_results_min: int = Field(2, ge=0)
-    # A user message matching this (re.MULTILINE) is an observation: truncated and masked like a tool
-    # result. Never the head, never the latest user message. null: only `role: tool` results.
+    # A user message matching this (re.MULTILINE) is an observation, truncated and masked like a tool
+    # result, except in the head or as the latest user message. null: only `role: tool` results are masked.
     observation_pattern: str | None = OBSERVATION_PATTERN
 
     @field_validator("observation_pattern")
@@ -61,14 +61,14 @@ class Summarize(Section):
     fallback_models: tuple[str, ...] = ()
     clip_tool_output_chars: int = Field(1800, ge=100)
     prompt_file: str | None = None  # the summarizer's instructions; None: inflight/compaction/prompts/summary.md
-    # Summaries made ahead, in the background (`inflight.compaction.background.scheduler`): a job starts when a request
-    # passes this fraction of the budget, so that the turn crossing summarize_at finds its summary made.
-    # null: the summary is made on the crossing turn, while the client waits.
+    # Background summaries (`inflight.compaction.background.scheduler`): a job starts when a request passes this
+    # fraction of the budget, so the turn that passes summarize_at finds its summary ready.
+    # null: the summary is made on that turn, while the client waits.
     background_at: float | None = Field(0.6, gt=0, le=1)
-    wait_s: float = Field(2, ge=0)  # a crossing turn waits this long for a job still running, then uses the ledger
-    max_concurrent_jobs: int = Field(4, ge=1)  # background summaries running at once (the global block's value)
+    wait_s: float = Field(2, ge=0)  # how long that turn waits for a running job before using a ledger digest
+    max_concurrent_jobs: int = Field(4, ge=1)  # background summaries at once (only the global block's value counts)
     # A streaming request that waits longer than this for its compaction gets SSE comment lines meanwhile.
-    # null (default): never; the first one commits the 200 status (an error then comes as an SSE event).
+    # null (default): never. The first comment commits the 200 status, so a later error is sent as an SSE event.
     keepalive_after_s: float | None = Field(None, gt=0)
 
     @field_validator("base_url")
@@ -91,8 +91,9 @@ class Summarize(Section):
 
 
 class Cache(Section):
-    """Compaction records kept in memory: bounded in conversations, in bytes (records hold the
-    masked and truncated messages, so a few big conversations weigh more than many small ones) and in age."""
+    """Limits on compaction records kept in memory: by conversations, by bytes and by age.
+
+    Records hold the masked and truncated messages, so a few big conversations can weigh more than many small ones."""
 
     max_entries: int = Field(10000, ge=1)
     max_bytes: int = Field(128 * 1024 * 1024, ge=1024 * 1024)
@@ -104,19 +105,19 @@ class Compaction(Section):
     # "shadow": the client's bytes go upstream unchanged and the answer comes back unchanged; what compaction
     # would have sent is planned and recorded (log line, metrics, archive), to measure it on real traffic first.
     mode: Literal["active", "shadow"] = "active"
-    # In shadow mode, whether the summaries it plans are asked of the summarizer (background jobs, never
-    # waited for); false: none is made, and the ledger stands in the plan (no summarizer call, no cost).
+    # In shadow mode, whether the planned summaries are requested from the summarizer (background jobs, never
+    # waited for); false: none is made, and the plan uses a ledger digest instead (no summarizer call, no cost).
     shadow_summaries: bool = False
     reserve_tokens: int = Field(16384, ge=0)
     prune_at: float = Field(0.70, gt=0, le=1)
     summarize_at: float = Field(0.85, gt=0, le=1)
     target: float = Field(0.50, gt=0, le=1)
-    # A compaction goes deep enough that the conversation, growing as its recent turns did, crosses
-    # summarize_at again no sooner than this many turns later (each compaction costs the prompt cache).
+    # A compaction goes deep enough that the conversation, growing as its recent turns did, reaches
+    # summarize_at again no sooner than this many turns later (each compaction invalidates the prompt cache).
     min_turns_between: int = Field(4, ge=0)
-    # "cost": past prune_at (the first) and summarize_at (the next), a compaction comes when, and goes as deep as,
-    # costs least per turn at the upstream's prices (`pricing:`); "thresholds": at prune_at and summarize_at,
-    # deep enough for min_turns_between turns.
+    # "cost": after prune_at (the first) or summarize_at (later ones), compact when and as deep as costs least per
+    # turn at the upstream's prices (`pricing:`). "thresholds": compact at prune_at and summarize_at, deep enough
+    # for min_turns_between turns.
     schedule: Literal["cost", "thresholds"] = "cost"
     truncate: Truncate = Truncate()
     mask: Mask = Mask()

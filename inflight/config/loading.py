@@ -1,4 +1,4 @@
-"""Reading the YAML file: `${VAR}` from the environment, then validation into `Settings`.
+"""Read the YAML file: expand `${VAR}` from the environment, then validate it into `Settings`.
 
 `load_settings` is the only loader; its errors name the key and the file.
 """
@@ -20,8 +20,8 @@ ENV_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
 def interpolate_lines(text: str) -> str:
-    """`${VAR}` expanded before parsing (so `{port: ${PORT}}` works), except on comment lines: a
-    commented-out `# api_key: ${OPENAI_API_KEY}` must not require the variable."""
+    """Expand `${VAR}` before parsing (so `{port: ${PORT}}` works), except on comment lines, so that a
+    commented-out `# api_key: ${OPENAI_API_KEY}` does not require the variable."""
     return "".join(
         line if line.lstrip().startswith("#") else interpolate_env(line) for line in text.splitlines(keepends=True)
     )

@@ -1,4 +1,4 @@
-"""The `pricing:` section of the YAML: what the upstream bills for a prompt token, read or written to its cache.
+"""The `pricing:` section of the YAML: what the upstream bills per token, including cache reads and writes.
 
 Prices are relative, in units of one uncached input token, so one table serves every currency and model tier.
 Each wire format has defaults that follow its provider's billing (Anthropic bills a cache write at 1.25 times an
@@ -44,13 +44,13 @@ DEFAULT_FORMAT_PRICES: dict[str, Prices] = {
 
 
 class Pricing(Section):
-    """What the upstream bills: a format's defaults, some of them changed per format, then per model glob."""
+    """What the upstream bills: each format's defaults, overridden per format, then per model glob."""
 
     formats: dict[FormatName, PriceOverride] = Field(default_factory=dict)
     models: dict[str, PriceOverride] = Field(default_factory=dict)
 
     def for_request(self, wire: str, model: str) -> Prices:
-        """The prices of one request: its format's list, then the first `models:` glob that matches."""
+        """The prices for one request: its format's list, overridden by the first `models:` glob that matches."""
         prices = DEFAULT_FORMAT_PRICES.get(wire) or Prices()
         own: PriceOverride | None = self.formats.get(wire)  # type: ignore[call-overload]
         if own is not None:

@@ -80,43 +80,44 @@ class Upstream(Section):
 
 
 class SummarizerBudget(Section):
-    """The summarizer calls clients may cause (the operator pays for them when the proxy holds the key).
+    """Limits on the summarizer calls clients may cause (the operator pays for them when the proxy holds the key).
 
-    Per client (its key's identity: `access.keys`' key, else its `Authorization`/`x-api-key`, else its
-    address) and for the whole proxy. Past a budget, a turn compacts with the ledger instead
-    (`x-inflight-actions: summary-budget`), never fails. 0: no bound."""
+    The limits apply per client (identified by its `access.keys` key, else its `Authorization`/`x-api-key`,
+    else its address) and to the whole proxy. Over budget, a turn compacts with a ledger digest instead
+    (`x-inflight-actions: summary-budget`) and never fails. 0 means no limit."""
 
     calls_per_minute: int = Field(30, ge=0)
-    tokens_per_hour: int = Field(2_000_000, ge=0)  # the summarizer's input, as inflight counts it
+    tokens_per_hour: int = Field(2_000_000, ge=0)  # the summarizer's input tokens, as inflight counts them
     global_calls_per_minute: int = Field(300, ge=0)
     global_tokens_per_hour: int = Field(20_000_000, ge=0)
 
 
 class Limits(Section):
-    """What one client (or upstream) may make the proxy hold: bodies, headers, events, keys, time, summaries.
+    """How much one client (or upstream) can make the proxy hold: bodies, headers, events, keys, time, summaries.
 
-    The timeouts bound how long a client that sends slowly or not at all (a slow loris) keeps a
-    connection: its headers, its body, and the wait for its next request on a kept-alive connection;
-    and how long one that stops reading its answer keeps it, and the upstream stream behind it
-    (`client_send_timeout_s`). The wait for the upstream's answer is `upstream.read_timeout_s`, not
-    these. The byte bounds stop a hostile peer, never a real agent.
+    The timeouts limit how long a client that sends slowly or not at all (a slow loris) can keep a
+    connection: for its headers, its body, and between requests on a kept-alive connection. They also
+    limit how long a client that stops reading its answer keeps the connection and the upstream stream
+    behind it (`client_send_timeout_s`). The wait for the upstream's answer is `upstream.read_timeout_s`.
+    The byte limits stop a hostile peer, never a real agent.
     """
 
     max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024)
-    client_header_timeout_s: float = Field(30, gt=0)  # first byte of a request to the end of its headers
-    client_body_timeout_s: float = Field(300, gt=0)  # end of the headers to the last byte of the body
+    client_header_timeout_s: float = Field(30, gt=0)  # from a request's first byte to the end of its headers
+    client_body_timeout_s: float = Field(300, gt=0)  # from the end of the headers to the last byte of the body
     client_idle_timeout_s: int = Field(30, ge=1)  # a connection with no request in progress (uvicorn's own)
-    # The answer's bytes wait on a client that takes none of them (its connection's buffers full): past
-    # this the connection is reset and the upstream stream closed. A client reading slowly is never cut.
+    # How long the answer may wait on a client that reads none of it (its connection's buffers full); then the
+    # connection is reset and the upstream stream closed. A client that reads slowly is never cut off.
     client_send_timeout_s: float = Field(60, gt=0)
-    max_header_bytes: int = Field(64 * 1024, ge=1024)  # a request's headers: 431 past it, before any key check
-    max_upstream_header_bytes: int = Field(64 * 1024, ge=1024)  # an upstream answer's headers: 502 past it
-    # A held first event, and any one SSE line a reader keeps (refusal, usage): past it, held no longer, read no more.
+    max_header_bytes: int = Field(64 * 1024, ge=1024)  # a request's headers: 431 above it, before any key check
+    max_upstream_header_bytes: int = Field(64 * 1024, ge=1024)  # an upstream answer's headers: 502 above it
+    # The largest first event held back (for a retry) and SSE line kept by a reader (refusal, usage); beyond it,
+    # the event is passed on and the line is not read.
     max_event_bytes: int = Field(1024 * 1024, ge=1024)
-    # What the proxy inflates of an encoded answer to read it (usage, a refusal): past it, it reads no more.
+    # How much of an encoded answer the proxy decompresses to read it (usage, a refusal); beyond it, it stops reading.
     max_inflate_bytes: int = Field(16 * 1024 * 1024, ge=1024)
-    # A client's string that keys a map or lands in a log or a store (model, session, label): clipped
-    # (logs) or hashed (keys) past this.
+    # A client-sent string used as a map key or written to a log or store (model, session, label) is clipped
+    # (logs) or hashed (keys) beyond this length.
     max_key_chars: int = Field(256, ge=16)
     summarizer: SummarizerBudget = SummarizerBudget()
 
@@ -151,8 +152,8 @@ CREDENTIAL_NAME = re.compile(r"key|token|secret|pass|sig|auth|cred", re.IGNORECA
 
 
 def redacted_url(url: str) -> str:
-    """`url` fit for a log line: a password (`redis://:secret@host`) and the value of a query parameter that may hold
-    a credential as `***`; a URL with neither as it is."""
+    """`url` safe for a log line: a password (`redis://:secret@host`) and any query value that may be a credential
+    are replaced with `***`."""
     parts = urlsplit(url)
     if parts.password is None and not parts.query:
         return url
@@ -195,7 +196,7 @@ class State(Section):
 
     @property
     def redacted_url(self) -> str:
-        """The URL fit for a log line (`redacted_url`)."""
+        """The URL safe for a log line (`redacted_url`)."""
         if self.scheme not in ("redis", "rediss"):
             return self.url  # memory:// and a file path hold no credentials
         return redacted_url(self.url)
@@ -216,10 +217,10 @@ class State(Section):
 
 
 class Archive(Section):
-    """What each compaction dropped, and every turn's tokens, kept for `/inflight/ui` (`inflight.archive`).
+    """Keeps what each compaction dropped, and every turn's token figures, for `/inflight/ui` (`inflight.archive`).
 
-    Off by default: it keeps what clients sent. Stored where `state.url` points (memory, the SQLite
-    file, Redis), with a retention of its own."""
+    Off by default, since it stores what clients sent. It is stored where `state.url` points (memory, the
+    SQLite file, Redis), with its own retention."""
 
     enabled: bool = False
     retention_s: float = Field(7 * 24 * 3600, gt=0)
@@ -231,15 +232,15 @@ class Responses(Section):
     """The Responses API's server-side compaction for upstreams that lack it (`POST /v1/responses/compact`).
 
     `compact_fallback`: answer it when the upstream does not (404, 405, 501). `item_key`: the secret
-    that seals the `compaction` items inflight hands out; every proxy of a deployment needs the same
-    one. Empty: derived from `upstream.api_key`, else random at each start (items then outlive
-    neither a restart nor another worker). Taken over, a request's `context_management` compaction
-    is removed before forwarding and its `compact_threshold` becomes where inflight summarizes."""
+    that encrypts and authenticates the `compaction` items inflight hands out; every proxy of a deployment
+    needs the same one. Empty: derived from `upstream.api_key`, else random at each start (then items do not survive
+    a restart or work on another worker). When inflight takes over a request's `context_management`
+    compaction, it removes it before forwarding and summarizes at its `compact_threshold`."""
 
     compact_fallback: bool = True
     item_key: str = Field("", repr=False)
-    # A request's `context_management: [{type: "compaction", compact_threshold}]`: "auto" forwards it, and
-    # takes it over for a model whose upstream refuses the field; "inflight" always takes it over.
+    # A request's `context_management: [{type: "compaction", compact_threshold}]`: "auto" forwards it, and handles
+    # it in inflight for a model whose upstream refuses the field; "inflight" always handles it in inflight.
     context_management: Literal["auto", "inflight"] = "auto"
 
     @field_validator("item_key", mode="before")
@@ -289,13 +290,13 @@ class Settings(Section):
     discover_context_window: bool = True
     models: dict[str, ModelEntry] = Field(default_factory=dict)
     compaction: Compaction = Compaction()
-    pricing: Pricing = Pricing()  # what the upstream bills: the cost figures and when to compact
+    pricing: Pricing = Pricing()  # what the upstream bills; used for cost figures and to decide when to compact
     state: State = State()
     archive: Archive = Archive()
     responses: Responses = Responses()
     messages: Messages = Messages()
-    # A wire format's own upstream (else `upstream`): one proxy serves Claude Code to an Anthropic-compatible
-    # server and OpenAI-format agents to another.
+    # A separate upstream per wire format (else `upstream`), so one proxy can send Claude Code to an
+    # Anthropic-compatible server and OpenAI-format agents to another.
     upstreams: dict[Literal["chat_completions", "responses", "messages"], Upstream] = Field(default_factory=dict)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     # Each `models.<glob>.compaction` merged over the global block once, here, not on every request.

@@ -71,10 +71,10 @@ def load_trace() -> dict[str, Any]:
 def demo_settings(config: str | None, *, upstream_url: str, port: int, window: int, model: str) -> Settings:
     """The config's settings (compaction, models), pointed at the scripted upstream and kept in memory.
 
-    Whatever the config says: loopback, no keys (none is needed there), every upstream the scripted
-    one, records and archive in memory (the demo never writes into a configured store), the
-    summarizer at the upstream, and `window` for the conversation's model (its `models:` entry's
-    compaction settings kept)."""
+    Whatever the config says, the demo uses loopback, no keys (none is needed), the scripted upstream
+    for everything, records and archive in memory (it never writes into a configured store), the
+    summarizer at the upstream, and `window` for the conversation's model (keeping its `models:` entry's
+    compaction settings)."""
     base = load_settings(config)
     entry = base.model_entry(model)
     kept = entry.model_dump(exclude_none=True, include={"encoding", "compaction"}) if entry is not None else {}
@@ -183,8 +183,10 @@ def actions_of(headers: dict[str, str]) -> str:
 
 
 async def settled(client: UpstreamClient, host: bytes) -> None:
-    """Wait until the proxy has no summary in the making (`GET /inflight/stats`), as a model's next turn
-    would take seconds: a summary made ahead is then ready for the turn after, every run alike."""
+    """Wait until the proxy has no background summary running (`GET /inflight/stats`).
+
+    A real model's next turn would take seconds, so waiting makes the summary ready for the next turn in
+    every run alike."""
     async with asyncio.timeout(REQUEST_TIMEOUT_S):
         while True:
             response = await client.open("GET", b"/inflight/stats", headers=[(b"host", host)], content=None)
@@ -254,7 +256,7 @@ async def run_demo(options: DemoOptions) -> int:
             totals = Totals.of(rows, upstream.seen, window=options.window)
             print(render(rows, totals, proxy=proxy_url, upstream=upstream_url, window=options.window, model=model))
             shadow = settings.for_model(model).compaction.mode == "shadow"
-            if shadow and totals.failed:  # what shadow mode is for: the requests went as they came, and so did these
+            if shadow and totals.failed:  # in shadow mode requests go unchanged, so these failures are not inflight's
                 print("shadow mode: every request went as the client sent it; those the upstream refused, it would")
                 print("have refused without inflight. The actions say what inflight would have sent instead.")
             if options.serve:

@@ -1,13 +1,13 @@
-"""The demo upstream's handoff note: extractive, deterministic, in the sections the summary prompt asks for.
+"""Write the demo upstream's summary: extractive, deterministic, in the sections the summary prompt asks for.
 
-No model writes it. It is made of what the summarized messages name: the task's opening words, the
-files, the commands and the error lines, each on a line of its own framing (the proxy refuses a
-reply that copies its input, `inflight.compaction.validation`). A later note folds the earlier one in,
-so files and commands named before the first summary stay named after the second.
+No model writes it. It is built from what the summarized messages name: the task's opening words, the
+files, the commands and the error lines, each on a line with its own wording (the proxy rejects a
+reply that copies its input, `inflight.compaction.validation`). A later summary includes the earlier one,
+so files and commands named before the first summary are still named after the second.
 
-It answers both forms the proxy asks in (`inflight.compaction.summary_job`): the prompt as the system
-message with the transcript in `<messages>`, and "in place", the conversation as last sent with the
-prompt as its last user message.
+It handles both forms of request the proxy sends (`inflight.compaction.summary_job`): the prompt as the
+system message with the transcript in `<messages>`, and "in place", the conversation as last sent with
+the prompt as its last user message.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from inflight.compaction.validation import headings
 
 TASK_WORDS = 60
 MAX_FILES, MAX_COMMANDS, MAX_ERRORS = 12, 10, 4
-# Lines a section keeps over the notes folded into it, the newest (the ledger beside the note keeps the rest).
+# How many lines each section keeps across successive summaries, newest first (the ledger keeps the rest).
 LIMITS = {"files": 2 * MAX_FILES, "commands": 2 * MAX_COMMANDS, "errors": 2 * MAX_ERRORS}
 CALLS = re.compile(r"^-> calls (.+)$", re.MULTILINE)
 KEEP_FROM = re.compile(r'before the one that begins "(.*?)" \(that one', re.DOTALL)
@@ -65,7 +65,7 @@ def handoff_note(messages: Sequence[Message], prompt_opening: str = PROMPT_OPENI
 
 
 def kept_from(conversation: Sequence[Message], instruction: str, head: int) -> int:
-    """Where the messages that stay verbatim begin (the instruction quotes the first one's opening)."""
+    """The index where the unchanged messages begin (the instruction quotes the first one's opening)."""
     match = KEEP_FROM.search(instruction)
     if match:
         opening = match.group(1)[:40]

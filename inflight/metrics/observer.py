@@ -1,7 +1,7 @@
-"""What the compaction machinery tells whoever watches it (`inflight.metrics.prometheus`), without knowing who that is.
+"""Hooks through which the compaction code reports events, without knowing who listens (`inflight.metrics.prometheus`).
 
-The pure core and the stores call these hooks; the server passes its `Metrics`, a command nothing
-(`NO_OBSERVER`). Each hook is called on the event loop, once per event, and must return at once.
+The core and the stores call these hooks. The server passes its `Metrics`; a CLI command passes
+`NO_OBSERVER`. Each hook is called on the event loop, once per event, and must return at once.
 """
 
 from __future__ import annotations
@@ -13,16 +13,16 @@ SummarizerOutcome = Literal["ok", "rejected", "error"]
 
 class Observer(Protocol):
     def record_lookup(self, *, hit: bool) -> None:
-        """A conversation's records were loaded: `hit` when one of them matched its messages."""
+        """A conversation's records were loaded; `hit` is True when one of them matched its messages."""
 
     def jobs_changed(self, *, queued: int, running: int) -> None:
-        """The background summaries of this process now number `queued` waiting and `running`."""
+        """This process now has `queued` background summaries waiting and `running` running."""
 
     def store_error(self, *, store: str) -> None:
-        """The shared record store (`sqlite`, `redis`) failed a call; memory stood in."""
+        """A call to the shared record store (`sqlite`, `redis`) failed, and memory was used instead."""
 
     def summarizer_called(self, *, outcome: SummarizerOutcome, seconds: float) -> None:
-        """One summarizer model answered (`ok`), answered a reply that was refused (`rejected`), or failed."""
+        """A summarizer call finished: it answered (`ok`), its reply was rejected (`rejected`), or it failed."""
 
 
 class NoObserver:

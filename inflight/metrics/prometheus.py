@@ -1,8 +1,8 @@
-"""What `GET /metrics` reports, in Prometheus's format: requests, latencies, compactions, summaries, stores.
+"""The metrics `GET /metrics` reports, in Prometheus's format: requests, latencies, compactions, summaries, stores.
 
-`Metrics` owns a registry of its own (tests build several apps in one process, so nothing goes in
+`Metrics` has its own registry (tests build several apps in one process, so nothing goes in
 prometheus_client's global one). Request figures are read from each request's `Exchange` once it finishes;
-the compaction machinery reports through the `Observer` hooks, which this class implements.
+the compaction code reports through the `Observer` hooks, which this class implements.
 
 With `inflight serve --workers N` every worker writes its values to files in the directory that
 `PROMETHEUS_MULTIPROC_DIR` names (prometheus_client's multiprocess mode, chosen when it is first
@@ -207,7 +207,7 @@ class Metrics:
         return encode(self.exposed), content_type
 
     def exchange_done(self, exchange: FinishedRequest) -> None:
-        """A request is done (`Exchange.finish`): its status, latencies, and what its compaction did."""
+        """Record a finished request (`Exchange.finish`): its status, latencies, and what its compaction did."""
         route = exchange.route
         self._child(self.requests, route, str(exchange.status)).inc()
         added = exchange.added_s
@@ -240,7 +240,7 @@ class Metrics:
             self._actions(report.shadow, counter=self.shadow_compactions, tokens=self.shadow_tokens)
 
     def refused(self, path: str) -> None:
-        """A request answered 401 before any route saw it."""
+        """Record a request answered with 401 before any route saw it."""
         self._child(self.requests, route_of(path), "401").inc()
 
     def _actions(self, plan: Plan, *, counter: Counter, tokens: Histogram) -> None:

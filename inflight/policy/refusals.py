@@ -1,4 +1,4 @@
-"""Recognising "the prompt is too long" from every upstream our users run, and nothing else.
+"""Recognise a "prompt is too long" refusal from every upstream our users run, and nothing else.
 
 Each server words it differently (and wraps it differently: OpenAI's `{"error": {...}}`, vLLM's
 flat `{"object": "error", ...}`, LM Studio's plain-string `error`, Gemini's array). The table
@@ -132,7 +132,7 @@ WORDINGS: tuple[Wording, ...] = (
     ),
 )
 
-# Wordings that look like a length problem but are not ours to fix by compacting.
+# Wordings that look like a length problem but that compacting cannot fix.
 NOT_CONTEXT = re.compile(r"tokens per min|requests per min|rate limit|TPM|RPM|quota|too many requests", re.IGNORECASE)
 # vLLM: "'max_tokens' or 'max_completion_tokens' is too large: 5000. This model's maximum context length is 4096
 # tokens and your request has 100 input tokens (5000 > 4096 - 100)." Only the prompt's share can be compacted.
@@ -247,10 +247,10 @@ EVENT_SEPARATOR = re.compile(rb"\n\n|\r\n\r\n")  # the leftmost match is where `
 
 
 class EventBuffer:
-    """A stream's SSE events as its chunks come, each byte scanned for the end of an event once.
+    """Splits a stream into SSE events as its chunks arrive, scanning each byte only once for an event's end.
 
     Appending chunks to one buffer and calling `first_event` on it from the start after each chunk
-    costs time quadratic in an event's size (an upstream's first line of 300 MB with no newline took
+    costs time quadratic in an event's size (a first line of 300 MB with no newline would take
     minutes); this searches only from where the last search stopped."""
 
     def __init__(self) -> None:
@@ -261,7 +261,7 @@ class EventBuffer:
         self._buffer += chunk
 
     def next_event(self) -> bytes | None:
-        """The next complete event (without its separator), or None until more comes."""
+        """The next complete event (without its separator), or None until more data arrives."""
         found = EVENT_SEPARATOR.search(self._buffer, self._searched)
         if found is None:
             self._searched = max(0, len(self._buffer) - 3)  # a separator may start in the last 3 bytes

@@ -1,9 +1,9 @@
-"""The room a reply needs, learned from the model's answers so far, where the upstream does not count `max_tokens`.
+"""Learn how much room a reply needs from the model's answers so far, for upstreams that do not count `max_tokens`.
 
-Claude Code asks `max_tokens` of 32k to 128k on every request; where the upstream does not hold the prompt to
-the window less that (Anthropic's Messages API today), reserving all of it would leave a third of a small
-window unused, and a fixed quarter of the window is a guess. What the client's answers from the model have
-actually needed, with a margin and a floor, keeps the window used and still leaves an unusually long reply room.
+Claude Code asks for a `max_tokens` of 32k to 128k on every request. Where the upstream does not require the
+prompt to fit in the window minus that (Anthropic's Messages API today), reserving all of it would leave a
+third of a small window unused, and a fixed quarter of the window is a guess. Reserving what the client's
+answers actually needed, with a margin and a floor, uses the window and still leaves room for an unusually long reply.
 """
 
 from __future__ import annotations
@@ -15,16 +15,16 @@ from cachetools import LRUCache
 
 from inflight.policy.tenants import tenant_model_key
 
-SAMPLES = 32  # the latest answers a reserve is learned from
-MIN_SAMPLES = 3  # fewer answers than this teach nothing yet: the configured reserve holds
+SAMPLES = 32  # how many of the latest answers a reserve is learned from
+MIN_SAMPLES = 3  # with fewer answers than this, the configured reserve is used
 PERCENTILE = 0.95
-MARGIN = 1.5  # room above the percentile, for the answer longer than any so far
+MARGIN = 1.5  # room above the percentile, for an answer longer than any so far
 MIN_RESERVE = 4096  # never less than this: one long answer (a file written whole) must still fit
-MAX_ENTRIES = 4096  # models and clients whose answers are kept (the least recent forgotten)
+MAX_ENTRIES = 4096  # how many (model, client) pairs are tracked (least recently used dropped)
 
 
 class OutputSizes:
-    """Each model's latest answer sizes, per client, and the reserve they call for."""
+    """The latest answer sizes per model and client, and the reply reserve they imply."""
 
     def __init__(self, max_key_chars: int = 256) -> None:
         self._max_key_chars = max_key_chars
@@ -38,7 +38,7 @@ class OutputSizes:
         sizes.append(max(output_tokens, 0))
 
     def reserve(self, model: str, *, tenant: str = "") -> int | None:
-        """The reply's reserve for this client's next request to `model` (None: too few answers seen)."""
+        """The reply reserve for this client's next request to `model`; None when too few answers were seen."""
         sizes = self._sizes.get(tenant_model_key(model, tenant, self._max_key_chars))
         if sizes is None or len(sizes) < MIN_SAMPLES:
             return None

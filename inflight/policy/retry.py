@@ -1,4 +1,4 @@
-"""What to aim at when retrying a request the upstream refused for its length. Pure arithmetic.
+"""Compute the budget for retrying a request the upstream refused as too long. Pure arithmetic.
 
 The refusal may name the window (the budget follows from it), the upstream's own prompt count
 (we undercounted by that factor), both, or nothing (llama-cpp-python's empty stream).
@@ -8,20 +8,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Without usable numbers, what was sent was too long: aim this far below it.
+# Without usable numbers we only know what was sent was too long: aim this fraction of it.
 BLIND_SHRINK = 0.75
 
 
 @dataclass(frozen=True)
 class RetryAim:
-    """What the retry compacts against.
+    """The budget the retry is compacted against.
 
-    From numbers (a window the refusal named, the upstream's own count) by which the refused request
-    is too long, `limit` is a budget like any other and the retry is compacted against it as any
-    request is: what the first attempt would have been had the proxy known. Without such numbers
-    (`blind`), `limit` is already the goal, a quarter below what was refused, and the retry aims at
-    it as it is: taking `target` of it again would compound two shrinks (0.5 x 0.75) and throw away
-    context the upstream never asked us to drop.
+    When the refusal gives numbers showing the request was too long (a window, the upstream's own count),
+    `limit` is an ordinary budget and the retry is compacted against it like any request, as the first
+    attempt would have been had the proxy known. Without such numbers (`blind`), `limit` is already the
+    goal, a quarter below what was refused, and the retry aims straight at it: applying `target` to it
+    again would compound two shrinks (0.5 x 0.75) and drop context the upstream never asked us to drop.
     """
 
     limit: int
@@ -29,7 +28,7 @@ class RetryAim:
 
 
 def retry_limit(*, previous: int, learned_budget: int | None, sent: int, upstream_prompt: int | None) -> RetryAim:
-    """The (calibrated) budget to compact the retry against.
+    """Return the calibrated budget to compact the retry against.
 
     previous: the budget the refused request was prepared against; learned_budget: the budget the
     refusal's window gives; sent: our calibrated count of what was sent; upstream_prompt: the
@@ -42,5 +41,5 @@ def retry_limit(*, previous: int, learned_budget: int | None, sent: int, upstrea
         limit = int(limit * sent / upstream_prompt)
     if sent > limit:
         return RetryAim(max(limit, 1), blind=False)
-    # No numbers, or numbers by which what was sent fits: our count is off by we know not what. Aim below it.
+    # No numbers, or numbers by which what was sent fits: our count is off by an unknown amount. Aim below it.
     return RetryAim(max(int(min(previous, sent) * BLIND_SHRINK), 1), blind=True)

@@ -1,10 +1,10 @@
-"""Who a client is, and what it may spend: its key's digest, map keys it cannot grow, its summarizer budget.
+"""Identify clients and limit what they can use: tenant digests, bounded map keys, and summarizer budgets.
 
-A tenant is the key a client presents, as `access.keys` checks it (`Authorization: Bearer …`, else
-`x-api-key`), or whatever `Authorization` it sends when the proxy has no keys of its own: only its
-digest is kept. Conversations and calibration are kept per tenant, so that no client reads,
-evicts or skews another's. A string a client sends that keys a map (a model, a session) is
-clipped past `limits.max_key_chars` and a digest of the whole appended: a map of them stays small.
+A tenant is the key a client presents, read as `access.keys` reads it (`Authorization: Bearer …`, else
+`x-api-key`), or whatever `Authorization` it sends when the proxy has no keys of its own; only a
+digest of it is kept. Conversations and calibration are kept per tenant, so no client can read,
+evict or skew another's. Any client-sent string used as a map key (a model, a session) is clipped
+at `limits.max_key_chars` with a digest of the whole appended, so such maps stay small.
 """
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ from cachetools import LRUCache
 from inflight.compaction.actions import Action
 from inflight.config.settings import SummarizerBudget
 
-TENANT_DIGEST_BYTES = 12  # 96 bits: no two keys share a tenant by chance, nor can one be found that does
+TENANT_DIGEST_BYTES = 12  # 96 bits: two keys will not collide by chance, and a collision cannot be searched for
 KEY_DIGEST_BYTES = 16
-MAX_CLIENTS = 10_000  # the clients whose summarizer spending is remembered (the least recent are forgotten)
+MAX_CLIENTS = 10_000  # how many clients' summarizer spending is tracked (least recently seen dropped)
 BUDGET_ACTION = Action.SUMMARY_BUDGET
 
 
 def presented_key(credentials: Sequence[tuple[bytes, bytes]]) -> bytes | None:
-    """The key as `access.keys` reads it: a bearer token, else `x-api-key`; any other `Authorization` whole."""
+    """The key as `access.keys` reads it: a bearer token, else `x-api-key`; another `Authorization` scheme whole."""
     api_key = None
     for name, value in credentials:
         if name == b"authorization":
@@ -45,7 +45,7 @@ def tenant_of(credentials: Sequence[tuple[bytes, bytes]]) -> str:
 
 
 def bounded_key(text: str, max_chars: int) -> str:
-    """`text` as it keys a map: itself up to `max_chars`, else its start and a digest of the whole, `max_chars` long."""
+    """`text` if it has at most `max_chars`, else its start plus a digest of the whole, `max_chars` long in all."""
     if len(text) <= max_chars:
         return text
     digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=KEY_DIGEST_BYTES).hexdigest()
@@ -53,13 +53,14 @@ def bounded_key(text: str, max_chars: int) -> str:
 
 
 def tenant_model_key(model: str, tenant: str, max_chars: int) -> str:
-    """What keys a client's own figures for a model (its window bracket, its answers' sizes): one client's
-    requests never move another's."""
+    """The map key for one client's figures about a model (its window bracket, its reply sizes).
+
+    Keying by tenant means one client's requests never change another's figures."""
     return f"{tenant}:{bounded_key(model, max_chars)}"
 
 
 class Bucket:
-    """A token bucket: `capacity` at most, refilled at `capacity` per `period_s`; capacity 0: no bound."""
+    """A token bucket holding at most `capacity`, refilled at `capacity` per `period_s`; capacity 0 means no limit."""
 
     __slots__ = ("at", "capacity", "level", "per_s")
 
@@ -99,10 +100,10 @@ class Spending:
 
 
 class SummaryBudget:
-    """The summarizer calls clients may cause (`limits.summarizer`): per client, and for the whole proxy.
+    """Limits the summarizer calls clients may cause (`limits.summarizer`), per client and for the whole proxy.
 
-    A client is its tenant (the digest of its key), else its address. Background jobs spend from the
-    budget of the client whose request started them."""
+    A client is identified by its tenant (the digest of its key), else by its address. Background jobs spend
+    from the budget of the client whose request started them."""
 
     def __init__(
         self,
@@ -123,7 +124,7 @@ class SummaryBudget:
         return self._all.allows(tokens, now) and self._of(client, now).allows(tokens, now)
 
     def spend(self, client: str, tokens: int) -> bool:
-        """Take one call of `tokens` from `client`'s budget and the proxy's; False (nothing taken) when over."""
+        """Charge one call of `tokens` to `client`'s budget and the proxy's; return False, charging nothing, if over."""
         if not self.allows(client, tokens):
             self.refused += 1
             return False

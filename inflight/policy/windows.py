@@ -1,6 +1,6 @@
-"""How big a model's context window is: configured, learned, discovered, known, or assumed.
+"""Find how big a model's context window is: configured, learned, discovered, built in, or assumed.
 
-Precedence, first answer wins: (1) the YAML `models:` entry, (2) a window learned from the
+The first source that answers wins: (1) the YAML `models:` entry, (2) a window learned from the
 upstream's own context-length refusal, (3) the upstream's `GET /v1/models` (vLLM/SGLang
 `max_model_len`, llama.cpp `meta.n_ctx`, OpenRouter `context_length`), (4) the built-in table
 below, (5) `default_context_window`.
@@ -96,7 +96,7 @@ BUILTIN: tuple[tuple[str, int, int | None], ...] = (
 )
 
 DISCOVERY_RETRY_S = 60.0
-MAX_MODELS = 4096  # models whose learned window and resolved limits are remembered (the least recent forgotten)
+MAX_MODELS = 4096  # how many models' learned windows and resolved limits are kept (least recently used dropped)
 DISCOVERY_TIMEOUT_S = 5.0
 
 # Fetches the upstream's /v1/models body (with the client's credentials); raises on failure.
@@ -112,7 +112,7 @@ def builtin_limits(model: str) -> tuple[int, int | None] | None:
 
 
 def parse_model_list(body: bytes) -> dict[str, int]:
-    """Context windows named in a /v1/models body, by model id (models without one are left out)."""
+    """Map model ids to the context windows a /v1/models body lists (models without one are left out)."""
     try:
         document = orjson.loads(body)
     except orjson.JSONDecodeError:
@@ -143,16 +143,16 @@ def _window_of(entry: dict[str, Any]) -> int | None:
 
 
 class ContextRegistry:
-    """Resolves a model to its limits; owns what was learned and discovered for this process."""
+    """Resolves a model to its limits, and keeps the windows this process learned and discovered."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.max_key_chars = settings.limits.max_key_chars  # a longer model name keys its entries clipped and hashed
+        self.max_key_chars = settings.limits.max_key_chars  # longer model names are clipped and hashed (`bounded_key`)
         self._learned: LRUCache[str, int] = LRUCache(maxsize=MAX_MODELS)
         self._discovered: dict[str, int] | None = None
         self._discovery_failed_at = -DISCOVERY_RETRY_S
         self._discovery_lock = asyncio.Lock()
-        # Resolving walks the config's globs and the table: cached per model, emptied on every change.
+        # Resolving walks the config's globs and the table, so results are cached per model and cleared on any change.
         self._resolved: LRUCache[str, ModelLimits] = LRUCache(maxsize=MAX_MODELS)
 
     def learn(self, model: str, context_window: int) -> None:
@@ -167,7 +167,7 @@ class ContextRegistry:
         return dict(self._learned)
 
     def resolve(self, model: str) -> ModelLimits:
-        """Limits from what is known now, without any I/O (see `resolve_async` for discovery)."""
+        """The model's limits from what is known now, without any I/O (see `resolve_async` for discovery)."""
         key = bounded_key(model, self.max_key_chars)
         limits = self._resolved.get(key)
         if limits is None:
@@ -210,7 +210,7 @@ class ContextRegistry:
                 return
             try:
                 body = await asyncio.wait_for(fetch(), DISCOVERY_TIMEOUT_S)
-            except Exception as exc:  # any failure only means we fall back to the table
+            except Exception as exc:  # any failure just means we fall back to the table
                 self._discovery_failed_at = time.monotonic()
                 log.info("[context] window discovery failed (%s); using the built-in table", type(exc).__name__)
                 return
@@ -226,8 +226,8 @@ def budget_for(output_limit: int | None, *, reserve_tokens: int, context_window:
 
 
 def reserve_for(output_limit: int | None, *, reserve_tokens: int, context_window: int) -> int:
-    """Room kept for the reply: what the request asks for (`output_limit`, read by its wire format),
-    else the configured reserve (<= window/4)."""
+    """The room kept for the reply: what the request asks for (`output_limit`, read by its wire format),
+    else the configured reserve, capped at a quarter of the window."""
     if output_limit is not None and output_limit > 0:
         return output_limit
     return min(reserve_tokens, context_window // 4)

@@ -1,7 +1,7 @@
-"""Where compaction records are kept. `open_record_store` picks the store `state.url` names.
+"""Stores for compaction records. `open_record_store` opens the one `state.url` names.
 
-Memory is this process's alone. SQLite and Redis are shared and survive a restart; either is
-wrapped in `ResilientStore`, which keeps serving from memory while it fails.
+Memory belongs to this process alone. SQLite and Redis are shared and survive a restart; each is
+wrapped in `ResilientStore`, which serves from memory while the shared store fails.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def open_record_store(state: State, cache: Cache, *, observer: Observer = NO_OBS
 
         sqlite = SqliteRecordStore(state.sqlite_path, ttl_s=cache.ttl_s, max_bytes=cache.max_bytes)
         return ResilientStore(sqlite, memory, name=state.url, observer=observer)
-    from inflight.records.redis import RedisRecordStore  # redis-py is imported only by those who use it
+    from inflight.records.redis import RedisRecordStore  # redis-py is imported only when Redis is used
 
     redis = RedisRecordStore(state.url, ttl_s=cache.ttl_s)
     return ResilientStore(redis, memory, name="redis", observer=observer)

@@ -1,14 +1,14 @@
-"""Compaction records as bytes, for the stores that keep them outside this process (SQLite, Redis).
+"""Encode compaction records as bytes for the stores outside this process (SQLite, Redis).
 
-JSON (orjson), with hashes as hex: readable with `sqlite3` or `redis-cli` when someone wonders
-what the proxy kept. A record holds what a compaction put in place (the summary, the ledger,
-the masked and truncated messages, hashes of the prefix), never the conversation itself.
-`VERSION` changes when the shape does; a record of another version reads as no record (the
-conversation is compacted afresh), never as an error.
+The encoding is JSON (orjson) with hashes as hex, readable with `sqlite3` or `redis-cli` when someone
+wants to see what the proxy kept. A record holds what a compaction substituted (the summary, the ledger,
+the masked and truncated messages, hashes of the prefix), never the conversation itself. `VERSION`
+changes when the shape does; a record of another version reads as no record (the conversation is
+compacted from scratch), never as an error.
 
-Keys are kept as digests (`stored_key`), never as given: a conversation's key holds the client's
-`x-inflight-session` (or its model name), which may be megabytes long. A digest weighs the same
-whatever the client sent, so a store's byte bound holds for its keys too.
+Keys are stored as digests (`stored_key`), never as given: a conversation's key contains the client's
+`x-inflight-session` (or its model name), which may be megabytes long. A digest has the same size
+whatever the client sent, so a store's byte limit covers its keys too.
 """
 
 from __future__ import annotations

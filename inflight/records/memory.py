@@ -1,11 +1,11 @@
-"""Compaction records kept in this process's memory, bounded in count, in bytes and in age.
+"""Compaction records kept in this process's memory, limited by count, bytes and age.
 
-A count alone does not bound memory: a record holds the truncated and masked messages it put in
-place, so one 30 MB conversation's record can weigh as much as thousands of small ones. Each
-key's records are weighed when saved (their messages' text, roughly), with what keeping the key
-costs (its digest and the cache's bookkeeping: `KEY_BYTES`), and the oldest keys go first once
-either bound is passed. Keys and lease names are kept as digests (`codec.stored_key`): a client's
-megabyte-long session id weighs no more than any other.
+A count alone does not limit memory: a record holds the truncated and masked messages it substitutes,
+so one 30 MB conversation's record can weigh as much as thousands of small ones. Each key's records
+are sized roughly when saved (their messages' text), plus the cost of the key itself (its digest and
+the cache's bookkeeping: `KEY_BYTES`), and the oldest keys are evicted once either limit is exceeded.
+Keys and lease names are stored as digests (`codec.stored_key`), so a client's megabyte-long session
+id takes no more room than any other.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ KEY_BYTES = 256  # a key's digest (a 32-character str) and the cache's link, tim
 
 
 def weight(records: Sequence[Record]) -> int:
-    """About how many bytes these records hold: their messages' text, plus a fixed overhead each."""
+    """Roughly how many bytes these records take: their messages' text, plus a fixed overhead each."""
     total = 0
     for record in records:
         messages = [r.message for r in record.replaced.values()]
@@ -48,7 +48,7 @@ def weight(records: Sequence[Record]) -> int:
 
 
 def kept_weight(records: Sequence[Record]) -> int:
-    """What keeping these records under a key costs: their weight and the key's."""
+    """The bytes that keeping these records under a key costs: their weight plus the key's."""
     return weight(records) + KEY_BYTES
 
 
@@ -60,7 +60,7 @@ class MemoryRecordStore:
 
     @property
     def degraded(self) -> bool:
-        """Never: this store serves from itself or fails (`ResilientStore` falls back to memory)."""
+        """Always False: this store either serves or fails (`ResilientStore` is what falls back to memory)."""
         return False
 
     async def load(self, key: str) -> list[Record]:
@@ -68,14 +68,14 @@ class MemoryRecordStore:
         records = self._cache.get(key)
         if records is None:
             return []
-        self._cache[key] = records  # in use: its time to live starts again (a record hit saves nothing)
+        self._cache[key] = records  # restart its time to live, since replaying a record saves nothing
         return list(records)
 
     async def save(self, key: str, records: list[Record]) -> None:
         shown, key = key[:48], stored_key(key)
         try:
             self._cache[key] = records
-        except ValueError:  # heavier than the whole store: the next turn compacts afresh instead
+        except ValueError:  # bigger than the whole store allows: the next turn compacts from scratch instead
             self._cache.pop(key, None)
             log.warning(
                 "[compaction] record for %s (%d bytes) exceeds compaction.cache.max_bytes", shown, weight(records)
@@ -89,7 +89,7 @@ class MemoryRecordStore:
         holder = self._leases.get(name)
         if holder is not None and holder[0] != owner and holder[1] > now:
             return False
-        self._leases = {n: held for n, held in self._leases.items() if held[1] > now}  # expired ones go
+        self._leases = {n: held for n, held in self._leases.items() if held[1] > now}  # drop expired leases
         self._leases[name] = (owner, now + ttl_s)
         return True
 

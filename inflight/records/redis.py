@@ -1,10 +1,10 @@
-"""Compaction records in Redis: shared by every worker and replica that points at the same server.
+"""Compaction records in Redis, shared by every worker and replica that points at the same server.
 
-redis-py's asyncio client, with short timeouts: a Redis that does not answer must not hold up
-requests (`ResilientStore` falls back to memory meanwhile), and the client reconnects on its
-own. Keys are `inflight:rec:<digest of the conversation key>` and `inflight:lease:<digest of the name>`
-(`codec.stored_key`: a client's session id is never kept as given), each with a TTL;
-reading a record renews it (GETEX). A lease is a `SET NX PX`, released only by its owner.
+It uses redis-py's asyncio client with short timeouts, so a Redis that does not answer does not hold up
+requests (`ResilientStore` falls back to memory meanwhile); the client reconnects by itself. Keys are
+`inflight:rec:<digest of the conversation key>` and `inflight:lease:<digest of the name>` (`codec.stored_key`,
+so a client's session id is never stored as given), each with a TTL; reading a record renews it (GETEX).
+A lease is a `SET NX PX`, released only by its owner.
 """
 
 from __future__ import annotations
@@ -21,8 +21,10 @@ RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del'
 
 
 def connect(url: str) -> redis.Redis:
-    """A client that gives up on a silent server within `TIMEOUT_S` and pings a connection idle for 30 s
-    before using it (so a dead one is replaced first): the records' store and the archive's alike."""
+    """A Redis client for the record store and the archive alike.
+
+    It gives up on a silent server within `TIMEOUT_S`, and pings a connection idle for 30 s before using it,
+    so a dead one is replaced first."""
     return redis.Redis.from_url(
         url, socket_timeout=TIMEOUT_S, socket_connect_timeout=TIMEOUT_S, health_check_interval=30
     )
@@ -35,7 +37,7 @@ class RedisRecordStore:
 
     @property
     def degraded(self) -> bool:
-        """Never: this store serves from itself or fails (`ResilientStore` falls back to memory)."""
+        """Always False: this store either serves or fails (`ResilientStore` is what falls back to memory)."""
         return False
 
     async def load(self, key: str) -> list[Record]:

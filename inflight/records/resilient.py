@@ -1,10 +1,10 @@
-"""A shared store that fails open: when it errs, records are kept in this process's memory meanwhile.
+"""Wrap a shared store so it fails open: while it fails, records are kept in this process's memory.
 
-Redis unreachable, the SQLite file locked past its timeout, a full disk: the request is still
-served. Its compaction uses in-process records (the next turn's prefix may differ from what another
-worker sends, and a restart forgets them), the response says `x-inflight-state: degraded`, and a
-warning is logged. After a failure the shared store is not asked again for `RETRY_AFTER_S`, so a
-dead Redis costs one timeout per period, not one per request; then it is tried again.
+If Redis is unreachable, the SQLite file stays locked past its timeout or the disk is full, the request
+is still served. Its compaction uses in-process records (the next turn's prefix may differ from what
+another worker sends, and a restart forgets them), the response says `x-inflight-state: degraded`, and
+a warning is logged. After a failure the shared store is not tried again for `RETRY_AFTER_S`, so a
+dead Redis costs one timeout per period rather than one per request.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ class ResilientStore:
         self.primary = primary
         self.fallback = fallback
         self.name = name
-        self.observer = observer  # told each failure, with the store's kind (`sqlite`, `redis`)
+        self.observer = observer  # told of each failure, with the store's kind (`sqlite`, `redis`)
         self.failed_at: float | None = None  # when the shared store last failed (None: it works)
         self.errors = 0
 

@@ -1,11 +1,11 @@
-"""Compaction records in a SQLite file: nothing to run, and a restart (or another worker) finds them.
+"""Compaction records in a SQLite file: no server to run, and they survive a restart and are shared by workers.
 
-Every call runs on one thread of the store's own (`SqliteThread`). The file is in WAL mode: readers do not wait
-for the writer, and several processes (`inflight serve --workers N`) can share it; a writer
-waits at most `busy_timeout_ms` for another, then the call fails (and `ResilientStore` falls back
-to memory for it). Rows expire after `ttl_s`; past `max_bytes` the rows closest to expiring go. A row
-weighs its body, its key and `ROW_BYTES` of SQLite's own (the rowid, the index entries); keys and
-lease names are kept as digests (`codec.stored_key`), never as the client's session id.
+Every call runs on the store's own thread (`SqliteThread`). The file is in WAL mode: readers do not wait
+for the writer, and several processes (`inflight serve --workers N`) can share it. A writer waits at most
+`busy_timeout_ms` for another, then the call fails (and `ResilientStore` falls back to memory for it).
+Rows expire after `ttl_s`; above `max_bytes`, the rows closest to expiring are deleted. A row's size is
+its body, its key and `ROW_BYTES` of SQLite overhead (the rowid, the index entries). Keys and lease
+names are stored as digests (`codec.stored_key`), never as the client's session id.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ CREATE TABLE IF NOT EXISTS records (key TEXT PRIMARY KEY, body BLOB NOT NULL, ex
 CREATE INDEX IF NOT EXISTS records_expires ON records (expires);
 CREATE TABLE IF NOT EXISTS leases (name TEXT PRIMARY KEY, owner TEXT NOT NULL, expires REAL NOT NULL);
 """
-SWEEP_EVERY = 200  # saves between two sweeps of expired rows and of the size bound (sooner after big ones)
-ROW_BYTES = 64  # what SQLite keeps for a row beside its key and body: the rowid, the expiry and its index entry
-WEIGHT = f"LENGTH(body) + LENGTH(key) * 2 + {ROW_BYTES}"  # the key is in the table and in its primary key index
+SWEEP_EVERY = 200  # saves between sweeps that delete expired rows and enforce the size limit (sooner after big saves)
+ROW_BYTES = 64  # what SQLite stores for a row besides its key and body: the rowid, the expiry and its index entry
+WEIGHT = f"LENGTH(body) + LENGTH(key) * 2 + {ROW_BYTES}"  # the key is stored in the table and in its primary key index
 
 
 class SqliteRecordStore:
@@ -38,7 +38,7 @@ class SqliteRecordStore:
 
     @property
     def degraded(self) -> bool:
-        """Never: this store serves from itself or fails (`ResilientStore` falls back to memory)."""
+        """Always False: this store either serves or fails (`ResilientStore` is what falls back to memory)."""
         return False
 
     async def load(self, key: str) -> list[Record]:
@@ -66,7 +66,7 @@ class SqliteRecordStore:
         row = db.execute("SELECT body, expires FROM records WHERE key = ?", (key,)).fetchone()
         if row is None or row[1] <= now:
             return None
-        if row[1] - now < self.ttl_s / 2:  # in use: its time to live starts again (at most one write per half)
+        if row[1] - now < self.ttl_s / 2:  # in use: restart its time to live (at most one write per half TTL)
             db.execute("UPDATE records SET expires = ? WHERE key = ?", (now + self.ttl_s, key))
         return bytes(row[0])
 
@@ -92,7 +92,7 @@ class SqliteRecordStore:
 
     def _lease(self, db: sqlite3.Connection, name: str, owner: str, ttl_s: float) -> bool:
         now = time.time()
-        with transaction(db, immediate=True):  # the read and the write as one: no two owners between them
+        with transaction(db, immediate=True):  # read and write in one transaction, so two owners cannot both win
             row = db.execute("SELECT owner, expires FROM leases WHERE name = ?", (name,)).fetchone()
             free = row is None or row[0] == owner or row[1] <= now
             if free:

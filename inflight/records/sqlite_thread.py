@@ -1,13 +1,13 @@
-"""One SQLite connection, used only from one thread of its own: the event loop never waits on the disk.
+"""One SQLite connection used only from its own thread, so the event loop never waits on the disk.
 
-The record store and the archive each have one. A connection is opened on first use and again after
-an error other than "locked" closed it (a moved or deleted file, a full disk). `:memory:` is a
-database of this process alone (the archive with `state.url: memory://`).
+The record store and the archive each have one. The connection is opened on first use, and reopened
+after an error other than "locked" closed it (a moved or deleted file, a full disk). `:memory:` is a
+database private to this process (the archive with `state.url: memory://`).
 
-The file holds what clients sent (the archive) and the summaries of it: only its owner may read
-it. It is created 0600 (and the folders made for it 0700) before SQLite opens it, and SQLite gives
-the `-wal` and `-shm` files it makes the database's mode. A file of an earlier version that others
-could read is made 0600 when opened.
+The file holds what clients sent (the archive) and summaries of it, so only its owner may read it.
+It is created 0600 (and any folders created for it 0700) before SQLite opens it, and SQLite gives the
+`-wal` and `-shm` files it creates the database's mode. An existing file that others can read is made
+0600 when opened.
 """
 
 from __future__ import annotations
@@ -35,16 +35,17 @@ COMPANIONS = ("", "-wal", "-shm", "-journal")  # the database and the files SQLi
 
 
 def create_private(path: str) -> None:
-    """The database file, created 0600 if missing, in folders created 0700 if missing; files of ours beside
-    it that others may read (an earlier version's) made 0600. Before SQLite opens it: nothing is written yet."""
+    """Create the database file (0600) and its folders (0700) if missing; make its existing files private (0600).
+
+    This runs before SQLite opens the file, so nothing has been written to it yet."""
     missing: list[Path] = []
     folder = Path(path).parent
     while not folder.exists():
         missing.append(folder)
         folder = folder.parent
     for made in reversed(missing):
-        with contextlib.suppress(FileExistsError):  # another worker made it meanwhile
-            made.mkdir(mode=FOLDER_MODE)  # (not `parents=True`: it makes the parents with the umask's mode)
+        with contextlib.suppress(FileExistsError):  # another worker created it meanwhile
+            made.mkdir(mode=FOLDER_MODE)  # (not `parents=True`, which creates the parents with the umask's mode)
     os.close(os.open(path, os.O_RDWR | os.O_CREAT, FILE_MODE))  # the mode applies only if it creates the file
     for suffix in COMPANIONS:
         try:
@@ -58,9 +59,9 @@ def create_private(path: str) -> None:
 
 @contextmanager
 def transaction(db: sqlite3.Connection, *, immediate: bool = False) -> Iterator[None]:
-    """Statements as one (the connection is in autocommit mode): committed, or rolled back on any error.
+    """Run statements as one transaction (the connection is in autocommit mode), rolled back on any error.
 
-    `immediate` takes the write lock at once, so that a read and the write it decides are one."""
+    `immediate` takes the write lock at once, so a read and the write that depends on it are atomic."""
     db.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
     try:
         yield
@@ -90,7 +91,7 @@ class SqliteThread:
             return work(self._connection())
         except sqlite3.Error as exc:
             if self.path != MEMORY and (not isinstance(exc, sqlite3.OperationalError) or "locked" not in str(exc)):
-                self._reset()  # a moved or damaged file: open it anew next time
+                self._reset()  # a moved or damaged file: reopen it next time
             raise
 
     def _reset(self) -> None:

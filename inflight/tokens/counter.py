@@ -1,4 +1,4 @@
-"""Counting a chat-completion request the way OpenAI bills it, offline and nearly for free.
+"""Count a chat-completion request the way OpenAI bills it, offline and cheaply.
 
     request  = 3 (reply priming, `<|start|>assistant<|message|>`) + sum(message) + tools
 
@@ -11,9 +11,9 @@ of a millisecond, where sha1 takes a millisecond) and encoding: recounting a lon
 new message costs about the new message plus a hash of the rest. Tool sets are cached the same way.
 
 What cannot be sent anyway need not be counted exactly: given `exact_tokens` (more than the model's
-window), messages are counted from the newest back until that many tokens are counted, and the older
-ones not in the cache are estimated from samples (`sampled_tokens`) and said to be (`approximated`).
-A 25 MB conversation of which a window's worth can be kept costs a window's worth of counting.
+window), messages are counted from the newest back until that many tokens are counted, and older
+ones not in the cache are estimated from samples (`sampled_tokens`) and marked as such (`approximated`).
+So a 25 MB conversation of which only a window's worth can be kept costs only a window's worth of counting.
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ REPLY_PRIMING = 3
 THREAD_THRESHOLD_BYTES = 32 * 1024
 # The request fields that inflight.tokens.tools renders into the prompt.
 TOOL_FIELDS = ("tools", "functions", "tool_choice", "function_call", "response_format")
-LOCK_BATCH = 128  # cache lookups per lock hold: the loop, counting a small request, never waits long
-# A message this big is estimated wherever it is, when a bound is given: it is cut before it is sent (and
-# what is sent of it counted), or it alone is past any window.
+LOCK_BATCH = 128  # cache lookups per lock hold, so the event loop counting a small request never waits long
+# With `exact_tokens` given, a message this big is estimated wherever it is: it will be cut before it is
+# sent (and what is sent of it counted then), or it alone exceeds any window.
 ESTIMATED_FROM_BYTES = 1 << 20
 
 
@@ -48,13 +48,13 @@ class RequestCount:
     total: int
     messages: tuple[int, ...]
     tools: int
-    digests: tuple[bytes, ...]  # each message's hash: the cache key, and how compaction records know a message
-    estimated: bool = False  # the tokenizer failed on some of it, which was estimated instead
-    approximated: frozenset[int] = frozenset()  # messages estimated from samples: older than what can be kept
+    digests: tuple[bytes, ...]  # each message's hash: the cache key, and how compaction records identify a message
+    estimated: bool = False  # the tokenizer failed on part of it, which was estimated instead
+    approximated: frozenset[int] = frozenset()  # messages estimated from samples, being older than what can be kept
 
     @property
     def fixed(self) -> int:
-        """What no compaction can remove: the reply priming and the tool definitions."""
+        """The tokens no compaction can remove: the reply priming and the tool definitions."""
         return REPLY_PRIMING + self.tools
 
 
@@ -84,11 +84,11 @@ class TokenCounter:
         self.misses = 0
 
     def encoding(self, name: str) -> tiktoken.Encoding:
-        """The named encoding; the first call builds it (about a second), so make it off the loop."""
+        """The named encoding; the first call builds it (about a second), so make that call off the event loop."""
         return load_encoding(name)
 
     def count_request(self, payload: dict[str, Any], encoding: str, *, exact_tokens: int | None = None) -> RequestCount:
-        """The request's count; with `exact_tokens`, messages older than that many newest tokens are estimated
+        """Count the request; with `exact_tokens`, messages beyond that many of the newest tokens are estimated
         (unless cached) rather than counted."""
         enc = self.encoding(encoding)
         messages = payload.get("messages")
@@ -126,7 +126,7 @@ class TokenCounter:
         return RequestCount(total, tuple(counts), tools, digests, estimated, frozenset(approximated))
 
     def estimate_message(self, message: Any, enc: tiktoken.Encoding) -> int:
-        """`message`'s tokens estimated from samples of its long strings (see `count_request`); not cached."""
+        """Estimate `message`'s tokens from samples of its long strings (see `count_request`); not cached."""
         return safely(lambda item, encoding: message_tokens(item, encoding, sampled_tokens), message, enc)[0]
 
     def count_message(self, message: Any, enc: tiktoken.Encoding) -> int:
@@ -144,7 +144,7 @@ class TokenCounter:
         return tokens
 
     def count_tools(self, payload: dict[str, Any], enc: tiktoken.Encoding) -> tuple[int, bool]:
-        """What the tool definitions, `tool_choice` and `response_format` add; cached per tool set.
+        """The tokens the tool definitions, `tool_choice` and `response_format` add; cached per tool set.
 
         The figure also depends on whether a system message is there to share its framing (see
         inflight.tokens.tools), so that is part of the key.

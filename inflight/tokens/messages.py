@@ -1,4 +1,4 @@
-"""What one message costs, by OpenAI's billing formula (the per-message part of `inflight.tokens`).
+"""Count one message's tokens by OpenAI's billing formula (the per-message part of `inflight.tokens`).
 
     message  = 3                                  per-message framing
              + enc(role) + content

@@ -1,4 +1,4 @@
-"""Counting the tokens of one string, safe against the strings that break a tokenizer or stall a server.
+"""Count the tokens of one string, safely even for strings that crash a tokenizer or stall a server.
 
 tiktoken's pre-tokenizer (a backtracking regex) overflows its stack on a long run of one kind of
 character and panics (`PanicException`, a `BaseException`: a million spaces is enough), and its
@@ -9,8 +9,8 @@ prevents are a token or two per piece, far below 1%. Pieces also keep a big coun
 the GIL: tiktoken releases it while it encodes, and each piece's result is small, so the event
 loop gets its turn between pieces even while a worker thread counts 30 MB.
 
-Should the tokenizer fail anyway, `safely` counts that item by `estimate_tokens` (and
-`TokenCounter` says so).
+If the tokenizer fails anyway, `safely` estimates that item with `estimate_tokens` (and
+`TokenCounter` reports it).
 """
 
 from __future__ import annotations
@@ -39,11 +39,11 @@ SAMPLED_ABOVE = 4 * SAMPLE  # a string longer than this is estimated from sample
 
 
 def sampled_tokens(enc: tiktoken.Encoding, text: str) -> int:
-    """`text`'s tokens estimated from three counted samples (its start, middle and end), scaled to its length.
+    """Estimate `text`'s tokens from three counted samples (its start, middle and end), scaled to its length.
 
-    For text a compaction will drop: its count only has to say roughly how big it was, and counting
-    25 MB of tool output exactly takes seconds. A pure function of `text`, so a placeholder that states
-    it is the same every turn. Short text is counted exactly."""
+    This is for text a compaction will drop: its count only needs to be roughly right, and counting
+    25 MB of tool output exactly takes seconds. It depends only on `text`, so a placeholder that states
+    it stays the same every turn. Short text is counted exactly."""
     if len(text) <= SAMPLED_ABOVE:
         return text_tokens(enc, text)
     middle = (len(text) - SAMPLE) // 2
@@ -57,7 +57,7 @@ def estimate_tokens(text: str) -> int:
 
 
 def safely(count: Callable[[Any, tiktoken.Encoding], int], item: Any, enc: tiktoken.Encoding) -> tuple[int, bool]:
-    """`count(item, enc)`, or an estimate from its size (a string's own, else its JSON's) if the tokenizer fails.
+    """Return `count(item, enc)`, or an estimate from its size (as a string, else as JSON) if the tokenizer fails.
 
     tiktoken can panic (`PanicException` derives from BaseException); a request must not be lost
     to it. `text_tokens` avoids the inputs known to do that; this is for the ones not known. Returns
@@ -73,12 +73,12 @@ def safely(count: Callable[[Any, tiktoken.Encoding], int], item: Any, enc: tikto
 
 
 def counted_or_estimated(enc: tiktoken.Encoding, text: str) -> int:
-    """`text_tokens`, or the estimate if the tokenizer fails (for sizing, where no header need say so)."""
+    """`text_tokens`, or the estimate if the tokenizer fails (for sizing, where nothing needs to report it)."""
     return safely(lambda item, encoding: text_tokens(encoding, item), text, enc)[0]
 
 
 def pieces(text: str) -> list[str]:
-    """`text` in pieces of at most PIECE characters, each cut before a space in its second half if it has one."""
+    """Split `text` into pieces of at most PIECE characters, each cut before a space in its second half if any."""
     out: list[str] = []
     start = 0
     while len(text) - start > PIECE:

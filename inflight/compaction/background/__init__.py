@@ -1,6 +1,6 @@
-"""Summaries made in the background, before the turn that needs them comes.
+"""Summaries made in the background, before the turn that needs them arrives.
 
-`scheduler` runs jobs (one per conversation, a bounded pool); `ahead` says what a job summarizes
-(the cut the next compaction will need); `jobs` starts a conversation's job and keeps what it made.
+`scheduler` runs the jobs (one per conversation, in a bounded pool); `ahead` decides what a job summarizes
+(up to the cut the next compaction will need); `jobs` starts a conversation's job and saves its summary.
 `inflight.compaction.per_conversation` decides when.
 """

@@ -1,10 +1,10 @@
-"""The summary a conversation's next compaction will need, made before that turn comes.
+"""Plan and make the summary a conversation's next compaction will need, before the turn that needs it.
 
-A job starts on a turn past `summarize.background_at`. The conversation will grow before it
-crosses `summarize_at`, so the job keeps a tail that much shorter than the usual one: on the
-crossing turn, the tail it kept plus the turns since is about the usual length, and the request
-lands near `target`, as a summary made on that turn would. The summary is of everything before
-the cut (the record's earlier summary folded in), so it stays valid however the record changes
+A job starts on a turn past `summarize.background_at`. The conversation will keep growing until it
+passes `summarize_at`, so the job keeps a tail shorter than usual by that growth. On the turn that
+passes the threshold, the kept tail plus the newer turns is about the usual length, and the request
+ends near `target`, as if the summary had been made on that turn. The summary covers everything before
+the cut, including the record's earlier summary, so it stays valid however the record changes
 meanwhile (`Precomputed.usable`).
 """
 
@@ -37,33 +37,34 @@ KEEP_FROM_CHARS = 80
 
 
 class NothingToSummarize(Final):
-    """No turn boundary to cut at: the conversation is its head and one turn."""
+    """There is no turn boundary to cut at: the conversation is only its head and one turn."""
 
 
 @dataclass(frozen=True)
 class SummaryAhead:
-    """What a background job needs of the request that starts it (the pipeline builds one per request)."""
+    """What a background job needs from the request that starts it (the pipeline builds one per request)."""
 
-    start_at: int  # a request past this many tokens (our units) starts a job
-    wait_s: float  # a crossing turn waits this long for a running job
+    start_at: int  # a request above this many tokens (our units) starts a job
+    wait_s: float  # how long a turn that needs the summary now waits for a running job
     budget: Budget
     stage: SummarizeStage
     count_message: Callable[[Message], int]
-    observation: re.Pattern[str] | None = None  # user messages that are observations, not requests
-    in_place_model: str | None = None  # the summarizer is the upstream's own model: ask it in place
+    observation: re.Pattern[str] | None = None  # matches user messages that are observations, not requests
+    in_place_model: str | None = None  # set when the summarizer is the upstream's own model: ask it in place
     tools: object = None  # the request's tools, sent with an in-place summary so its prefix is unchanged
     spacing: Spacing | None = None  # the cut leaves room for `min_turns_between` turns (`depth`; None: to target)
 
     @property
     def lease_s(self) -> float:
-        """How long a job may hold its conversation's lease: each summarizer call's time, twice over, and then some."""
+        """How long a job may hold its conversation's lease: four summarizer timeouts plus 30 seconds."""
         return 4 * self.stage.settings.timeout_s + 30
 
     def plan(
         self, conversation: Conversation, record: Record | None, sent: Sequence[Message], sent_tokens: int
     ) -> AheadPlan:
-        """Where the next compaction will cut and what the summarizer will be asked: CPU only (the job
-        runs it off the loop when the conversation is big), no call yet."""
+        """Work out where the next compaction will cut and what the summarizer will be asked, without calling it.
+
+        This is CPU work only; the job runs it off the event loop when the conversation is big."""
         head_len = head_length(conversation.messages)
         draft = Draft.from_record(record, conversation) if record is not None else Draft(head_len, head_len)
         outcome = Outcome([], sent_tokens, sent_tokens, [], draft.freeze(conversation), fits=True)
@@ -82,7 +83,7 @@ class SummaryAhead:
         return AheadPlan(cut, cut_hash, draft.prefix_len, grown_ledger(work, cut), summary, work)
 
     async def ask(self, plan: AheadPlan) -> Precomputed:
-        """The summary the plan asks for (the summarizer's calls, on the server's loop)."""
+        """Call the summarizer for the summary the plan describes, on the server's event loop."""
         started = time.perf_counter()
         text = await self.stage.ask(plan.summary, plan.work)
         if not text:
@@ -105,7 +106,7 @@ class AheadPlan:
 
 
 def opening(message: Message) -> str:
-    """How the message begins, to point the summarizer at it: its text, else its first tool call."""
+    """The start of the message (its text, else its first tool call), to show the summarizer where the tail begins."""
     text = text_of(message.get("content")).strip()
     calls = message.get("tool_calls") or []
     if not text and calls and isinstance(calls[0], dict) and isinstance(calls[0].get("function"), dict):

@@ -1,10 +1,10 @@
-"""Starting a conversation's background summary, and keeping what it made: the lease, the job, the landing.
+"""Start a conversation's background summary and save the result: the lease, the job, and saving it.
 
-`ConversationCompactions` decides when (a turn past `background_at`, or a crossing turn with no
-summary at hand); this says how. The job's plan (the cut, the transcript, its chunks) is CPU
-work, done off the event loop when the conversation is big; its summarizer calls are awaited on
-the loop, so a slow summarizer holds no thread. Across processes that share the store, a lease
-per conversation lets one of them run the job; it is renewed while the job runs.
+`ConversationCompactions` decides when: on a turn past `background_at`, or on a turn that needs a
+summary now and has none. This module does the rest. Planning the job (the cut, the transcript, its
+chunks) is CPU work, done off the event loop when the conversation is big; the summarizer calls are
+awaited on the loop, so a slow summarizer ties up no thread. When processes share the store, a lease
+per conversation lets only one of them run the job; it is renewed while the job runs.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from inflight.offload import call_sized
 
 log = logging.getLogger("inflight")
 
-POLL_S = 0.05  # how often a turn waiting on another process's summary looks for it
+POLL_S = 0.05  # how often a turn waiting for another process's summary checks the store
 
 
 class AheadJobs:
@@ -46,10 +46,10 @@ class AheadJobs:
         self.records = records
         self.lock_for = lock_for
         self.save = save
-        self.owner = uuid.uuid4().hex  # this process, as the holder of a job's lease
+        self.owner = uuid.uuid4().hex  # identifies this process as a lease holder
 
     async def landed_elsewhere(self, key: str, conversation: Conversation, deadline: float) -> bool:
-        """Whether another process's summary of this conversation reaches the store before `deadline`."""
+        """Whether another process saves a usable summary of this conversation in the store before `deadline`."""
         while True:
             record = best_record(await self.records.load(key), conversation.digests)
             if record is not None and record.ahead_usable(conversation.digests):
@@ -69,7 +69,9 @@ class AheadJobs:
         *,
         crossing: bool = False,
     ) -> Job | None:
-        """Start the background summary this conversation will need, if it is past `background_at` and has none."""
+        """Start the background summary this conversation will need, if it is past `background_at` and has none.
+
+        `crossing` marks a turn that needs the summary now: it starts a job whatever its size."""
         if ahead is None or self.jobs is None or (not crossing and sent_tokens <= ahead.start_at):
             return None
         if record is not None and record.ahead_usable(conversation.digests):
@@ -79,8 +81,8 @@ class AheadJobs:
         lease = f"summary:{key}"  # one job per conversation across the processes that share the store
 
         async def make() -> object:
-            # The plan (cut, transcript, chunks) off the loop when big; the summarizer's calls on the loop,
-            # so that a slow summarizer holds no thread that other requests' parsing needs.
+            # Plan (cut, transcript, chunks) off the loop when big; call the summarizer on the loop, so a slow
+            # summarizer does not tie up a thread that other requests need for parsing.
             plan = await call_sized(lambda: ahead.plan(conversation, record, sent, sent_tokens), sent_tokens)
             if not await self.records.lease(lease, self.owner, ahead.lease_s):
                 raise Elsewhere(f"another process summarizes {key[:48]}")
@@ -110,13 +112,13 @@ class AheadJobs:
         return self.jobs.start(key, base, make, land, started_by=conversation if crossing else None)
 
     async def still_needed(self, key: str, conversation: Conversation, plan: AheadPlan) -> bool:
-        """Whether the summary `plan` asks for is still worth a call, as the store says now.
+        """Whether the summary `plan` asks for is still worth a call, judged by the store now.
 
-        The request that started this job read the store before the job ran: a job of this process that
-        landed meanwhile (it had left the scheduler, so a late request of a burst started another), or of
-        another process that held the lease until it landed, is not in what it read. Asked under the
-        lease, after such a job saved its summary and let the lease go, the store has it: then, or when
-        the stored record already summarizes past this plan's cut, no call is made."""
+        The request that started this job read the store before the job ran. Meanwhile another job may have
+        saved a summary: one of this process (already out of the scheduler, so a late request in a burst
+        started this one), or one of another process that held the lease. This check runs under the lease,
+        after any such job has saved and released it. No call is made when the store already has a usable
+        summary or its record already summarizes past this plan's cut."""
         record = best_record(await self.records.load(key), conversation.digests)
         if record is None:
             return True
@@ -129,17 +131,17 @@ class AheadJobs:
         )
 
     async def land(self, key: str, conversation: Conversation, ahead: Precomputed) -> None:
-        """Keep a job's summary in the records it may serve (a bare one if none); each use checks it again.
+        """Save a job's summary in every record it may serve, or in a new bare record if there is none.
 
-        A record of the job's conversation qualifies, and so does one made since that reaches past
-        the job's messages (a turn compacted while the job ran): no hash can tell the two apart,
-        and `Precomputed.usable` checks the summary against each request's messages anyway."""
+        A record matching the job's messages qualifies, and so does a longer one made since (a turn compacted
+        while the job ran), which no hash can tell apart from an unrelated record. That is safe because
+        `Precomputed.usable` checks the summary against each request's messages before it is used."""
         async with self.lock_for(key):
             records = await self.records.load(key)
             digests = conversation.digests
             serves = [r.matches(digests) or r.prefix_len > len(digests) for r in records]
             updated = [dataclasses.replace(r, ahead=ahead) if ok else r for r, ok in zip(records, serves, strict=True)]
-            if not any(serves):  # no record yet (the first compaction is ahead): a bare one holds it
+            if not any(serves):  # no record yet (before the first compaction): a bare record carries the summary
                 head_len = head_length(conversation.messages)
                 bare = dataclasses.replace(Draft(head_len, head_len).freeze(conversation), ahead=ahead)
                 updated = with_record(records, None, bare)
@@ -148,7 +150,7 @@ class AheadJobs:
 
 @asynccontextmanager
 async def kept_leased(records: RecordStore, name: str, owner: str, ttl_s: float) -> AsyncIterator[None]:
-    """Renew the lease every third of its time while the block runs: a slow summarizer keeps its job."""
+    """Renew the lease every third of its TTL while the block runs, so a slow summarizer does not lose it."""
 
     async def renew() -> None:
         while True:
@@ -163,8 +165,8 @@ async def kept_leased(records: RecordStore, name: str, owner: str, ttl_s: float)
 
 
 def say_how_it_waited(outcome: Outcome, job: Job, conversation: Conversation) -> None:
-    """The actions and notes of a turn that waited for a summary job."""
-    if PRECOMPUTED in outcome.actions and job.started_by is conversation:  # made for this turn, while it waited
+    """Set the actions and notes of a turn that waited for a summary job."""
+    if PRECOMPUTED in outcome.actions and job.started_by is conversation:  # made for this turn while it waited
         outcome.actions = [Action.SUMMARIZE if action == PRECOMPUTED else action for action in outcome.actions]
         made = job.result
         if isinstance(made, Precomputed):

@@ -1,15 +1,16 @@
-"""Summaries made in the background: one job per conversation at a time, a bounded pool of them.
+"""Run summaries in the background: at most one job per conversation, in a bounded pool.
 
 A summary takes seconds with a hosted model and minutes with a small local one. Made on the turn
 that needs it, that is a wait the agent reads as a hang. So a job starts when a conversation gets
-close (`summarize.background_at`) and its result waits in the conversation's record for the turn
-that crosses the threshold (`inflight.compaction.per_conversation` decides when; this module only runs jobs).
+close (`summarize.background_at`), and its result waits in the conversation's record for the turn
+that passes the threshold. `inflight.compaction.per_conversation` decides when; this module only runs jobs.
 
-- Single flight: while a conversation's job runs, no request of it starts another; and a job that
-  finds its summary already in the store, landed by another job since its request looked, makes no
-  call (`Superseded`: `AheadJobs` looks again once it holds the lease).
-- Bounded: at most `max_running` jobs call the summarizer at once and as many may queue (each
-  holds its conversation); past that no job starts (the crossing turn then uses the ledger).
+- One at a time: while a conversation's job runs, its requests start no other. A job that finds its
+  summary already saved by another job since its request looked makes no call (`Superseded`;
+  `AheadJobs` checks again once it holds the lease).
+- Bounded: at most `max_running` jobs call the summarizer at once, and as many may queue (each
+  keeps its conversation in memory). Beyond that no job starts, and the turn that needs the summary
+  uses a ledger digest instead.
 - A failed job is tried once more; if that fails too, no job starts again from the same record.
 - A job whose conversation sends nothing for `idle_s` (the record TTL) is cancelled.
 """
@@ -30,29 +31,31 @@ log = logging.getLogger("inflight")
 
 
 class Final(Exception):
-    """A failure that trying again cannot change (nothing to summarize): the job is not retried."""
+    """A failure that retrying cannot fix, such as nothing to summarize; the job is not retried."""
 
 
 class Elsewhere(Final):
-    """Another process that shares the store runs this conversation's job (it holds the lease)."""
+    """Another process sharing the store holds the lease and runs this conversation's job."""
 
 
 class Superseded(Elsewhere):
-    """The store already holds what the job would make: another job, of this process or another, landed it
-    between the request's look at the store and this job's turn (a burst of one conversation's requests)."""
+    """The store already has the summary this job would make.
+
+    Another job, in this or another process, saved it after the request checked the store and before this job
+    ran, as happens in a burst of requests from one conversation."""
 
 
-QUEUED_PER_RUNNING = 1  # jobs that may wait for a slot, per slot (each holds its conversation in memory)
+QUEUED_PER_RUNNING = 1  # jobs that may wait for a slot, per slot (each keeps its conversation in memory)
 RETRY_AFTER_S = 1.0
 
 
 @dataclass
 class Job:
-    """One conversation's background summary, from its start to its landing in the record."""
+    """One conversation's background summary, from its start until it is saved in the record."""
 
     key: str
-    base: bytes  # what it summarizes from (the record it extends): one failure per base is tolerated
-    started_by: object  # the request that started it (a crossing turn that starts its own job waits for it)
+    base: bytes  # the hash of the record it extends; after one failure from a base, no job starts from it again
+    started_by: object  # the request that started it (a turn that needs the summary now waits for its own job)
     last_seen: float = field(default_factory=time.monotonic)
     running: bool = False
     done: asyncio.Event = field(default_factory=asyncio.Event)
@@ -68,7 +71,7 @@ class Job:
 @dataclass
 class JobCounts:
     started: int = 0
-    landed: int = 0
+    landed: int = 0  # finished, and the summary was saved in the record
     failed: int = 0
     retried: int = 0
     cancelled: int = 0
@@ -81,7 +84,7 @@ class BackgroundSummaries:
     def __init__(self, *, max_running: int, idle_s: float, observer: Observer = NO_OBSERVER) -> None:
         self.max_running = max_running
         self.idle_s = idle_s
-        self.observer = observer  # told the queued and running jobs whenever they change
+        self.observer = observer  # told the number of queued and running jobs whenever it changes
         self.counts = JobCounts()
         self._jobs: dict[str, Job] = {}
         self._slots = asyncio.Semaphore(max_running)
@@ -91,7 +94,7 @@ class BackgroundSummaries:
         return self._jobs.get(key)
 
     def touch(self, key: str) -> None:
-        """A request of this conversation arrived: its job is not idle."""
+        """Note that a request of this conversation arrived, so its job is not idle."""
         job = self._jobs.get(key)
         if job is not None:
             job.last_seen = time.monotonic()
@@ -105,9 +108,9 @@ class BackgroundSummaries:
         *,
         started_by: object = None,
     ) -> Job | None:
-        """Start `make()`, then `land(result)`, in the background.
+        """Run `make()` and then `land(result)` (which saves it) in the background.
 
-        None when the conversation's job runs, failed from this base already, or would queue too long."""
+        Returns None when the conversation already has a job, a job from this base failed, or the queue is full."""
         if key in self._jobs or self._failed.get(key) == base:
             return None
         if len(self._jobs) >= self.max_running * (1 + QUEUED_PER_RUNNING):
@@ -121,7 +124,7 @@ class BackgroundSummaries:
         return job
 
     async def wait(self, job: Job, timeout_s: float) -> bool:
-        """Whether the job finished (landed or failed) within `timeout_s`; waiting never cancels it."""
+        """Whether the job finished (saved or failed) within `timeout_s`; waiting never cancels it."""
         try:
             await asyncio.wait_for(asyncio.shield(job.done.wait()), timeout_s)
         except TimeoutError:
@@ -170,7 +173,8 @@ class BackgroundSummaries:
         except Exception as exc:
             job.error = exc
             self.counts.failed += 1
-            if not isinstance(exc, Final):  # nothing to summarize yet: a later turn of the same base may have
+            # A Final failure (nothing to summarize yet) is not remembered: a later turn from this base may have more.
+            if not isinstance(exc, Final):
                 self._failed[job.key] = job.base
             log.log(
                 logging.INFO if isinstance(exc, Final) else logging.WARNING,
@@ -211,4 +215,4 @@ class BackgroundSummaries:
         finally:
             if not task.done():
                 task.cancel()
-                task.add_done_callback(lambda t: t.cancelled() or t.exception())  # its end is nobody's to log
+                task.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieve the error so none is logged

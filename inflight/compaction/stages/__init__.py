@@ -1,7 +1,7 @@
-"""The compaction stages, each a small object with `run(work)`, and the ordered list the config builds.
+"""The compaction stages, each a small object with `run(work)`, and the ordered list built from the config.
 
-Order matters: cheap, local rewrites first (truncate, mask), then the summary of the middle, its
-local fallback, and the last resort.
+Order matters: cheap local rewrites first (truncate, mask), then the summary of the middle, its
+local fallback (the digest), and the last resort.
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ def build_stages(
     summarizer_input_tokens: int,
     background: bool = False,
 ) -> list[Stage]:
-    """The stages for one model's `compaction:` settings; without a summarizer, the digest does its job.
+    """Build the stages for one model's `compaction:` settings; without a summarizer, the digest replaces it.
 
-    `background`: summaries are made by background jobs (`inflight.compaction.background.scheduler`), and the
-    compaction only puts in place one made ahead, first; else the summarizer is called here, after masking."""
-    if background:  # a summary made ahead first: when it is put in place, the tail may need no masking at all
+    With `background`, summaries are made by background jobs (`inflight.compaction.background.scheduler`) and
+    the compaction first uses one made ahead; otherwise the summarizer is called here, after masking."""
+    if background:  # use a summary made ahead first: with it in place, the tail may need no masking at all
         stages: list[Stage] = [PrecomputedStage(settings.summarize)]
         stages += [TruncateStage(settings.truncate), MaskStage(settings.mask)]
     else:

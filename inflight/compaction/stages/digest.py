@@ -1,9 +1,9 @@
 """Stage 4: when no LLM summary could be made, drop the middle and keep its ledger instead.
 
-The ledger (`inflight.compaction.ledger`) says what the dropped messages did: commands and their
+The ledger (`inflight.compaction.ledger`) lists what the dropped messages did: commands and their
 outcomes, files, errors and names, verbatim. An earlier LLM summary's text is kept above it, with a
-note that says the summary covers only what came before (never "no summary could be made" right
-under a summary).
+note that the summary covers only the messages before; the note never claims "no summary could be
+made" right under a summary.
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ LATER_NOTE = (
 
 
 def without_notes(text: str) -> str:
-    """A summary's written part without the notes a digest put there: what an LLM wrote, if anything."""
+    """A summary's written part without any notes a digest added, leaving only what an LLM wrote, if anything."""
     return text.replace(NO_SUMMARY_NOTE, "").replace(LATER_NOTE, "").strip()
 
 
 def digest_text(earlier: str) -> str:
-    """The text above the ledger of a digest: the earlier LLM summary, if any, with the note that fits it."""
+    """The text a digest puts above its ledger: the earlier LLM summary, if any, with the matching note."""
     summary = without_notes(earlier)
     return f"{summary}\n\n{LATER_NOTE}" if summary else NO_SUMMARY_NOTE
 

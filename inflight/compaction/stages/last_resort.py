@@ -1,14 +1,13 @@
-"""Stage 5: still over the limit, halve the biggest messages we may touch (never an opaque one), one at a time.
+"""Stage 5: if still over the limit, halve the biggest editable messages one at a time (never opaque ones).
 
-In this order: the messages after the head (a huge observation goes first), then the head's own
-messages other than the system prompt (a long demonstration), then the system prompt, then the
-commands of the turns that are sent (an assistant message a user message answers: a text-action
-agent's command, whose observation would be left answering nothing). The task (the head's last
-user message) and the latest user request are never touched, nor is the latest user message (a
-text-action agent's latest observation, what it acts on next) unless it alone takes more than a
-quarter of the budget: if they alone do not fit, the request cannot be made to fit and the outcome
-says so. SWE-agent's head holds a demonstration of tens of kilobytes: it is cut before the latest
-turn, not after.
+The order is: messages after the head (so a huge observation goes first), then the head's messages
+other than the system prompt (such as a long demonstration), then the system prompt, and last the
+assistant messages that a user message answers (a text-action agent's commands, cut last so their
+observations keep making sense). The task (the head's last user message) and the latest request are
+never touched. Nor is the latest user message (a text-action agent's latest observation, which it acts
+on next), unless it alone takes more than a quarter of the budget. If these alone do not fit, the
+request cannot be made to fit and the outcome says so. SWE-agent's head holds a demonstration of tens
+of kilobytes, which is cut before the latest turn.
 """
 
 from __future__ import annotations
@@ -40,19 +39,19 @@ class LastResortStage:
 
     @staticmethod
     def phases(work: Work) -> list[set[int]]:
-        """The indices each phase may cut: the body, then the head, each less system/developer messages
-        (wherever they stand), then those, then the commands the body's user messages answer."""
+        """The indices each phase may cut: the body, then the head (both without system/developer messages),
+        then the system/developer messages wherever they are, then the commands that user messages answer."""
         messages, head_len = work.conversation.messages, work.draft.head_len
-        task = last_user_index(messages[:head_len])  # the head's last user message: what the agent is solving
+        task = last_user_index(messages[:head_len])  # the head's last user message: the agent's task
         kept = {work.latest_request, task, work.latest_user_message()}
         touchable = set(range(len(messages))) - kept - work.conversation.opaque
-        system = {i for i in touchable if pinned(messages[i])}  # in the head or later: cut last
+        system = {i for i in touchable if pinned(messages[i])}  # in the head or later; cut late
         head = {i for i in touchable if i < head_len} - system
         commands = {i for i in touchable - head - system if answered(messages, i)}
         return [touchable - head - system - commands, head, system, commands]
 
     def halve_biggest(self, work: Work, allowed: set[int]) -> int | None:
-        """Cut the biggest message of `allowed` that can be cut; the tokens saved, or None when none can be."""
+        """Halve the biggest message in `allowed` that can be cut; return the tokens saved, or None if none can."""
         candidates = [
             (tokens, origin, message)
             for message, tokens, origin in work.draft.view(work.conversation)
@@ -70,7 +69,7 @@ class LastResortStage:
             if cut is None:
                 continue
             new_tokens = work.count_message(cut)
-            if new_tokens >= tokens:  # the cut (and what its marker says) saves nothing: try the next one
+            if new_tokens >= tokens:  # with its marker, the cut saves nothing: try the next one
                 continue
             work.draft.replaced[origin] = Replacement(work.conversation.digests[origin], cut, new_tokens, "truncate")
             return tokens - new_tokens
@@ -78,7 +77,9 @@ class LastResortStage:
 
 
 def answered(messages: Sequence[Message], index: int) -> bool:
-    """An assistant message that a user message answers: a text-action agent's command and its observation
-    (or a reply and the user's next request). Cut, the turn would be an answer to nothing."""
+    """Whether an assistant message is followed by a user message answering it.
+
+    That is a text-action agent's command and its observation, or a reply and the user's next request. Cutting
+    the command would leave the observation answering nothing."""
     following = messages[index + 1] if index + 1 < len(messages) else None
     return messages[index].get("role") == "assistant" and following is not None and following.get("role") == "user"

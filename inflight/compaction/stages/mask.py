@@ -1,14 +1,14 @@
-"""Stage 2: replace old tool results by a short placeholder that still says what the call was.
+"""Stage 2: replace old tool results with a short placeholder that still names the call.
 
-All but the newest `keep_tool_results` results go at once (then all but `keep_tool_results_min`
-if still above the compaction's aim, `Work.aim`: the target, or deeper when the conversation grows
-fast, `inflight.compaction.depth`): one big step rather than one result a turn, and down to the aim
-rather than just under a threshold, so that the next turns need no change and the prefix the
-upstream caches stays stable for as many turns as the budget allows. Masking all the way costs the
-cache no more than masking one (the prefix changes from the first result masked either way).
+All but the newest `keep_tool_results` results are masked at once, then all but `keep_tool_results_min`
+if the request is still above the compaction's aim (`Work.aim`: the target, or lower when the conversation
+grows fast; see `inflight.compaction.depth`). Masking in one big step down to the aim, rather than one
+result per turn, means the next turns need no change and the prefix the upstream caches stays stable as
+long as the budget allows. Masking many costs the cache no more than masking one, since the prefix changes
+from the first masked result either way.
 
-The placeholder is a pure function of the call and the result, so the same result is masked to
-the same bytes on every turn (the upstream's prompt cache depends on it).
+The placeholder depends only on the call and the result, so the same result is masked to the same
+bytes on every turn, which the upstream's prompt cache relies on.
 """
 
 from __future__ import annotations
@@ -34,14 +34,15 @@ OBSERVATION_PRUNED = "[observation pruned:"
 
 
 def pruned(prefix: str, what: str, message: Message, tokens: int) -> str:
-    """One line in a result's place: what ran, how big its output was, and that output's errors and paths.
-    A pure function of the message, so the same result is masked to the same bytes every turn."""
+    """The one line that replaces a result: what ran, how big its output was, and that output's errors and paths.
+
+    It depends only on the message, so the same result is masked to the same bytes every turn."""
     note = facts_note(text_of(message.get("content")))
     return f"{prefix} {what} returned {tokens:,} tokens{'; ' + note if note else ''}]"
 
 
 def placeholder(message: Message, function: dict[str, Any] | None, tokens: int) -> Message:
-    """The masked form of a tool result: same role and id, a one-line content."""
+    """The masked form of a tool result: the same role and id, with one line of content."""
     text = pruned(TOOL_PRUNED, describe_call(function), message, tokens)
     masked = {key: (text if key == "content" else value) for key, value in message.items()}
     masked.setdefault("content", text)
@@ -49,7 +50,7 @@ def placeholder(message: Message, function: dict[str, Any] | None, tokens: int) 
 
 
 def observation_placeholder(message: Message, command: str | None, tokens: int) -> Message:
-    """The masked form of a text-action agent's observation (a user message): what ran, how big it was."""
+    """The masked form of a text-action agent's observation (a user message): what ran and how big its output was."""
     ran = f"`{command.splitlines()[0][:160]}`" if command else "a command"
     return {**message, "content": pruned(OBSERVATION_PRUNED, ran, message, tokens)}
 
@@ -60,7 +61,7 @@ class MaskStage:
         self.observation = observation_regex(settings.observation_pattern)
 
     def observations(self, work: Work) -> dict[int, str | None]:
-        """User messages after the head that are observations (by the pattern), with the command each answers."""
+        """Map user messages after the head that match the observation pattern to the command each answers."""
         messages, head_len = work.conversation.messages, work.draft.head_len
         if self.observation is None:
             return {}
@@ -78,7 +79,7 @@ class MaskStage:
 
     async def run(self, work: Work) -> None:
         if not work.prune or (work.middle_replaced and work.tokens <= work.aim and not work.force):
-            return  # a summary put in place first already brought it down: the tail stays verbatim
+            return  # a summary made ahead already brought it down: the tail stays unchanged
         conversation, draft = work.conversation, work.draft
         messages = conversation.messages
         total = work.tokens

@@ -1,10 +1,10 @@
-"""Stage 3 when summaries are made in the background: put in place the summary a job made ahead.
+"""Stage 3 with background summaries: use the summary a job made ahead.
 
-The summary (`Record.ahead`) was made while earlier turns were answered, so the turn that needs
-it pays nothing for it. It is used on any turn that compacts again (the prefix changes on that
-turn anyway, so it might as well shrink as far as it can and stay put longer), and on the first
-turn after it lands when the record holds only a local digest (the crossing turn could not wait
-for it): from then on the conversation carries the LLM summary instead of the digest.
+The summary (`Record.ahead`) was made while earlier turns were being answered, so the turn that needs
+it does not wait for it. It is used on any turn that compacts again, since the prefix changes on that
+turn anyway and may as well shrink as far as it can to stay stable longer. It is also used on the first
+turn after it is saved when the record has only a local digest (the turn that needed it could not wait):
+from then on the conversation carries the LLM summary instead of the digest.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ class PrecomputedStage:
             fallback=draft.fallback,
             digests=work.conversation.digests,
         )
-        if ahead is None or not usable:  # none, or stale: the conversation moved on, or the record summarizes further
+        if ahead is None or not usable:  # none, or stale: the conversation changed, or the record summarizes more
             draft.ahead = None
             return
         if not (work.prune or work.summary_due() or draft.fallback):
@@ -42,12 +42,12 @@ class PrecomputedStage:
         draft.ahead = None
         later = choose_cut(work, self.settings) if work.tokens > work.aim else None
         if later is not None and later > draft.prefix_len:
-            # The turns since the job's cut leave the request above its aim: a turn or two below the next
-            # compaction, which would rewrite the prefix again soon. They join the summary's span, kept
-            # by the ledger (their commands and facts), and the request lands near its aim.
+            # The turns since the job's cut leave the request above its aim, only a turn or two before the next
+            # compaction would rewrite the prefix again. So they join the summarized span, recorded only in the
+            # ledger (their commands and facts), and the request ends near its aim.
             ledger = grown_ledger(work, later)
             replace_middle(
                 work, later, ahead.text, settings=self.settings, fallback=False, ledger=ledger, action=PRECOMPUTED
             )
-        if work.tokens > work.budget.summarize_at:  # the conversation grew past what it covers: the digest cuts on
+        if work.tokens > work.budget.summarize_at:  # still too big after the summary: let the digest stage cut more
             work.middle_replaced = False

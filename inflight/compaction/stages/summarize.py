@@ -1,7 +1,7 @@
-"""Stage 3: an LLM summary of the middle, rolled over chunks when the middle is long.
+"""Stage 3: an LLM summary of the middle, built chunk by chunk when the middle is long.
 
-A failing summarizer leaves the draft as it was and says why in the outcome; the digest stage
-after it then drops the same middle with a local digest.
+If the summarizer fails, the draft is left unchanged and the outcome says why; the digest stage
+after it then replaces the same middle with a local digest.
 """
 
 from __future__ import annotations
@@ -34,19 +34,19 @@ from inflight.config import Summarize as SummarizeSettings
 log = logging.getLogger("inflight")
 
 MAX_SUMMARY_CHUNKS = 6
-MESSAGE_OVERHEAD_TOKENS = 64  # the chat format around the two messages, and the tags
+MESSAGE_OVERHEAD_TOKENS = 64  # the chat format around the two messages, and the tags around the transcript
 MIN_ROOM_TOKENS = 256
 
 
 class SummarizerTooSmall(ValueError):
-    """The summarizer's window cannot take a useful piece of transcript beside what goes with it."""
+    """The summarizer's window is too small for a useful piece of transcript plus what is sent with it."""
 
 
 @dataclass(frozen=True)
 class SummaryPlan:
     jobs: list[SummaryJob]  # one per chunk of the transcript, in order
-    previous: str | None  # the record's earlier note, which the first chunk is folded into
-    in_place: SummaryJob | None = None  # asked first, when planned
+    previous: str | None  # the record's earlier summary, which the first chunk's summary extends
+    in_place: SummaryJob | None = None  # tried first, when planned
     problem: Exception | None = None  # why no chunk could be made (raised if the in-place request fails)
 
 
@@ -74,7 +74,7 @@ class SummarizeStage:
         except Exception as exc:  # whatever went wrong, the request must still be served
             work.outcome.notes["summarizer_error"] = type(exc).__name__
             rejected = getattr(exc, "rejected", None)
-            if rejected:  # said in x-inflight-actions: the reply came, and was not good enough to keep
+            if rejected:  # reported in x-inflight-actions: a reply came but was not good enough to keep
                 work.outcome.actions.append(Action.rejected(rejected))
             if isinstance(exc, SummaryBudgetSpent):
                 work.outcome.actions.append(exc.action)
@@ -85,15 +85,15 @@ class SummarizeStage:
         replace_middle(work, cut, text, settings=self.settings, fallback=False, ledger=grown_ledger(work, cut))
 
     async def summary_for(self, work: Work, cut: int, *, in_place: InPlace | None = None) -> str:
-        """The summary of the conversation up to `cut`, the record's earlier summary folded in."""
+        """Summarize the conversation up to `cut`, including the record's earlier summary."""
         return await self.ask(self.plan(work, cut, in_place=in_place), work)
 
     def plan(self, work: Work, cut: int, *, in_place: InPlace | None = None) -> SummaryPlan:
-        """What the summarizer will be asked, before any call: CPU only (render, count, chunk), so that a
-        background job works it out off the event loop and then awaits the calls on it.
+        """Prepare the summarizer requests without calling it: CPU work only (render, count, chunk).
 
-        `in_place`: ask with the conversation as last sent (see `InPlace`) when that fits the summarizer's
-        window; the chunks of the usual form are made too, for when that fails."""
+        A background job can then do this off the event loop and await the calls on it. With `in_place`, the
+        summarizer is first asked with the conversation as last sent (see `InPlace`) when that fits its window;
+        the usual transcript chunks are prepared too, in case that fails."""
         draft = work.draft
         previous = without_notes(written_part(draft.summary)) if draft.summary else None
         messages = span(work, cut)
@@ -106,8 +106,9 @@ class SummarizeStage:
         return SummaryPlan(jobs, previous or None, in_place_job)
 
     async def ask(self, plan: SummaryPlan, work: Work) -> str:
-        """The summary: asked in place if planned (and kept if good), else chunk by chunk, each call
-        folding its chunk into the note so far."""
+        """Get the summary: in place if planned and the reply is good, else chunk by chunk.
+
+        Each chunk's call extends the summary so far with that chunk."""
         if plan.in_place is not None:
             text = await self.ask_in_place(plan.in_place, work)
             if text:
@@ -123,24 +124,25 @@ class SummarizeStage:
         return summary or ""
 
     def in_place_job(self, messages: list[Message], in_place: InPlace, max_tokens: int) -> SummaryJob | None:
-        """The in-place request, when the conversation, the instruction and the reply fit the summarizer."""
+        """The in-place request, if the conversation, the instruction and the reply fit the summarizer's window."""
         prompt = load_prompt(self.settings.prompt_file)
         sent = in_place.tokens + self.count_text(prompt) + MESSAGE_OVERHEAD_TOKENS
         if sent + max_tokens > self.input_tokens:
             return None
         clip_chars = self.settings.clip_tool_output_chars
-        transcript = "\n\n".join(render_transcript(messages, clip_tool_output=clip_chars))  # to check the reply
+        transcript = "\n\n".join(render_transcript(messages, clip_tool_output=clip_chars))  # used to check the reply
         return SummaryJob(None, transcript, max_tokens, prompt=prompt, in_place=in_place, input_tokens=sent)
 
     async def ask_in_place(self, job: SummaryJob, work: Work) -> str | None:
-        """The reply to the in-place request; None when it is refused or its reply rejected (a model may
-        carry on the conversation instead of summarizing it): then the usual form is asked."""
+        """Send the in-place request; None if it is refused or its reply rejected, so the transcript form is tried.
+
+        A model may carry on the conversation instead of summarizing it, which is why replies are checked."""
         work.outcome.summarizer_calls += 1
         try:
             return (await self.summarize(job)).strip()
         except Exception as exc:
-            # Refused (too long after all, a parameter it does not take) or a reply not kept: the usual form
-            # may do. Down or slow: it would fail the same way, so the job fails (and is retried once).
+            # Refused (too long after all, or a parameter it does not accept) or a rejected reply: the transcript
+            # form may work. If the summarizer is down or slow, that would fail too, so the job fails (retried once).
             refused = 400 <= (getattr(exc, "status", None) or 0) < 500
             if not (refused or getattr(exc, "rejected", None)):
                 raise
@@ -148,13 +150,13 @@ class SummarizeStage:
             return None
 
     def max_tokens(self, work: Work) -> int:
-        # The note must fit the request's budget, and leave the summarizer's own window room to read.
+        # The summary must fit the request's budget and leave room in the summarizer's window for its input.
         return min(max_summary_tokens(self.settings, work.budget), self.input_tokens // 4)
 
     def rolling_jobs(
         self, messages: list[Message], max_tokens: int, work: Work, *, previous: str | None
     ) -> list[SummaryJob]:
-        """One request per chunk of the transcript; `previous` is filled in as the note grows (`ask`)."""
+        """One request per chunk of the transcript; `ask` fills in `previous` with the summary so far."""
         draft = work.draft
         head = head_for_summarizer(work.conversation.messages[: draft.head_len])
         ledger = draft.ledger.render(LEDGER_CHARS) if draft.ledger else ""
@@ -170,10 +172,11 @@ class SummarizeStage:
     def chunks(
         self, messages: list[Message], previous: str | None, max_tokens: int, *, context_tokens: int
     ) -> list[str]:
-        """The transcript in pieces that each fit the summarizer's window with everything sent beside
-        them (prompt, task, ledger, the note so far, the reply); the oldest go first if too many.
-        A window too small for even that is not sent a request it would refuse."""
-        note = max(self.count_text(previous) if previous else 0, max_tokens)  # the note so far, at most
+        """Split the transcript into pieces that each fit the summarizer's window with everything sent alongside.
+
+        That is the prompt, task, ledger, summary so far and reply. If there are too many pieces, the oldest are
+        dropped. A window too small for even that raises `SummarizerTooSmall` rather than send a doomed request."""
+        note = max(self.count_text(previous) if previous else 0, max_tokens)  # the largest the summary so far can be
         room = self.input_tokens - max_tokens - context_tokens - note - MESSAGE_OVERHEAD_TOKENS
         if room < MIN_ROOM_TOKENS:
             raise SummarizerTooSmall(
@@ -192,12 +195,12 @@ class SummarizeStage:
         return ["\n\n".join(piece) for piece in pieces if piece]
 
     def pack(self, blocks: list[str], room: int) -> list[list[str]]:
-        """Blocks in order, as few pieces as fit `room` tokens each; a block larger than that is clipped."""
+        """Group blocks, in order, into as few pieces of at most `room` tokens as possible; clip any larger block."""
         pieces: list[list[str]] = [[]]
         used = 0
         for block in blocks:
             tokens = self.count_text(block)
-            while tokens > room:  # a block bigger than a whole chunk: clipped (and counted again) until it fits
+            while tokens > room:  # a block bigger than a whole chunk is clipped and recounted until it fits
                 block = clip(block, min(room * 3, len(block) // 2))
                 tokens = self.count_text(block)
             if used + tokens > room and pieces[-1]:

@@ -1,6 +1,6 @@
-"""Stage 1: cut oversized message text down to its head and tail, saying exactly what was cut.
+"""Stage 1: cut oversized message text down to its start and end, saying exactly what was cut.
 
-Head and tail, because tool output carries its command echo and headers at the top and its
+Both ends are kept because tool output has its command echo and headers at the top and its
 verdict (the exception, the test summary, the exit status) at the bottom.
 """
 
@@ -25,21 +25,21 @@ class Limits:
 
 
 def marker(omitted_lines: int, total_lines: int, omitted_bytes: int, facts: str = "") -> str:
-    """What a cut removed; `facts` (`facts_note` of the removed part) keeps its error lines and paths."""
+    """Describe what a cut removed; `facts` (`facts_note` of the removed part) keeps its error lines and paths."""
     said = f"; in them: {facts}" if facts else ""
     return f"[... omitted {omitted_lines:,} of {total_lines:,} lines ({omitted_bytes:,} bytes){said} ...]"
 
 
 def truncate_text(text: str, limits: Limits) -> str | None:
-    """The head+tail of `text` within the limits, or None when it already fits."""
-    ascii = text.isascii()  # then a character is a byte
+    """The start and end of `text` within the limits, or None when it already fits."""
+    ascii = text.isascii()  # if so, a character is a byte
     size = len(text) if ascii else len(text.encode())
     lines = text.split("\n")
     if len(lines) <= limits.max_lines and size <= limits.max_bytes:
         return None
     keep_lines = min(len(lines), limits.max_lines)
     budget = max(limits.max_bytes - 120, 64)  # room for the marker itself
-    # Bytes of the first n lines, each with its newline: a 200 KB output is sized once, not once a halving.
+    # Cumulative bytes of the first n lines, each with its newline, so a 200 KB output is measured only once.
     ends = [0, *accumulate(len(line) + 1 if ascii else len(line.encode()) + 1 for line in lines)]
 
     def kept_bytes(head_n: int, tail_n: int) -> int:
@@ -96,8 +96,10 @@ def _cut_bytes(text: str, budget: int, *, total_lines: int) -> str:
 
 
 class TruncateStage:
-    """Every oversized message after the summarized prefix, except pinned ones, the latest request, and the
-    latest user message unless it alone takes more than a quarter of the budget."""
+    """Truncate every oversized message after the summarized prefix.
+
+    Pinned messages and the latest request are left alone, as is the latest user message unless it alone takes
+    more than a quarter of the budget."""
 
     def __init__(self, settings: TruncateSettings) -> None:
         self.limits = Limits(settings.max_lines, settings.max_bytes)
@@ -107,7 +109,7 @@ class TruncateStage:
             return
         messages, draft = work.conversation.messages, work.draft
         kept = protected(messages, work.latest_request) | work.conversation.opaque
-        latest_user = work.latest_user_message()  # a text-action agent's latest observation, unless huge
+        latest_user = work.latest_user_message()  # e.g. a text-action agent's latest observation, unless huge
         if latest_user is not None:
             kept.add(latest_user)
         for index in range(draft.prefix_len, len(messages)):

@@ -1,4 +1,4 @@
-"""The BPE rank files tiktoken would download, shipped so counting works offline; which model uses which.
+"""The BPE rank files tiktoken would download, shipped so counting works offline, and which model uses which.
 
 Each file is verified against tiktoken's published sha256 before use: a corrupted or swapped
 file would make every count silently wrong, which is worse than refusing to start.
@@ -16,7 +16,7 @@ from importlib import resources
 
 import tiktoken
 
-# Which tiktoken encoding OpenAI's own model families use (tiktoken/model.py); the rest estimate.
+# Which tiktoken encoding OpenAI's own model families use (tiktoken/model.py); other models get an estimate.
 FAMILY_ENCODINGS: tuple[tuple[str, str], ...] = (
     ("gpt-4o*", "o200k_base"),
     ("chatgpt-4o*", "o200k_base"),
