@@ -75,19 +75,20 @@ class ConversationHandler:
 
     async def __call__(self, request: Request, exchange: Exchange) -> Relay | KeepAlive:
         encoding = request.headers.get("content-encoding", "")
+        options = options_of(request, self.wire)
         intake = await read_request(
             await read_limited(request, self.limits),
             encoding,
             self.pipeline,
             self.wire,
             limit=self.limits.max_body_bytes,
+            tenant=options.tenant,
         )
         model = intake.payload.get("model")
         exchange.note("model", model if isinstance(model, str) else "-")
         async with cancelled_on_disconnect(request.receive):  # the body is read: now watch for the client leaving
             if intake.counted is None:  # not ours to judge: the upstream answers whatever this is with its own error
                 return relay(await self.send(request, exchange, intake.raw, rewritten=False), exchange)
-            options = options_of(request, self.wire)
             fetch_models = discovery(self.upstream, request)
             accounting = await self.pipeline.account(intake.counted, fetch_models, tenant=options.tenant)
             if self.pipeline.asks_exact_count(intake.counted, accounting, options):
