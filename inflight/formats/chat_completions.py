@@ -26,7 +26,7 @@ class ChatCompletions(OpenAIShape):
     usage_marker: bytes = b'"usage"'
     in_place_summaries: bool = True
 
-    def read(self, payload: dict[str, Any]) -> CoreRequest | None:
+    def read(self, payload: dict[str, Any], *, tenant: str = "") -> CoreRequest | None:
         model = payload.get("model")
         messages = payload.get("messages")
         if not isinstance(model, str) or not is_message_list(messages):

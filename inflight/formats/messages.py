@@ -82,7 +82,7 @@ class Messages:
     summary_path: str = "/v1/messages"
     summary_headers: tuple[tuple[bytes, bytes], ...] = ((b"anthropic-version", ANTHROPIC_VERSION),)
 
-    def read(self, payload: dict[str, Any]) -> CoreRequest | None:
+    def read(self, payload: dict[str, Any], *, tenant: str = "") -> CoreRequest | None:
         model, source = payload.get("model"), payload.get("messages")
         if not isinstance(model, str) or not isinstance(source, list):
             return None

@@ -56,8 +56,8 @@ CALLS = ("function_call", "custom_tool_call", "local_shell_call")
 OUTPUTS = ("function_call_output", "custom_tool_call_output", "local_shell_call_output")
 PENDING_EVENTS = frozenset({"response.created", "response.in_progress", "response.queued"})
 UNREADABLE_ITEM = (
-    "[inflight: the summary of the earlier conversation was sealed by another inflight proxy (or changed) "
-    "and could not be read; the messages it replaced are not available]"
+    "[inflight: the summary of the earlier conversation was sealed by another inflight proxy or for another "
+    "key (or changed) and could not be read; the messages it replaced are not available]"
 )
 TEXT_PARTS = ("input_text", "output_text", "text", "summary_text", "reasoning_text")
 
@@ -65,7 +65,7 @@ Item = dict[str, Any]
 
 
 class Responses(OpenAIShape):
-    """The format; `item_key` opens inflight's own compaction items (None: a body carrying one is refused)."""
+    """The format; `item_key` opens inflight's own compaction items (None: each becomes the unreadable note)."""
 
     def __init__(self, item_key: ItemKey | None = None) -> None:
         self.item_key = item_key
@@ -76,7 +76,7 @@ class Responses(OpenAIShape):
     usage_marker: bytes = b'"usage"'
     in_place_summaries: bool = False  # a summary through Chat Completions cannot reuse this API's prompt cache
 
-    def read(self, payload: dict[str, Any]) -> CoreRequest | None:
+    def read(self, payload: dict[str, Any], *, tenant: str = "") -> CoreRequest | None:
         model, source = payload.get("model"), payload.get("input")
         if not isinstance(model, str) or not isinstance(source, str | list):
             return None
@@ -85,7 +85,7 @@ class Responses(OpenAIShape):
         messages, origins, opaque = view_of(payload.get("instructions"), source)
         expanded: list[int] = []
         if isinstance(source, list) and any(is_our_item(item) for item in source):
-            messages, origins, opaque, expanded = self.expand(messages, origins, opaque, source)
+            messages, origins, opaque, expanded = self.expand(messages, origins, opaque, source, tenant=tenant)
         view: dict[str, Any] = {"messages": messages, **tool_fields(payload)}
         limit = payload.get("max_output_tokens")
         session = payload.get("prompt_cache_key")
@@ -103,10 +103,16 @@ class Responses(OpenAIShape):
         )
 
     def expand(
-        self, messages: list[Message], origins: list[tuple[int, ...] | None], opaque: list[int], items: list[Item]
+        self,
+        messages: list[Message],
+        origins: list[tuple[int, ...] | None],
+        opaque: list[int],
+        items: list[Item],
+        *,
+        tenant: str,
     ) -> tuple[list[Message], list[tuple[int, ...] | None], list[int], list[int]]:
-        """Our compaction items opened into the summaries they hold (user messages, as the core writes
-        summaries), and what the last one covers dropped, as OpenAI drops it: every item between the
+        """Our compaction items opened for `tenant` into the summaries they hold (user messages, as the core
+        writes summaries), and what the last one covers dropped, as OpenAI drops it: every item between the
         head (the instructions, the task: all before the model's first output) and that last item,
         except system and developer messages (an agent sends its instructions every time) and other
         items of ours (each holds an earlier summary). A tool output whose call went goes too."""
@@ -116,7 +122,8 @@ class Responses(OpenAIShape):
         for index, (message, origin) in enumerate(zip(messages, origins, strict=True)):
             item_index = origin[0] if origin else None
             if item_index is not None and is_our_item(items[item_index]):
-                kept.append(({"role": "user", "content": self.open(items[item_index])}, origin, False, True))
+                summary = {"role": "user", "content": self.open(items[item_index], tenant=tenant)}
+                kept.append((summary, origin, False, True))
             elif (
                 item_index is None
                 or item_index < head_end
@@ -133,11 +140,13 @@ class Responses(OpenAIShape):
             [i for i, (_, _, _, is_expanded) in enumerate(kept) if is_expanded],
         )
 
-    def open(self, item: Item) -> str:
-        """The summary an item of ours holds; one that no longer opens (sealed with another key, after a
-        restart without `responses.item_key`, or edited) is replaced by a note saying so: the request
-        still goes (the upstream could not read the item either), and nothing is dropped unsaid."""
-        summary = self.item_key.open(str(item.get("encrypted_content"))) if self.item_key is not None else None
+    def open(self, item: Item, *, tenant: str) -> str:
+        """The summary an item of ours holds; one that does not open (sealed with another key, as after a
+        restart without `responses.item_key`; for another client's key; by an older inflight; or edited)
+        is replaced by a note saying so: the request still goes (the upstream could not read the item
+        either), and nothing is dropped unsaid."""
+        token = str(item.get("encrypted_content"))
+        summary = self.item_key.open(token, tenant=tenant) if self.item_key is not None else None
         if summary is None:
             log.warning("[responses] a compaction item of inflight's could not be opened; sent as a note instead")
             return UNREADABLE_ITEM

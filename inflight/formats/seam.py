@@ -129,8 +129,9 @@ class WireFormat(Protocol):
     usage_marker: bytes  # an event without these bytes carries no usage: not parsed
     in_place_summaries: bool  # a summary may be asked as a Chat Completions continuation of this body
 
-    def read(self, payload: dict[str, Any]) -> CoreRequest | None:
-        """The body as the core's conversation, or None when it is none this format can count."""
+    def read(self, payload: dict[str, Any], *, tenant: str = "") -> CoreRequest | None:
+        """The body as the core's conversation, or None when it is none this format can count. `tenant`: the
+        client's (`Options.tenant`), which inflight's own compaction items are sealed for."""
         ...
 
     def write(self, payload: dict[str, Any], request: CoreRequest, messages: list[Message]) -> bytes:

@@ -56,7 +56,9 @@ class CompactHandler:
     async def __call__(self, request: Request, exchange: Exchange) -> Relay:
         encoding = request.headers.get("content-encoding", "")
         chunks = await read_limited(request, self.limits)
-        intake = await read_request(chunks, encoding, self.pipeline, self.wire, limit=self.limits.max_body_bytes)
+        options = replace(options_of(request, self.wire), mode=Mode.FORCE)  # compacted, fit or not
+        limit = self.limits.max_body_bytes
+        intake = await read_request(chunks, encoding, self.pipeline, self.wire, limit=limit, tenant=options.tenant)
         counted = intake.counted
         body, rewritten = intake.raw, False
         if counted is not None and counted.request.expanded:  # items of ours: the upstream cannot read them
@@ -70,13 +72,14 @@ class CompactHandler:
             ):
                 return relay(response, exchange)
             theirs = await read_short(response, self.upstream.host)  # its "no such route", kept to relay if need be
-            options = replace(options_of(request, self.wire), mode=Mode.FORCE)  # compacted, fit or not
             if self.pipeline.discovers(counted.model):
                 await self.pipeline.discover(discovery(self.upstream, request))
             accounting = self.pipeline.account(counted, tenant=options.tenant)
             prepared = await self.pipeline.prepare(counted, accounting, options)
         output = (
-            self.sealed(counted.payload["input"], orjson.loads(prepared.body)["input"]) if prepared.rewritten else None
+            self.sealed(counted.payload["input"], orjson.loads(prepared.body)["input"], tenant=options.tenant)
+            if prepared.rewritten
+            else None
         )
         if output is None:  # nothing summarized (not compactable, compaction off or failed): the upstream's answer
             exchange.note("compacted_by", "none")
@@ -96,9 +99,10 @@ class CompactHandler:
         }
         return json_answer(orjson.dumps(answer), exchange)
 
-    def sealed(self, original: list[Any], compacted: object) -> list[Any] | None:
+    def sealed(self, original: list[Any], compacted: object, *, tenant: str) -> list[Any] | None:
         """The compacted items with the messages the compaction wrote (the summary, and an earlier one of
-        ours it kept) sealed in one compaction item, where the first stood; None when it wrote none."""
+        ours it kept) sealed for the client `tenant` in one compaction item, where the first stood; None
+        when it wrote none."""
         if not isinstance(compacted, list):
             return None
         theirs = {orjson.dumps(item) for item in original}
@@ -113,7 +117,8 @@ class CompactHandler:
         if not written:
             return None
         text = "\n\n".join(text_of_parts(compacted[i].get("content")) for i in written)
-        item = {"type": "compaction", "id": f"cmp_{uuid.uuid4().hex}", "encrypted_content": self.item_key.seal(text)}
+        sealed = self.item_key.seal(text, tenant=tenant)
+        item = {"type": "compaction", "id": f"cmp_{uuid.uuid4().hex}", "encrypted_content": sealed}
         return [
             item if i == written[0] else other
             for i, other in enumerate(compacted)

@@ -45,12 +45,14 @@ class ConversationHandler:
 
     async def __call__(self, request: Request, exchange: Exchange) -> Relay | KeepAlive:
         encoding = request.headers.get("content-encoding", "")
+        options = options_of(request, self.wire)
         intake = await read_request(
             await read_limited(request, self.limits),
             encoding,
             self.pipeline,
             self.wire,
             limit=self.limits.max_body_bytes,
+            tenant=options.tenant,
         )
         model = intake.payload.get("model")
         exchange.note("model", model if isinstance(model, str) else "-")
@@ -58,7 +60,7 @@ class ConversationHandler:
             if intake.counted is None:  # not ours to judge: the upstream answers whatever this is with its own error
                 response = await post_upstream(self.upstream, request, exchange, intake.raw, rewritten=False)
                 return relay(response, exchange)
-            turn = Turn(self.pipeline, intake.counted, options_of(request, self.wire))
+            turn = Turn(self.pipeline, intake.counted, options)
             driver = Driver(
                 turn,
                 request=request,

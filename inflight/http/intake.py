@@ -65,29 +65,30 @@ def parse_request(data: bytes) -> tuple[dict[str, Any], bool]:
 
 
 def parse_and_count(
-    chunks: list[bytes], content_encoding: str, pipeline: Pipeline, wire: WireFormat, limit: int
+    chunks: list[bytes], content_encoding: str, pipeline: Pipeline, wire: WireFormat, limit: int, *, tenant: str = ""
 ) -> Intake:
     # Joined here, in the worker: CPython copies a join of a megabyte or more without the GIL, so the
     # loop runs on meanwhile; joined on the loop, 30 MB would stop it for a copy's time.
     raw = b"".join(chunks)
     chunks.clear()  # the body is held once, not twice, while it is parsed
     payload, countable = parse_request(decompress(raw, content_encoding, limit))
-    return Intake(raw, payload, pipeline.count(raw, payload, wire) if countable else None)
+    return Intake(raw, payload, pipeline.count(raw, payload, wire, tenant=tenant) if countable else None)
 
 
 async def read_request(
-    chunks: list[bytes], content_encoding: str, pipeline: Pipeline, wire: WireFormat, *, limit: int
+    chunks: list[bytes], content_encoding: str, pipeline: Pipeline, wire: WireFormat, *, limit: int, tenant: str
 ) -> Intake:
-    """Join, decompress, parse and count; a large or compressed body all in one worker thread, so the
-    loop keeps serving others (a small gzip body can inflate to the whole limit)."""
+    """Join, decompress, parse and count (as the client `tenant`'s); a large or compressed body all in one
+    worker thread, so the loop keeps serving others (a small gzip body can inflate to the whole limit)."""
     size = sum(map(len, chunks))
     if size > THREAD_THRESHOLD_BYTES or not is_identity(content_encoding):
-        return await in_thread(size >= HEAVY_BYTES, parse_and_count, chunks, content_encoding, pipeline, wire, limit)
+        heavy = size >= HEAVY_BYTES
+        return await in_thread(heavy, parse_and_count, chunks, content_encoding, pipeline, wire, limit, tenant=tenant)
     raw = b"".join(chunks)
     payload, countable = parse_request(raw)
     if not countable:
         return Intake(raw, payload, None)
     model = payload.get("model")
     if isinstance(model, str) and not is_loaded(pipeline.encoding_for(model).name):  # built on first use: ~1 s
-        return Intake(raw, payload, await asyncio.to_thread(pipeline.count, raw, payload, wire))
-    return Intake(raw, payload, pipeline.count(raw, payload, wire))
+        return Intake(raw, payload, await asyncio.to_thread(pipeline.count, raw, payload, wire, tenant=tenant))
+    return Intake(raw, payload, pipeline.count(raw, payload, wire, tenant=tenant))

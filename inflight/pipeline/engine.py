@@ -190,10 +190,13 @@ class Pipeline:
         """`text` counted with `model`'s encoding (estimated from its size where the tokenizer fails)."""
         return counted_or_estimated(self._counter.encoding(self.encoding_for(model).name), text)
 
-    def count(self, raw: bytes, payload: dict[str, Any], wire: WireFormat, *, exact: bool = False) -> Counted | None:
-        """The request counted, or None when it is none `wire` can count. CPU only: may run in a thread.
-        Only the newest window's worth is counted exactly (`exact_tokens`) unless `exact` (`inflight count`)."""
-        request = wire.read(payload)
+    def count(
+        self, raw: bytes, payload: dict[str, Any], wire: WireFormat, *, tenant: str = "", exact: bool = False
+    ) -> Counted | None:
+        """The request of the client `tenant` counted, or None when it is none `wire` can count. CPU only: may
+        run in a thread. Only the newest window's worth is counted exactly (`exact_tokens`) unless `exact`
+        (`inflight count`)."""
+        request = wire.read(payload, tenant=tenant)
         if request is None:
             return None
         choice = self.encoding_for(request.model)
@@ -310,9 +313,11 @@ class Pipeline:
         lacking = self._model_key(counted.model) in self._servers_lacking
         return self.settings.manages_context(counted.wire.name) or lacking
 
-    async def take_over(self, counted: Counted, accounting: Accounting) -> tuple[Counted, dict[str, Any] | None]:
+    async def take_over(
+        self, counted: Counted, accounting: Accounting, *, tenant: str
+    ) -> tuple[Counted, dict[str, Any] | None]:
         """What the request asks of the upstream's context management, done here (the format's own edits),
-        the request removed; counted again when the edits changed the conversation."""
+        the request removed; counted again (for the client `tenant`) when the edits changed the conversation."""
 
         def count(text: str) -> int:
             return accounting.calibrated_text(self.text_tokens(counted.model, text))
@@ -327,7 +332,7 @@ class Pipeline:
         if not taken.edited:  # the view still holds, less the field
             return replace(counted, payload=taken.payload), taken.report
         raw = orjson.dumps(taken.payload)
-        recounted = await call_sized(lambda: self.count(raw, taken.payload, wire), counted.count.total)
+        recounted = await call_sized(lambda: self.count(raw, taken.payload, wire, tenant=tenant), counted.count.total)
         return (recounted or replace(counted, payload=taken.payload)), taken.report
 
     def learn_no_server_compaction(self, model: str) -> None:
@@ -371,7 +376,7 @@ class Pipeline:
         taken_over = self.takes_over_server_compaction(counted) and not self.shadows(counted, options)
         report = None
         if taken_over:  # the upstream must not see the request it cannot serve: compaction writes without it
-            counted, report = await self.take_over(counted, accounting)
+            counted, report = await self.take_over(counted, accounting, tenant=options.tenant)
         prepared = await self._prepare(counted, accounting, options, retry=retry)
         prepared.report = report
         if counted.request.expanded and not prepared.rewritten:

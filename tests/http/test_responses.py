@@ -14,6 +14,7 @@ import orjson
 import pytest
 from openai.types.responses import ToolParam
 
+from inflight.formats.compaction_items import PREFIX
 from tests.conftest import ProxyFactory
 from tests.support.params import as_input
 from tests.support.responses import TASK_MARKER, TaskAgent, reasoning_item, sign
@@ -197,8 +198,10 @@ def test_a_summary_for_a_responses_request_is_asked_through_the_responses_api(
     assert app.responses.rejected == []
 
 
-def compact(proxy_url: str, items: list[dict[str, Any]]) -> httpx.Response:
-    return httpx.post(f"{proxy_url}/responses/compact", json={"model": MODEL, "input": items}, timeout=30)
+def compact(proxy_url: str, items: list[dict[str, Any]], *, key: str | None = None) -> httpx.Response:
+    headers = {"authorization": f"Bearer {key}"} if key else {}
+    body = {"model": MODEL, "input": items}
+    return httpx.post(f"{proxy_url}/responses/compact", json=body, headers=headers, timeout=30)
 
 
 def test_compact_is_answered_by_inflight_when_the_upstream_has_none_and_its_item_read_back(
@@ -214,7 +217,7 @@ def test_compact_is_answered_by_inflight_when_the_upstream_has_none_and_its_item
         assert answer["object"] == "response.compaction"
         output = answer["output"]
         ours = [item for item in output if item["type"] == "compaction"]
-        assert len(ours) == 1 and ours[0]["encrypted_content"].startswith("inflight1.")
+        assert len(ours) == 1 and ours[0]["encrypted_content"].startswith(PREFIX)
         assert "Summary" not in ours[0]["encrypted_content"]  # opaque to the client
         assert output[:2] == items[:2] and output[-3:] == items[-3:]  # the rules, the task, the latest turn
         follow_up = [*output, {"type": "message", "role": "user", "content": "Go on."}]
@@ -222,7 +225,7 @@ def test_compact_is_answered_by_inflight_when_the_upstream_has_none_and_its_item
         went_on = httpx.post(f"{proxy_url}/responses", json=body, timeout=30)
     assert went_on.status_code == 200 and went_on.headers["x-inflight-actions"] == "expanded"
     sent = app.responses_requests()[-1].json()["input"]
-    assert "inflight1." not in orjson.dumps(sent).decode()  # the upstream never sees our item...
+    assert PREFIX not in orjson.dumps(sent).decode()  # the upstream never sees our item...
     summary = [item for item in sent if item.get("role") == "user" and item not in items]
     assert len(summary) == 2 and "## Ledger" in orjson.dumps(summary[0]).decode()  # ...but what it holds
     assert sent[:2] == items[:2]  # the rules and the task stay
@@ -251,7 +254,7 @@ def test_a_second_compaction_keeps_what_the_first_summarized(
     assert "check step 3" in first_summary  # a command of the first span, in its ledger
     sent = app.responses_requests()[-1].json()["input"]
     assert first_summary in sent[2]["content"][0]["text"]  # kept whole by the second compaction
-    assert "inflight1." not in orjson.dumps(sent).decode()
+    assert PREFIX not in orjson.dumps(sent).decode()
 
 
 def test_compact_relays_the_upstreams_answer_when_there_is_nothing_to_compact(
@@ -267,26 +270,49 @@ def test_compact_relays_the_upstreams_answer_when_there_is_nothing_to_compact(
     assert stored.status_code == 404 and text.status_code == 404  # not a compaction that compacted nothing
 
 
-def test_an_edited_or_foreign_compaction_item_becomes_a_note_and_the_request_goes_on(
+def test_an_edited_foreign_or_old_compaction_item_becomes_a_note_and_the_request_goes_on(
     upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
 ) -> None:
-    """Another key (a restart without `responses.item_key`, another proxy) or an edit: the summary is not
-    readable, and not leaked; the request still goes, with a note saying what is missing."""
+    """Another key (a restart without `responses.item_key`, another proxy), another client's key, an item
+    of an earlier inflight or an edit: the summary is not readable, and not leaked; the request still goes,
+    with a note saying what is missing."""
     app, url = upstream
     items = agent_items(20)
     with start_proxy(url, models={MODEL: {"context_window": 9_000}}, responses={"item_key": "one"}) as one:
-        item = next(i for i in compact(one, items).json()["output"] if i["type"] == "compaction")
+        item = next(i for i in compact(one, items, key="sk-alice").json()["output"] if i["type"] == "compaction")
     token = item["encrypted_content"]
     edited = {**item, "encrypted_content": token[:-6] + ("A" if token[-6] != "A" else "B") + token[-5:]}
+    old = {**item, "encrypted_content": "inflight1." + token[len(PREFIX) :]}
+    alice, bob = {"authorization": "Bearer sk-alice"}, {"authorization": "Bearer sk-bob"}
     with start_proxy(url, responses={"item_key": "two"}) as two, start_proxy(url, responses={"item_key": "one"}) as one:
-        for proxy_url, bad in ((two, item), (one, edited)):
-            response = httpx.post(f"{proxy_url}/responses", json={"model": MODEL, "input": [items[1], bad]})
+        for proxy_url, bad, headers in ((two, item, alice), (one, edited, alice), (one, item, bob), (one, old, alice)):
+            body = {"model": MODEL, "input": [items[1], bad]}
+            response = httpx.post(f"{proxy_url}/responses", json=body, headers=headers)
             assert response.status_code == 200
             sent = orjson.dumps(app.responses_requests()[-1].json()["input"]).decode()
-            assert "could not be read" in sent and "Summary number" not in sent and "inflight1." not in sent
-        good = httpx.post(f"{one}/responses", json={"model": MODEL, "input": [items[1], item]})
+            assert "could not be read" in sent and "Summary number" not in sent
+            assert PREFIX not in sent and "inflight1." not in sent  # ours, never forwarded as the upstream's
+        good = httpx.post(f"{one}/responses", json={"model": MODEL, "input": [items[1], item]}, headers=alice)
     assert good.status_code == 200
     assert "Summary number" in orjson.dumps(app.responses_requests()[-1].json()["input"]).decode()
+
+
+def test_an_item_compacted_for_one_client_key_is_a_note_when_compacted_again_with_another(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    """Through `/v1/responses/compact` itself: the item goes back with its own key and opens, with another
+    `Authorization` it does not, and the summary sealed again holds the note, not the first summary."""
+    app, url = upstream
+    items = agent_items(20)
+    with start_proxy(url, models={MODEL: {"context_window": 9_000}}) as proxy_url:
+        first = compact(proxy_url, items, key="sk-alice").json()["output"]
+        more = [*first, *agent_items(40)[len(items) :]]
+        compacted = {key: compact(proxy_url, more, key=key) for key in ("sk-alice", "sk-bob")}
+        upstream_saw = [r.json()["input"] for r in app.requests if r.path == "/v1/responses/compact"]
+    assert all(response.status_code == 200 for response in compacted.values())
+    alice, bob = (orjson.dumps(sent).decode() for sent in upstream_saw[-2:])  # what each compaction opened
+    assert "Summary number" in alice and "could not be read" not in alice
+    assert "could not be read" in bob and "Summary number" not in bob
 
 
 def test_an_upstream_that_compacts_answers_itself(upstream: tuple[UpstreamApp, str], proxy: str) -> None:
