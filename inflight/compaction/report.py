@@ -111,7 +111,11 @@ class TurnReport:
             fields[f"{prefix}cost_client"] = figures.cost_client
         return fields
 
-    def retried_as(self) -> TurnReport:
-        """This report (the retry's own) as the retry of a refused request: `retry` added to what was sent."""
+    def retried_as(self, context_window: int | None, limit: int) -> TurnReport:
+        """This report (the retry's own) as the retry of a refused request: `retry` added to what was sent, and
+        the window the refusal named (None: it named none) with the `limit` the retry was compacted to."""
         sent = self.sent.with_action(Action.RETRY) if self.sent is not None else None
-        return replace(self, sent=sent, retried=True)
+        window = self.window
+        if window is not None:
+            window = replace(window, context_window=context_window or window.context_window, budget=limit)
+        return replace(self, window=window, sent=sent, retried=True)

@@ -13,11 +13,17 @@ from __future__ import annotations
 
 import base64
 import os
+import time
+import uuid
+from typing import Any
 
+import orjson
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from inflight.formats.seam import text_of_parts
 
 PREFIX = "inflight2."
 # Items an earlier release of inflight sealed another way: still ours (never sent upstream), never opened.
@@ -60,3 +66,39 @@ class ItemKey:
 def is_ours(token: object) -> bool:
     """`encrypted_content` inflight sealed (now or in an earlier release), not the upstream's."""
     return isinstance(token, str) and token.startswith((PREFIX, *FORMER_PREFIXES))
+
+
+def sealed_output(original: list[Any], compacted: object, key: ItemKey, *, tenant: str) -> list[Any] | None:
+    """The compacted items with the messages the compaction wrote (the summary, and an earlier one of ours
+    it kept) sealed for the client `tenant` in one compaction item, where the first stood; None when it
+    wrote none."""
+    if not isinstance(compacted, list):
+        return None
+    theirs = {orjson.dumps(item) for item in original}
+    written = [
+        i
+        for i, item in enumerate(compacted)
+        if isinstance(item, dict)
+        and item.get("type") == "message"
+        and item.get("role") == "user"
+        and orjson.dumps(item) not in theirs
+    ]
+    if not written:
+        return None
+    text = "\n\n".join(text_of_parts(compacted[i].get("content")) for i in written)
+    item = {"type": "compaction", "id": f"cmp_{uuid.uuid4().hex}", "encrypted_content": key.seal(text, tenant=tenant)}
+    return [
+        item if i == written[0] else other for i, other in enumerate(compacted) if i == written[0] or i not in written
+    ]
+
+
+def compaction_answer(output: list[Any], *, prompt_tokens: int) -> bytes:
+    """`POST /v1/responses/compact`'s answer, in OpenAI's shape: the items to keep in place of the history."""
+    answer = {
+        "id": f"resp_compact_{uuid.uuid4().hex}",
+        "object": "response.compaction",
+        "created_at": int(time.time()),
+        "output": output,
+        "usage": {"input_tokens": prompt_tokens, "output_tokens": 0, "total_tokens": prompt_tokens},
+    }
+    return orjson.dumps(answer)

@@ -63,6 +63,8 @@ class ConversationHandler:
             turn = Turn(self.pipeline, intake.counted, options)
             driver = Driver(
                 turn,
+                pipeline=self.pipeline,
+                wire=self.wire,
                 request=request,
                 exchange=exchange,
                 upstream=self.upstream,

@@ -27,9 +27,11 @@ from inflight.http.relay import Relay, prepend, relay, tap
 from inflight.http.target import checked_path
 from inflight.pipeline.accounting import Counted
 from inflight.pipeline.archiving import Archiver
-from inflight.pipeline.outgoing import Prepared as PreparedBody
+from inflight.pipeline.engine import Pipeline
 from inflight.pipeline.turn import (
+    Answer,
     Answered,
+    AnswerRead,
     Command,
     CountExactly,
     Discover,
@@ -38,18 +40,21 @@ from inflight.pipeline.turn import (
     ExactCount,
     Prepare,
     Prepared,
+    ReadAnswer,
     Send,
-    Turn,
+    Steps,
 )
 from inflight.pipeline.turn import Relay as RelayCommand
 from inflight.policy.refusals import EventBuffer
 from inflight.policy.windows import FetchModels
 from inflight.upstream.client import UpstreamClient
-from inflight.upstream.headers import header_value, is_event_stream
+from inflight.upstream.exceptions import upstream_errors
+from inflight.upstream.headers import header_value, is_event_stream, response_headers
 from inflight.upstream.response import Response
 
 log = logging.getLogger("inflight")
 COUNT_TIMEOUT_S = 10.0  # the upstream's exact count; past it, our estimate decides
+MAX_SHORT_BYTES = 64 * 1024  # an upstream's "no such route" is short
 
 
 class Driver:
@@ -57,21 +62,24 @@ class Driver:
 
     def __init__(
         self,
-        turn: Turn,
+        turn: Steps,
         *,
+        pipeline: Pipeline,
+        wire: WireFormat,
         request: Request,
         exchange: Exchange,
         upstream: UpstreamClient,
         limits: Limits,
-        archive: Archiver | None,
+        archive: Archiver | None = None,
     ) -> None:
         self.turn = turn
+        self.pipeline = pipeline
+        self.wire = wire
         self.request = request
         self.exchange = exchange
         self.upstream = upstream
         self.limits = limits
-        self.archive = archive
-        self.wire: WireFormat = turn.counted.wire
+        self.archive = archive  # `archive.enabled`: every counted turn, and what its compaction dropped
         self.identity = False  # ask for an unencoded answer: a keep-alive stream sent its headers already
         self.response: Response | None = None  # the upstream's latest answer, until it is relayed or closed
         self.held: Held | None = None  # what was read of it to tell a refusal
@@ -89,7 +97,9 @@ class Driver:
             self.exchange.report = self.turn.report
             self.exchange.note_all(self.turn.take_fields())
             if isinstance(command, RelayCommand):
-                return self._relay(command.prepared)
+                return self._relay(command)
+            if isinstance(command, Answer):
+                return own_answer(command.body, self.exchange, status=command.status)
             if isinstance(command, Prepare) and command.keepalive_after is not None:
                 preparing = asyncio.ensure_future(self._prepare(command))
                 try:
@@ -105,7 +115,7 @@ class Driver:
             else:
                 event = await self._do(command)
             command = self.turn.send(event)
-            if isinstance(event, Answered) and not isinstance(command, RelayCommand):
+            if isinstance(event, Answered) and not isinstance(command, RelayCommand | ReadAnswer):
                 await self._close()  # refused: not kept open while the retry is compacted
 
     async def _after(self, preparing: asyncio.Future[Prepared]) -> Relay:
@@ -120,20 +130,22 @@ class Driver:
 
     async def _do(self, command: Command) -> Event:
         if isinstance(command, Discover):
-            await self.turn.pipeline.discover(discovery(self.upstream, self.request))
+            await self.pipeline.discover(discovery(self.upstream, self.request))
             return Discovered()
         if isinstance(command, CountExactly):
-            tokens = await exact_count(self.upstream, self.request, self.turn.counted)
-            return ExactCount(tokens)
+            return ExactCount(await exact_count(self.upstream, self.request, command.counted))
         if isinstance(command, Prepare):
             return await self._prepare(command)
+        if isinstance(command, ReadAnswer):
+            response, self.response, self.held = self.response, None, None
+            assert response is not None
+            return AnswerRead(await read_short(response, self.upstream.host))
         assert isinstance(command, Send)
         return await self._send(command)
 
     async def _prepare(self, command: Prepare) -> Prepared:
-        turn = self.turn
-        prepared = await turn.pipeline.prepare(turn.counted, turn.accounting, turn.options, retry=command.retry)
-        return Prepared(prepared)
+        counted, accounting, options = command.counted, command.accounting, command.options
+        return Prepared(await self.pipeline.prepare(counted, accounting, options, retry=command.retry))
 
     async def _send(self, command: Send) -> Answered:
         await self._close()
@@ -146,7 +158,7 @@ class Driver:
         self.held = held = await hold_until_known(
             response,
             self.wire,
-            event_stream=self.turn.counted.streams,
+            event_stream=command.event_stream,
             host=self.upstream.host,
             max_event_bytes=self.limits.max_event_bytes,
         )
@@ -158,14 +170,17 @@ class Driver:
         if response is not None:
             await response.aclose()
 
-    def _relay(self, prepared: PreparedBody) -> Relay:
+    def _relay(self, command: RelayCommand) -> Relay:
         """Relay the answer unchanged, reading the upstream's counts on the way to calibrate the estimates."""
         response, held, turn, exchange = self.response, self.held, self.turn, self.exchange
         assert response is not None
-        exchange.cache_figures = prepared.cache_figures  # worked out after the answer, off the request's path
         chunks = response.aiter_raw() if held is None else prepend(held.chunks, held.rest)
-        if self.archive is not None:
-            self.archive.turn(turn.counted, turn.accounting, turn.options, prepared, status=response.status)
+        prepared = command.prepared
+        if prepared is None:  # not a request inflight counted: as it came
+            return relay(response, exchange, chunks=chunks)
+        exchange.cache_figures = prepared.cache_figures  # worked out after the answer, off the request's path
+        if self.archive is not None and command.archived is not None:
+            self.archive.turn(*command.archived, prepared, status=response.status)
         if response.status != 200:
             return relay(response, exchange, chunks=chunks)
         reader = UsageReader(
@@ -206,6 +221,37 @@ async def post_upstream(
     response = await upstream.open("POST", target, headers=headers, content=body)
     exchange.upstream_answered()
     return response
+
+
+async def read_short(response: Response, host: str) -> bytes:
+    """An answer read whole up to `MAX_SHORT_BYTES` (an upstream's "no such route" is short; past that
+    it is cut), and the response closed."""
+    chunks: list[bytes] = []
+    try:
+        size = 0
+        async with upstream_errors(host):
+            async for chunk in response.aiter_raw():
+                chunks.append(chunk)
+                size += len(chunk)
+                if size > MAX_SHORT_BYTES:
+                    break
+    finally:
+        await response.aclose()
+    return b"".join(chunks)[:MAX_SHORT_BYTES]
+
+
+def own_answer(body: bytes, exchange: Exchange, *, status: int = 200) -> Relay:
+    """A JSON answer of inflight's own (or the upstream's, read whole), relayed like any other: the
+    exchange's `x-inflight-*` headers, its log line when it is out."""
+
+    async def whole() -> AsyncIterator[bytes]:
+        yield body
+
+    async def nothing_to_close() -> None:
+        return None
+
+    own = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    return Relay(status, response_headers(own, exchange.headers), whole(), nothing_to_close, exchange, streaming=False)
 
 
 def reported(answer: Relay, wire: WireFormat, report: dict[str, Any], *, max_event_bytes: int) -> Relay:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Generator
 from dataclasses import dataclass
+from typing import Protocol
 
 from inflight.compaction.report import TurnReport
 from inflight.pipeline.accounting import Accounting, Counted
@@ -33,12 +34,17 @@ class Discover:
 class CountExactly:
     """Ask the upstream to count the prompt (its format's `count_path`), then answer `ExactCount`."""
 
+    counted: Counted
+
 
 @dataclass(frozen=True)
 class Prepare:
     """Work out the body to send (`Pipeline.prepare`, which may wait for a summary), then answer `Prepared`.
     A streaming client may be kept reading with comments after `keepalive_after` seconds (None: never)."""
 
+    counted: Counted
+    accounting: Accounting
+    options: Options
     retry: RetryAim | None = None
     keepalive_after: float | None = None
 
@@ -52,16 +58,33 @@ class Send:
     rewritten: bool
     hold: bool
     identity: bool = False
+    event_stream: bool = False  # the client asked for a stream: a held answer is read up to its first event
+
+
+@dataclass(frozen=True)
+class ReadAnswer:
+    """Read the latest answer whole (it is short: an upstream's "no such route") and close it; answer
+    `AnswerRead`."""
 
 
 @dataclass(frozen=True)
 class Relay:
-    """Relay the latest answer to the client; the turn's last command. `prepared` is what was sent."""
+    """Relay the latest answer to the client; a last command. `prepared` is what was sent, when inflight
+    counted it: the answer's usage is then read on the way, and the turn archived when `archived` is given."""
 
-    prepared: PreparedBody
+    prepared: PreparedBody | None
+    archived: tuple[Counted, Accounting, Options] | None = None  # the turn, for the archive
 
 
-Command = Discover | CountExactly | Prepare | Send | Relay
+@dataclass(frozen=True)
+class Answer:
+    """Answer the client with a JSON body of inflight's own (or an upstream answer read whole); a last command."""
+
+    body: bytes
+    status: int = 200
+
+
+Command = Discover | CountExactly | Prepare | Send | ReadAnswer | Relay | Answer
 
 
 @dataclass(frozen=True)
@@ -80,6 +103,11 @@ class Prepared:
 
 
 @dataclass(frozen=True)
+class AnswerRead:
+    body: bytes
+
+
+@dataclass(frozen=True)
 class Answered:
     """The upstream answered: its status, what was held of the body (empty: nothing), and the refusal it is."""
 
@@ -88,7 +116,21 @@ class Answered:
     refusal: Refusal | None = None
 
 
-Event = Discovered | ExactCount | Prepared | Answered
+Event = Discovered | ExactCount | Prepared | Answered | AnswerRead
+
+
+class Steps(Protocol):
+    """What the driver needs of a turn: its commands, its report and log fields, and the upstream's counts."""
+
+    report: TurnReport
+
+    def start(self) -> Command: ...
+
+    def send(self, event: Event) -> Command: ...
+
+    def take_fields(self) -> dict[str, object]: ...
+
+    def answered_usage(self, prompt_tokens: int | None, output_tokens: int | None) -> None: ...
 
 
 class Turn:
@@ -136,7 +178,7 @@ class Turn:
             yield Discover()
             self._account()
         if pipeline.asks_exact_count(counted, self.accounting, options):
-            answer = yield CountExactly()
+            answer = yield CountExactly(counted)
             tokens = answer.tokens if isinstance(answer, ExactCount) else None
             self._fields["exact_count"] = tokens if tokens is not None else "failed"
             if tokens is not None:
@@ -144,30 +186,28 @@ class Turn:
                 self.report = TurnReport(window=self.accounting.window())
         self._fields.update(self.accounting.log_fields())
         keepalive = pipeline.keepalive_after(counted.model) if counted.streams and self._compacts() else None
-        prepared = yield from self._prepare(Prepare(keepalive_after=keepalive))
-        server_compaction_refused = False
+        prepared = yield from self._prepare(keepalive_after=keepalive)
         while True:
             hold = self._compacts() and prepared.too_long is None  # a retry could shrink it no further
             answer = yield self._send(prepared, hold=hold)
             assert isinstance(answer, Answered)
-            if not hold or (answer.refusal is None and server_compaction_refused):
+            if not hold:
                 break
             if answer.refusal is None and self._refuses_server_compaction(answer):
-                server_compaction_refused = True  # once: inflight does it from now on, for this model
+                # Once: inflight does the request's context management from now on, for this model.
                 pipeline.learn_no_server_compaction(counted.model)
                 self._fields["context_management"] = "refused"
                 if pipeline.discovers(counted.model):
                     yield Discover()
                 self._account()
                 self._fields.update(self.accounting.log_fields())
-                prepared = yield from self._prepare(Prepare())
+                prepared = yield from self._prepare()
                 continue
-            if answer.refusal is None:
-                break
-            prepared = yield from self._retry(answer.refusal, prepared)
-            answer = yield self._send(prepared, hold=False)
+            if answer.refusal is not None:
+                prepared = yield from self._retry(answer.refusal, prepared)
+                yield self._send(prepared, hold=False)
             break
-        yield Relay(prepared)
+        yield Relay(prepared, archived=(counted, self.accounting, options))
 
     def _retry(self, refusal: Refusal, refused: PreparedBody) -> Generator[Command, Event, PreparedBody]:
         """Once: the original request compacted again against what the refusal taught us."""
@@ -175,13 +215,15 @@ class Turn:
         self._fields.update({"refused_by": refusal.upstream, "retry_limit": aim.limit})
         if aim.blind:
             self._fields["retry_aim"] = "blind"
-        prepared = yield from self._prepare(Prepare(retry=aim))
+        prepared = yield from self._prepare(retry=aim)
         prepared.follows(refused)
-        self.report = self.report.retried_as()
+        self.report = self.report.retried_as(refusal.context_window, aim.limit)
         return prepared
 
-    def _prepare(self, command: Prepare) -> Generator[Command, Event, PreparedBody]:
-        answer = yield command
+    def _prepare(
+        self, *, retry: RetryAim | None = None, keepalive_after: float | None = None
+    ) -> Generator[Command, Event, PreparedBody]:
+        answer = yield Prepare(self.counted, self.accounting, self.options, retry, keepalive_after)
         assert isinstance(answer, Prepared)
         prepared = answer.prepared
         self.report = prepared.turn_report(self.accounting)
@@ -195,7 +237,8 @@ class Turn:
     def _send(self, prepared: PreparedBody, *, hold: bool) -> Send:
         self.sent = prepared
         # A report of what inflight did in the upstream's place is written into the answer: it must come unencoded.
-        return Send(prepared.body, prepared.rewritten, hold=hold, identity=prepared.report is not None)
+        identity = prepared.report is not None
+        return Send(prepared.body, prepared.rewritten, hold=hold, identity=identity, event_stream=self.counted.streams)
 
     def _account(self) -> None:
         self.accounting = self.pipeline.account(self.counted, tenant=self.options.tenant)

@@ -30,7 +30,7 @@ def finished(metrics: Metrics, status: int, report: TurnReport) -> None:
 def test_an_exchange_is_counted_once_with_what_its_report_says() -> None:
     metrics = Metrics()
     compacted = Plan((Action.TRUNCATE, Action.MASK, Action.FALLBACK), 9000, 2500)
-    finished(metrics, 200, TurnReport(sent=compacted).retried_as())
+    finished(metrics, 200, TurnReport(sent=compacted).retried_as(None, 2500))
     finished(metrics, 200, TurnReport(sent=Plan.untouched(10)))
     finished(metrics, 400, TurnReport(sent=Plan((Action.ERROR,), 10, 10)))
     route = "/v1/chat/completions"

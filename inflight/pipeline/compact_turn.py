@@ -1,0 +1,96 @@
+"""`POST /v1/responses/compact` as a turn: the upstream's answer, or inflight's when the upstream has none.
+
+OpenAI's Responses API compacts a conversation on request: the answer (`object: "response.compaction"`)
+is the items to keep plus one `compaction` item whose `encrypted_content` only OpenAI can read, and the
+client sends those in place of its history from then on (Codex does, when its own auto-compaction is
+due). vLLM, llama.cpp, Ollama and most gateways answer the route 404 (or 405, 501). Then inflight
+answers it: the conversation compacted as on any turn, forced down to its target, in the same shape,
+with the summary sealed for this client in a `compaction` item of inflight's own
+(`inflight.formats.compaction_items`). Any other answer of the upstream is relayed as it came.
+Like `Turn`, it does no I/O: the driver carries out its commands.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from dataclasses import replace
+
+import orjson
+
+from inflight.compaction.report import TurnReport
+from inflight.formats.compaction_items import ItemKey, compaction_answer, sealed_output
+from inflight.pipeline.accounting import Accounting, Counted
+from inflight.pipeline.engine import Mode, Options, Pipeline
+from inflight.pipeline.turn import (
+    Answer,
+    Answered,
+    AnswerRead,
+    Command,
+    Discover,
+    Event,
+    Prepare,
+    Prepared,
+    ReadAnswer,
+    Relay,
+    Send,
+)
+
+NOT_SERVED = frozenset({404, 405, 501})  # the upstream has no such route
+
+
+class CompactTurn:
+    """One `POST /v1/responses/compact`: sent upstream first; compacted here only if the upstream cannot."""
+
+    def __init__(self, pipeline: Pipeline, counted: Counted, options: Options, item_key: ItemKey) -> None:
+        self.pipeline = pipeline
+        self.counted = counted
+        self.options = replace(options, mode=Mode.FORCE)  # compacted, fit or not
+        self.item_key = item_key
+        self.accounting: Accounting | None = None
+        self.report = TurnReport()
+        self._fields: dict[str, object] = {}
+        self._steps = self._run()
+
+    def start(self) -> Command:
+        return next(self._steps)
+
+    def send(self, event: Event) -> Command:
+        return self._steps.send(event)
+
+    def take_fields(self) -> dict[str, object]:
+        fields, self._fields = self._fields, {}
+        return fields
+
+    def answered_usage(self, prompt_tokens: int | None, output_tokens: int | None) -> None:
+        """The upstream's own compaction calibrates nothing: its prompt is not one inflight counted for a turn."""
+
+    def _run(self) -> Generator[Command, Event, None]:
+        counted, pipeline = self.counted, self.pipeline
+        body, rewritten = counted.raw, False
+        if counted.request.expanded:  # items of ours: the upstream cannot read them
+            body, rewritten = counted.wire.write(counted.payload, counted.request, counted.request.messages), True
+        answer = yield Send(body, rewritten, hold=False)
+        assert isinstance(answer, Answered)
+        original = counted.payload.get("input")
+        if answer.status not in NOT_SERVED or not isinstance(original, list):
+            yield Relay(None)
+            return
+        read = yield ReadAnswer()  # its "no such route", kept to relay if inflight cannot answer either
+        assert isinstance(read, AnswerRead)
+        if pipeline.discovers(counted.model):
+            yield Discover()
+        accounting = self.accounting = pipeline.account(counted, tenant=self.options.tenant)
+        made = yield Prepare(counted, accounting, self.options)
+        assert isinstance(made, Prepared)
+        prepared = made.prepared
+        output = None
+        if prepared.rewritten:
+            compacted = orjson.loads(prepared.body)["input"]
+            output = sealed_output(original, compacted, self.item_key, tenant=self.options.tenant)
+        if output is None:  # nothing summarized (not compactable, compaction off or failed): the upstream's answer
+            self._fields["compacted_by"] = "none"
+            yield Answer(read.body, answer.status)
+            return
+        self.report = prepared.turn_report(accounting)
+        self._fields.update(accounting.log_fields() | prepared.fields | {"compacted_by": "inflight"})
+        yield Answer(compaction_answer(output, prompt_tokens=accounting.prompt_tokens), 200)
