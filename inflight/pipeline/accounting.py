@@ -84,6 +84,8 @@ class Accounting:
         units = max(0, int(fixed + (limit - fixed * self.fixed_ratio) / self.ratio))
         while units > 0 and self.calibrated(units) > limit:  # a float's last bit rounded up
             units -= 1
+        while self.calibrated(units + 1) <= limit:  # or down: a few more tokens still fit
+            units += 1
         return units
 
     def counted_as(self, tokens: int) -> Accounting:

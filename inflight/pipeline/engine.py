@@ -28,7 +28,7 @@ from inflight.formats import WireFormat
 from inflight.metrics.observer import NO_OBSERVER, Observer
 from inflight.offload import call_sized
 from inflight.pipeline.accounting import Accounting, Counted
-from inflight.pipeline.outgoing import Prepared, as_sent, rewritten, shadowed, translated
+from inflight.pipeline.outgoing import MeasuredOnce, Prepared, as_sent, rewritten, shadowed, translated
 from inflight.pipeline.parts import CompactionParts, SummarizerFactory, summarizer_window
 from inflight.policy.bracket import WindowBrackets
 from inflight.policy.calibration import Calibration, Ratios
@@ -378,16 +378,14 @@ class Pipeline:
         if taken_over:  # the upstream must not see the request it cannot serve: compaction writes without it
             counted, report = await self.take_over(counted, accounting, tenant=options.tenant)
         prepared = await self._prepare(counted, accounting, options, retry=retry)
-        prepared.report = report
         if counted.request.expanded and not prepared.rewritten:
             prepared = translated(counted, prepared)  # the upstream cannot read what the format expanded
         if taken_over:
             if not prepared.rewritten:  # nothing compacted: the client's body less the field
-                prepared.body, prepared.rewritten = orjson.dumps(counted.payload), True
-            prepared.fields["context_management"] = "inflight"
+                prepared = replace(prepared, body=orjson.dumps(counted.payload), rewritten=True)
+            prepared = replace(prepared, report=report).noted(context_management="inflight")
         if self.degraded and self.compacts(counted, options):
-            prepared.degraded = True
-            prepared.fields["state"] = "degraded"
+            prepared = replace(prepared, degraded=True).noted(state="degraded")
         return prepared
 
     async def _prepare(
@@ -397,43 +395,37 @@ class Pipeline:
         untouched = as_sent(counted, accounting, limit=limit)
         shadow = self.shadows(counted, options)
         if shadow:
-            untouched.shadow = True
-            untouched.fields["shadow"] = "none"
+            untouched = replace(untouched, shadow=True).noted(shadow="none")
         if not self.plans(counted, options):
             return untouched
         if accounting.budget <= 0:
             # max_tokens alone fills the window: not the prompt's fault. Forward it as sent; the upstream
             # answers (or clamps max_tokens) as it sees fit.
-            untouched.fields["budget"] = "none"
-            return untouched
+            return untouched.noted(budget="none")
+        key = key_of(counted, options, max_chars=self._max_key_chars)
+        untouched = replace(untouched, key=key)
+        plan_key = shadow_key(key) if shadow else key  # the archive keeps the conversation's own key
         try:
-            key = untouched.key = key_of(counted, options, max_chars=self._max_key_chars)
-            plan_key = shadow_key(key) if shadow else key  # the archive keeps the conversation's own key
             outcome = await self.compact(counted, accounting, options, key=plan_key, retry=retry, shadow=shadow)
         except Exception as exc:  # a bug of ours must not cost the user the request
             model = self._model_key(accounting.model)
             log.exception("[compaction] failed for %s; forwarding the request unchanged", model)
-            untouched.fields["compaction_error"] = type(exc).__name__
             failed = replace(untouched.plan, actions=(Action.ERROR,))
+            untouched = untouched.noted(compaction_error=type(exc).__name__)
             if shadow:
-                untouched.fields["shadow"] = Action.ERROR
-                untouched.shadow_plan = failed
-            else:
-                untouched.plan = failed
-            return untouched
-        untouched.scheduled = outcome.scheduled if outcome is not None else None
-        if outcome is None or (
-            outcome.actions == [Action.NONE] and outcome.fits
-        ):  # nothing changed: the client's bytes
-            return self.cache_figures(untouched, counted, None, key=plan_key)
+                return replace(untouched, shadow_plan=failed).noted(shadow=Action.ERROR)
+            return replace(untouched, plan=failed)
+        if outcome is None or (outcome.actions == [Action.NONE] and outcome.fits):  # nothing changed
+            scheduled = outcome.scheduled if outcome is not None else None
+            return self.cache_figures(replace(untouched, scheduled=scheduled), counted, None, key=plan_key)
         if shadow:  # the client's bytes go; what would have gone instead is said, and measured for the cache
-            return self.cache_figures(shadowed(untouched, accounting, outcome), counted, outcome, key=plan_key)
+            planned = replace(shadowed(untouched, accounting, outcome), scheduled=outcome.scheduled)
+            return self.cache_figures(planned, counted, outcome, key=plan_key)
         # Its body is written from what was kept: megabytes, when the compaction could not make it fit.
         prepared = await call_sized(
             lambda: rewritten(counted, accounting, outcome, limit=limit, key=key), outcome.tokens_after
         )
-        prepared.scheduled = outcome.scheduled
-        return self.cache_figures(prepared, counted, outcome, key=key)
+        return self.cache_figures(replace(prepared, scheduled=outcome.scheduled), counted, outcome, key=key)
 
     def cache_figures(self, prepared: Prepared, counted: Counted, outcome: Outcome | None, *, key: str) -> Prepared:
         """`prepared`, able to say what the upstream's prompt cache can serve of it against the conversation's
@@ -447,9 +439,7 @@ class Pipeline:
                 return prefixes.observe(key, client)
             return prefixes.observe(key, sent_request(counted, outcome), client)
 
-        prepared.measure_cache = measure
-        prepared.prices = self.prices(counted)
-        return prepared
+        return replace(prepared, measured=MeasuredOnce(measure), prices=self.prices(counted))
 
     async def compact(
         self,

@@ -17,7 +17,27 @@ from inflight.pipeline.accounting import Accounting, Counted
 log = logging.getLogger("inflight")
 
 
-@dataclass
+class MeasuredOnce:
+    """What the prompt cache serves of a request (`inflight.compaction.prefix`), against the conversation's
+    request sent before it: worked out when first asked (after the answer, for the log line), once."""
+
+    def __init__(self, measure: Callable[[], CacheTurn] | None = None) -> None:
+        self._measure = measure
+        self._turn: CacheTurn | None = None
+
+    def get(self) -> CacheTurn | None:
+        """The figures; None when not measured, or when that failed (a bug of ours in a figure costs nothing
+        else: not the log line, not the archive's turn)."""
+        measure, self._measure = self._measure, None
+        if measure is not None:
+            try:
+                self._turn = measure()
+            except Exception:
+                log.exception("[cache] the prompt cache's figures could not be worked out")
+        return self._turn
+
+
+@dataclass(frozen=True)
 class Prepared:
     """The body to send upstream and what the proxy says about it."""
 
@@ -39,24 +59,18 @@ class Prepared:
     shadow: bool = False
     shadow_plan: Plan | None = None  # shadow mode: what compaction would have done
     degraded: bool = False  # the shared record store is failing
-    # What the prompt cache can serve of it (`inflight.compaction.prefix`), against the conversation's request sent
-    # before it: worked out when first asked (after the answer, for the log line), once.
-    measure_cache: Callable[[], CacheTurn] | None = field(default=None, repr=False)
-    _cache: CacheTurn | None = field(default=None, repr=False)
+    measured: MeasuredOnce = field(default_factory=MeasuredOnce, repr=False, compare=False)
     prices: Prices | None = None  # what the upstream bills for it (`pricing:`), for the cost figures
     scheduled: Budget | None = None  # scheduled by cost: the thresholds it was measured against (our units)
 
     @property
     def cache(self) -> CacheTurn | None:
-        """The prompt cache's figures, worked out on first use; None when not measured, or when that failed (a bug
-        of ours in a figure costs nothing else: not the log line, not the archive's turn)."""
-        measure, self.measure_cache = self.measure_cache, None
-        if self._cache is None and measure is not None:
-            try:
-                self._cache = measure()
-            except Exception:
-                log.exception("[cache] the prompt cache's figures could not be worked out")
-        return self._cache
+        """The prompt cache's figures, worked out on first use (None: not measured)."""
+        return self.measured.get()
+
+    def noted(self, **fields: object) -> Prepared:
+        """The same, with more fields for the log line."""
+        return replace(self, fields=self.fields | fields)
 
     def cache_figures(self) -> CacheFigures | None:
         """The prompt cache's figures for the report: the cached share, a rewrite, and the cost of both sides."""
