@@ -69,7 +69,8 @@ class CompactHandler:
             ):
                 return relay(response, exchange)
             theirs = await read_short(response, self.upstream.host)  # its "no such route", kept to relay if need be
-            options = replace(options_of(request, self.wire), mode="force")  # compacted, fit or not
+            keys = self.upstream.client_keys
+            options = replace(options_of(request, self.wire, client_keys=keys), mode="force")  # compacted, fit or not
             accounting = await self.pipeline.account(counted, discovery(self.upstream, request), tenant=options.tenant)
             prepared = await self.pipeline.prepare(counted, accounting, options)
         output = (

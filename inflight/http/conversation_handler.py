@@ -19,7 +19,7 @@ from starlette.requests import Request
 
 from inflight.config import Limits
 from inflight.errors import ProxyError, UpstreamUnreachable
-from inflight.formats import UsageReader, WireFormat
+from inflight.formats import Route, Target, UsageReader, WireFormat
 from inflight.http.body import read_limited
 from inflight.http.disconnect import cancelled_on_disconnect
 from inflight.http.exchange import Exchange
@@ -36,7 +36,7 @@ from inflight.policy.refusals import EventBuffer
 from inflight.policy.retry import RetryAim
 from inflight.policy.windows import FetchModels
 from inflight.upstream.client import UpstreamClient
-from inflight.upstream.headers import KEY_HEADERS, header_value, is_event_stream
+from inflight.upstream.headers import header_value, is_event_stream
 from inflight.upstream.response import Response
 
 log = logging.getLogger("inflight")
@@ -66,8 +66,10 @@ class ConversationHandler:
         *,
         limits: Limits,
         archive: Archiver | None = None,
+        route: Route | None = None,
     ) -> None:
         self.wire = wire
+        self.route = route  # the format's route this handler serves: what its path says, for `read`
         self.pipeline = pipeline
         self.upstream = upstream
         self.limits = limits
@@ -81,13 +83,14 @@ class ConversationHandler:
             self.pipeline,
             self.wire,
             limit=self.limits.max_body_bytes,
+            target=Target(self.route, request.path_params),
         )
         model = intake.payload.get("model")
         exchange.note("model", model if isinstance(model, str) else "-")
         async with cancelled_on_disconnect(request.receive):  # the body is read: now watch for the client leaving
             if intake.counted is None:  # not ours to judge: the upstream answers whatever this is with its own error
                 return relay(await self.send(request, exchange, intake.raw, rewritten=False), exchange)
-            options = options_of(request, self.wire)
+            options = options_of(request, self.wire, client_keys=self.upstream.client_keys)
             fetch_models = discovery(self.upstream, request)
             accounting = await self.pipeline.account(intake.counted, fetch_models, tenant=options.tenant)
             if self.pipeline.asks_exact_count(intake.counted, accounting, options):
@@ -312,22 +315,22 @@ async def reported_events(
 
 
 async def exact_count(upstream: UpstreamClient, request: Request, counted: Counted) -> int | None:
-    """`POST` the prompt to the format's `count_path` with the client's credentials (and betas); None when
+    """Ask the format's exact count (`spec.exact_count`) with the client's credentials (and betas); None when
     the upstream gives no count (an error, a timeout): the estimate stands."""
-    wire = counted.wire
-    assert wire.count_path is not None
+    counter = counted.wire.spec.exact_count
+    assert counter is not None
+    call = counter.request(counted.payload)
     raw = request.scope["headers"]
     credentials = [(n, v) for n, v in upstream.credential_headers(raw) if n != b"host"]
     betas = [(n, v) for n, v in raw if n == b"anthropic-beta"]
-    headers = [(b"content-type", b"application/json"), *credentials, *betas]
-    body = orjson.dumps(wire.count_request(counted.payload))
+    headers = [(b"content-type", b"application/json"), *call.headers, *credentials, *betas]
     try:
         status, answer = await upstream.send_whole(
-            "POST", wire.count_path, headers=headers, content=body, timeout_s=COUNT_TIMEOUT_S
+            "POST", call.path, headers=headers, content=orjson.dumps(call.body), timeout_s=COUNT_TIMEOUT_S
         )
-        return wire.counted_tokens(orjson.loads(answer)) if status == 200 else None
+        return counter.tokens(orjson.loads(answer)) if status == 200 else None
     except (ProxyError, ValueError) as exc:
-        log.info("[tokens] %s gave no count (%s)", wire.count_path, exc)
+        log.info("[tokens] %s gave no count (%s)", call.path, exc)
         return None
 
 
@@ -350,13 +353,15 @@ def client_mode(header: str) -> str:
     return mode if mode in CLIENT_MODES else ""
 
 
-def options_of(request: Request, wire: WireFormat) -> Options:
-    """The `x-inflight-*` headers, and the format's own session header (the key uses it after the body's)."""
-    hint = request.headers.get(wire.session_header) if wire.session_header is not None else None
+def options_of(request: Request, wire: WireFormat, *, client_keys: frozenset[bytes]) -> Options:
+    """The `x-inflight-*` headers, the format's own session header (the key uses it after the body's), and
+    the client's key (`client_keys`: the headers that carry one)."""
+    header = wire.spec.session_header
+    hint = request.headers.get(header) if header is not None else None
     return Options(
         mode=client_mode(request.headers.get("x-inflight-compaction", "")),
         session=request.headers.get("x-inflight-session"),
         session_hint=hint,
-        credentials=[(name, value) for name, value in request.scope["headers"] if name in KEY_HEADERS],
+        credentials=[(name, value) for name, value in request.scope["headers"] if name in client_keys],
         client=request.client.host if request.client else "",
     )

@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from inflight.errors import BadRequest
-from inflight.formats import WireFormat
+from inflight.formats import UNROUTED, Target, WireFormat
 from inflight.http.body import decompress, is_identity
 from inflight.http.json_pieces import PIECES_FROM_BYTES, parse_in_pieces
 from inflight.offload import HEAVY_BYTES, in_thread
@@ -65,29 +65,43 @@ def parse_request(data: bytes) -> tuple[dict[str, Any], bool]:
 
 
 def parse_and_count(
-    chunks: list[bytes], content_encoding: str, pipeline: Pipeline, wire: WireFormat, limit: int
+    chunks: list[bytes],
+    content_encoding: str,
+    pipeline: Pipeline,
+    wire: WireFormat,
+    limit: int,
+    target: Target = UNROUTED,
 ) -> Intake:
     # Joined here, in the worker: CPython copies a join of a megabyte or more without the GIL, so the
     # loop runs on meanwhile; joined on the loop, 30 MB would stop it for a copy's time.
     raw = b"".join(chunks)
     chunks.clear()  # the body is held once, not twice, while it is parsed
     payload, countable = parse_request(decompress(raw, content_encoding, limit))
-    return Intake(raw, payload, pipeline.count(raw, payload, wire) if countable else None)
+    return Intake(raw, payload, pipeline.count(raw, payload, wire, target=target) if countable else None)
 
 
 async def read_request(
-    chunks: list[bytes], content_encoding: str, pipeline: Pipeline, wire: WireFormat, *, limit: int
+    chunks: list[bytes],
+    content_encoding: str,
+    pipeline: Pipeline,
+    wire: WireFormat,
+    *,
+    limit: int,
+    target: Target = UNROUTED,
 ) -> Intake:
-    """Join, decompress, parse and count; a large or compressed body all in one worker thread, so the
-    loop keeps serving others (a small gzip body can inflate to the whole limit)."""
+    """Join, decompress, parse and count (`target`: what the request's path says); a large or compressed
+    body all in one worker thread, so the loop keeps serving others (a small gzip body can inflate to the
+    whole limit)."""
     size = sum(map(len, chunks))
     if size > THREAD_THRESHOLD_BYTES or not is_identity(content_encoding):
-        return await in_thread(size >= HEAVY_BYTES, parse_and_count, chunks, content_encoding, pipeline, wire, limit)
+        return await in_thread(
+            size >= HEAVY_BYTES, parse_and_count, chunks, content_encoding, pipeline, wire, limit, target
+        )
     raw = b"".join(chunks)
     payload, countable = parse_request(raw)
     if not countable:
         return Intake(raw, payload, None)
     model = payload.get("model")
     if isinstance(model, str) and not is_loaded(pipeline.encoding_for(model).name):  # built on first use: ~1 s
-        return Intake(raw, payload, await asyncio.to_thread(pipeline.count, raw, payload, wire))
-    return Intake(raw, payload, pipeline.count(raw, payload, wire))
+        return Intake(raw, payload, await asyncio.to_thread(pipeline.count, raw, payload, wire, target=target))
+    return Intake(raw, payload, pipeline.count(raw, payload, wire, target=target))

@@ -56,17 +56,6 @@ class FinishedRequest(Protocol):
     def fields(self) -> dict[str, str]: ...
 
 
-def route_of(path: str) -> str:
-    """The label for a raw path (a refused request matched no route yet): one of a few, never the path."""
-    if path == "/v1/chat/completions" or path == "/metrics":
-        return path
-    if path.startswith("/v1/"):
-        return "/v1/{path}"
-    if path.startswith("/inflight/"):
-        return "/inflight/{path}"
-    return "other"
-
-
 def multiprocess_directory() -> str | None:
     """Where the workers' values are, when prometheus_client keeps them in files (else None)."""
     if not getattr(values.ValueClass, "_multiprocess", False):
@@ -234,9 +223,9 @@ class Metrics:
         if shadow is not None:
             self._shadowed(shadow.split(","), exchange.headers)
 
-    def refused(self, path: str) -> None:
-        """A request answered 401 before any route saw it."""
-        self._child(self.requests, route_of(path), "401").inc()
+    def refused(self, route: str) -> None:
+        """A request answered 401 before its route saw it (`route`: the label that route's requests have)."""
+        self._child(self.requests, route, "401").inc()
 
     def _compacted(self, actions: list[str], headers: dict[str, str]) -> None:
         after = headers.get("x-inflight-tokens-after")
