@@ -1,4 +1,9 @@
-"""create_app(settings): the routes, the lifespan that owns the upstream clients, and the wiring."""
+"""create_app(settings): the routes, the lifespan that owns the upstream clients, and the wiring.
+
+The routes come from the registered wire formats (`inflight.formats.registered`): each format's
+conversation endpoints and the rest of its API, forwarded to its upstream, which takes the proxy's
+key in the format's own header; the guards' error shapes and the metrics' route labels follow.
+"""
 
 from __future__ import annotations
 
@@ -6,15 +11,15 @@ import asyncio
 import hashlib
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
-from starlette.routing import Router
+from starlette.routing import BaseRoute, Router
 from starlette.types import ASGIApp
 
 from inflight.archive import open_archive
 from inflight.config import Settings
-from inflight.formats import CHAT_COMPLETIONS, MESSAGES, Responses, WireFormat
+from inflight.formats import Responses, Route, WireFormat, key_headers, registered
 from inflight.formats.compaction_items import ItemKey
 from inflight.http.access import AccessGuard, OriginGuard
 from inflight.http.admin import healthz, metrics_route, stats_route
@@ -23,7 +28,7 @@ from inflight.http.compact_handler import CompactHandler
 from inflight.http.conversation_handler import ConversationHandler
 from inflight.http.endpoint import Endpoint
 from inflight.http.passthrough import PassThrough
-from inflight.http.routes import JsonRoute, not_found
+from inflight.http.routes import JsonRoute, RouteTable, not_found, route_label
 from inflight.http.viewer import Viewer
 from inflight.metrics.prometheus import Metrics
 from inflight.pipeline.archiving import Archiver
@@ -35,26 +40,20 @@ from inflight.upstream.client import UpstreamClient
 METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "HEAD"]
 
 
-def create_app(settings: Settings) -> ASGIApp:
-    """Build a proxy app; everything it holds lives in objects it owns, nothing in module globals."""
-    header_bound = settings.limits.max_upstream_header_bytes
-    upstream = UpstreamClient(settings.upstream, max_header_bytes=header_bound)
-    # A format's own upstream (`upstreams.<format>`); Anthropic's takes the proxy's key as `x-api-key`.
-    by_format = {
-        name: UpstreamClient(settings.upstream_for(name), key_header=key_header, max_header_bytes=header_bound)
-        for name, key_header in (("chat_completions", b""), ("responses", b""), ("messages", b"x-api-key"))
-        if name in settings.upstreams or key_header
-    }
+def create_app(settings: Settings, *, formats: Sequence[WireFormat] | None = None) -> ASGIApp:
+    """Build a proxy app; everything it holds lives in objects it owns, nothing in module globals.
+    `formats`: the wire formats it serves (default: `registered`)."""
+    item_key = ItemKey(item_secret(settings))
+    served = tuple(formats) if formats is not None else registered(item_key)
+    upstream, by_format = upstream_clients(settings, served)
     clients = [upstream, *by_format.values()]
 
     def upstream_of(wire: WireFormat) -> UpstreamClient:
-        return by_format.get(wire.name, upstream)
+        return by_format.get(wire.spec.name, upstream)
 
     metrics = Metrics()
     summarizers = Summarizers(settings, upstream, by_format=by_format, observer=metrics)
     pipeline = build_pipeline(settings, summarizers=summarizers, background=True, observer=metrics)
-    item_key = ItemKey(item_secret(settings))
-    responses = Responses(item_key)  # opens the compaction items this deployment hands out
     archive = None
     if settings.archive.enabled:
         store = open_archive(settings.state, settings.archive)
@@ -83,48 +82,93 @@ def create_app(settings: Settings) -> ASGIApp:
 
     loopback_only = not settings.access.admin and not settings.access.allow_anonymous
 
-    def conversations(route: str, wire: WireFormat) -> JsonRoute:
+    def conversations(route: Route, wire: WireFormat) -> JsonRoute:
         """A wire format's conversation endpoint: counted, compacted when needed, retried once."""
-        handler = ConversationHandler(wire, pipeline, upstream_of(wire), limits=settings.limits, archive=archive)
-        endpoint = Endpoint(handler, route=route, on_finish=metrics.exchange_done, wire=wire)
-        return JsonRoute(route, endpoint, methods=["POST"])
+        handler = ConversationHandler(
+            wire, pipeline, upstream_of(wire), limits=settings.limits, archive=archive, route=route
+        )
+        endpoint = Endpoint(handler, route=route.path, on_finish=metrics.exchange_done, wire=wire)
+        return JsonRoute(route.path, endpoint, methods=["POST"])
 
-    def forwarded(route: str, wire: WireFormat = CHAT_COMPLETIONS) -> JsonRoute:
-        """Every other request under `route`, forwarded as it came to `wire`'s upstream."""
-        anthropic = upstream_of(MESSAGES) if "messages" in settings.upstreams else None
-        passthrough = PassThrough(upstream_of(wire), limits=settings.limits, anthropic=anthropic)
-        label = route.replace("{path:path}", "{path}")  # the metrics' route label
-        endpoint = Endpoint(passthrough, route=label, on_finish=metrics.exchange_done, wire=wire)
-        return JsonRoute(route, endpoint, methods=METHODS)
+    # A request only one format's clients send (`anthropic-version`) goes to that format's own upstream.
+    by_client_header = [
+        (header, upstream_of(wire))
+        for wire in served
+        if (header := wire.spec.client_header) is not None and wire.spec.name in settings.upstreams
+    ]
+
+    def forwarded(pattern: str, wire: WireFormat) -> JsonRoute:
+        """Every other request of `wire`'s API under `pattern`, forwarded as it came to its upstream."""
+        others = [(header, client) for header, client in by_client_header if client is not upstream_of(wire)]
+        passthrough = PassThrough(upstream_of(wire), limits=settings.limits, by_client_header=others)
+        endpoint = Endpoint(passthrough, route=route_label(pattern), on_finish=metrics.exchange_done, wire=wire)
+        return JsonRoute(pattern, endpoint, methods=METHODS)
 
     def compact_route() -> list[JsonRoute]:
         """`POST /v1/responses/compact`, answered by us when the upstream has none (`responses.compact_fallback`)."""
-        if not settings.responses.compact_fallback:
+        responses = next((wire for wire in served if isinstance(wire, Responses)), None)
+        if responses is None or not settings.responses.compact_fallback:
             return []
         handler = CompactHandler(responses, item_key, pipeline, upstream_of(responses), limits=settings.limits)
         endpoint = Endpoint(handler, route="/v1/responses/compact", on_finish=metrics.exchange_done, wire=responses)
         return [JsonRoute("/v1/responses/compact", endpoint, methods=["POST"])]
 
-    routes = [
+    routes: list[BaseRoute] = [
         JsonRoute("/healthz", healthz, methods=["GET"]),
         JsonRoute("/inflight/stats", stats_route(pipeline), methods=["GET"]),
         JsonRoute("/metrics", metrics_route(metrics), methods=["GET"]),
         *ArchiveRoutes(archive.store if archive is not None else None, loopback_only=loopback_only).routes(),
         *Viewer().routes(),
-        conversations("/v1/chat/completions", CHAT_COMPLETIONS),
-        conversations("/v1/responses", responses),
+        *(conversations(route, wire) for wire in served for route in wire.spec.routes),
         *compact_route(),
-        conversations("/v1/messages", MESSAGES),
-        forwarded("/v1/messages/{path:path}", MESSAGES),  # count_tokens, batches: to Anthropic's upstream
-        forwarded("/v1/{path:path}"),
+        *(forwarded(pattern, wire) for pattern, wire in forwarded_patterns(served)),
     ]
     # A bare router, not a Starlette app: the endpoints render their own errors, so the app's two
     # error-handling middlewares would only add a wrapper to every `send` of every response.
     router = Router(routes=routes, lifespan=lifespan, default=not_found)
-    guarded = settings.access.keys or settings.access.admin
-    app: ASGIApp = AccessGuard(router, settings.access, on_refused=metrics.refused) if guarded else router
+    return guarded(router, settings, routes=RouteTable(routes), client_keys=upstream.client_keys, metrics=metrics)
+
+
+def guarded(
+    router: ASGIApp, settings: Settings, *, routes: RouteTable, client_keys: frozenset[bytes], metrics: Metrics
+) -> ASGIApp:
+    """The router behind the guards the access settings ask for, which answer before any route."""
+    app = router
+    if settings.access.keys or settings.access.admin:
+        app = AccessGuard(app, settings.access, client_keys=client_keys, routes=routes, on_refused=metrics.refused)
     # A key held for anyone who can reach us: only our own address, never another origin's page.
-    return OriginGuard(app, settings) if settings.holds_upstream_key and not settings.access.keys else app
+    return (
+        OriginGuard(app, settings, routes=routes) if settings.holds_upstream_key and not settings.access.keys else app
+    )
+
+
+def upstream_clients(
+    settings: Settings, served: Sequence[WireFormat]
+) -> tuple[UpstreamClient, dict[str, UpstreamClient]]:
+    """The proxy's upstream, and a format's own where it has one (`upstreams.<format>`) or takes the proxy's
+    key in another header than `Authorization` (Anthropic's `x-api-key`). Each replaces a client's key in
+    any of the formats' credential headers with the proxy's own, when it holds one."""
+    client_keys = key_headers(served)
+    header_bound = settings.limits.max_upstream_header_bytes
+    upstream = UpstreamClient(settings.upstream, client_keys=client_keys, max_header_bytes=header_bound)
+    by_format = {
+        wire.spec.name: UpstreamClient(
+            settings.upstream_for(wire.spec.name),
+            key_header=wire.spec.credentials[0],
+            client_keys=client_keys,
+            max_header_bytes=header_bound,
+        )
+        for wire in served
+        if wire.spec.name in settings.upstreams or wire.spec.credentials[0] != b"authorization"
+    }
+    return upstream, by_format
+
+
+def forwarded_patterns(served: Sequence[WireFormat]) -> list[tuple[str, WireFormat]]:
+    """The rest of each format's API, the narrowest pattern first (`/v1/messages/{path:path}` before
+    `/v1/{path:path}`); they come after every exact route."""
+    patterns = [(pattern, wire) for wire in served for pattern in wire.spec.forwarded]
+    return sorted(patterns, key=lambda item: -len(item[0].partition("{")[0]))
 
 
 def item_secret(settings: Settings) -> bytes:

@@ -26,15 +26,19 @@ ProxyFactory = Callable[..., AbstractContextManager[str]]
 
 @pytest.fixture
 def start_proxy() -> ProxyFactory:
-    """Start a proxy with config overrides; yields its base URL ending in /v1."""
+    """Start a proxy with config overrides (`formats`: the wire formats it serves, else the registered ones);
+    yields its base URL ending in /v1."""
 
     @contextmanager
     def start(upstream_url: str, **overrides: Any) -> Iterator[str]:
+        formats = overrides.pop("formats", None)
         overrides.setdefault("upstream", {})
         overrides["upstream"] = {"base_url": upstream_url, **overrides["upstream"]}
         settings = load_settings(None, overrides=overrides)
         # As `inflight serve` runs it (the bounded protocol, its timeouts), but quieter.
-        with serve(create_app(settings), **{**uvicorn_options(settings), "log_level": "warning"}) as url:
+        with serve(
+            create_app(settings, formats=formats), **{**uvicorn_options(settings), "log_level": "warning"}
+        ) as url:
             yield url + "/v1"
 
     return start

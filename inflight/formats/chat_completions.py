@@ -15,18 +15,32 @@ from typing import Any
 
 import orjson
 
-from inflight.formats.seam import CoreRequest, Message, OpenAIShape, TakenOver, usage_count
+from inflight.formats.seam import (
+    OPENAI_ERRORS,
+    UNROUTED,
+    CoreRequest,
+    FormatSpec,
+    Message,
+    OpenAIShape,
+    Route,
+    TakenOver,
+    Target,
+    UpstreamCall,
+    usage_count,
+)
 from inflight.policy.refusals import Refusal, detect, detect_event
 
 
 class ChatCompletions(OpenAIShape):
-    name: str = "chat_completions"
-    session_header: str | None = None  # none of its own: `x-inflight-session`, else the head
-    session_header_first: bool = False
-    usage_marker: bytes = b'"usage"'
-    in_place_summaries: bool = True
+    spec = FormatSpec(
+        name="chat_completions",
+        routes=(Route("/v1/chat/completions"),),
+        errors=OPENAI_ERRORS,
+        forwarded=("/v1/{path:path}",),  # the rest of the OpenAI API (models, embeddings, files), as it comes
+        in_place_summaries=True,
+    )  # no session header of its own: `x-inflight-session`, else the head
 
-    def read(self, payload: dict[str, Any], *, tenant: str = "") -> CoreRequest | None:
+    def read(self, payload: dict[str, Any], target: Target = UNROUTED, *, tenant: str = "") -> CoreRequest | None:
         model = payload.get("model")
         messages = payload.get("messages")
         if not isinstance(model, str) or not is_message_list(messages):
@@ -57,12 +71,9 @@ class ChatCompletions(OpenAIShape):
     def rejects_server_compaction(self, status: int, body: bytes) -> bool:
         return False
 
-    summary_headers: tuple[tuple[bytes, bytes], ...] = ()
-    summary_path: str = "/v1/chat/completions"
-
     def summary_request(
         self, messages: list[Message], *, model: str, max_tokens: int, tools: object = None
-    ) -> dict[str, Any]:
+    ) -> UpstreamCall:
         body: dict[str, Any] = {
             "model": model,
             "messages": messages,
@@ -72,7 +83,7 @@ class ChatCompletions(OpenAIShape):
         }
         if tools:  # the prefix as the upstream cached it, tools included; none to be called
             body |= {"tools": tools, "tool_choice": "none"}
-        return body
+        return UpstreamCall("/v1/chat/completions", body)
 
     def summary_reply(self, document: object) -> tuple[str, str | None]:
         choices = (document.get("choices") if isinstance(document, dict) else None) or []

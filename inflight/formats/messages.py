@@ -45,9 +45,14 @@ import orjson
 from inflight.compaction.summary_job import SUMMARY_PREFIX
 from inflight.formats.context_editing import apply_edits, asks_edits
 from inflight.formats.seam import (
+    UNROUTED,
     CoreRequest,
+    FormatSpec,
     Message,
+    Route,
     TakenOver,
+    Target,
+    UpstreamCall,
     event_name,
     is_comment,
     refuses_field,
@@ -71,18 +76,48 @@ ERROR_CODES = {"invalid_api_key": "authentication_error", "not_found": "not_foun
 ERROR_CODES |= {"request_too_large": "request_too_large"}
 
 
+class AnthropicErrors:
+    """Anthropic's error shape, `{"type": "error", "error": {"type", "message"}}`; in a stream, `event: error`."""
+
+    def body(self, message: str, *, error_type: str, param: str | None, code: str | None) -> bytes:
+        kind = ERROR_CODES.get(code or "") or ERROR_TYPES.get(error_type, error_type)
+        return orjson.dumps({"type": "error", "error": {"type": kind, "message": message}})
+
+    def event(self, body: bytes) -> bytes:
+        """Anthropic's SDKs read only named events: `event: error`."""
+        return b"event: error\ndata: " + body.strip().replace(b"\n", b"") + b"\n\n"
+
+
+class CountTokens:
+    """`POST /v1/messages/count_tokens`: the upstream's exact count of a request's prompt."""
+
+    def request(self, payload: dict[str, Any]) -> UpstreamCall:
+        body = {key: payload[key] for key in COUNTED_FIELDS if key in payload}
+        return UpstreamCall("/v1/messages/count_tokens", body)
+
+    def tokens(self, document: object) -> int | None:
+        tokens = document.get("input_tokens") if isinstance(document, dict) else None
+        return tokens if isinstance(tokens, int) and is_count(tokens) else None
+
+
 class Messages:
     """The format. Its session header is Claude Code's, which names a session before the body does."""
 
-    name: str = "messages"
-    session_header: str | None = "x-claude-code-session-id"
-    session_header_first: bool = True  # Claude Code's header, then the body's `metadata.user_id`
-    usage_marker: bytes = b'"usage"'
-    in_place_summaries: bool = False  # a summary through Chat Completions reaches no Anthropic upstream
-    summary_path: str = "/v1/messages"
-    summary_headers: tuple[tuple[bytes, bytes], ...] = ((b"anthropic-version", ANTHROPIC_VERSION),)
+    spec = FormatSpec(
+        name="messages",
+        routes=(Route("/v1/messages"),),
+        errors=AnthropicErrors(),
+        # The proxy's key goes as `x-api-key`; Claude Code signed in with an account sends a bearer token.
+        credentials=(b"x-api-key", b"authorization"),
+        forwarded=("/v1/messages/{path:path}",),  # count_tokens, batches: to Anthropic's upstream
+        client_header="anthropic-version",  # `/v1/models`, `/v1/files` from Claude Code: Anthropic's too
+        session_header="x-claude-code-session-id",
+        session_header_first=True,  # Claude Code's header, then the body's `metadata.user_id`
+        in_place_summaries=False,  # a summary through Chat Completions reaches no Anthropic upstream
+        exact_count=CountTokens(),
+    )
 
-    def read(self, payload: dict[str, Any], *, tenant: str = "") -> CoreRequest | None:
+    def read(self, payload: dict[str, Any], target: Target = UNROUTED, *, tenant: str = "") -> CoreRequest | None:
         model, source = payload.get("model"), payload.get("messages")
         if not isinstance(model, str) or not isinstance(source, list):
             return None
@@ -164,23 +199,6 @@ class Messages:
         tokens = usage_count(document, "output_tokens", envelope="message")
         return tokens if is_count(tokens) else None
 
-    def error_body(self, message: str, *, error_type: str, param: str | None, code: str | None) -> bytes:
-        kind = ERROR_CODES.get(code or "") or ERROR_TYPES.get(error_type, error_type)
-        return orjson.dumps({"type": "error", "error": {"type": kind, "message": message}})
-
-    def error_event(self, body: bytes) -> bytes:
-        """Anthropic's SDKs read only named events: `event: error`."""
-        return b"event: error\ndata: " + body.strip().replace(b"\n", b"") + b"\n\n"
-
-    count_path: str | None = "/v1/messages/count_tokens"
-
-    def count_request(self, payload: dict[str, Any]) -> dict[str, Any]:
-        return {key: payload[key] for key in COUNTED_FIELDS if key in payload}
-
-    def counted_tokens(self, document: object) -> int | None:
-        tokens = document.get("input_tokens") if isinstance(document, dict) else None
-        return tokens if isinstance(tokens, int) and is_count(tokens) else None
-
     def take_over(self, payload: dict[str, Any], *, prompt_tokens: int, count: Callable[[str], int]) -> TakenOver:
         """The context edits the body asks for, done here (`inflight.formats.context_editing`)."""
         edited = apply_edits(payload, prompt_tokens=prompt_tokens, count=count)
@@ -210,7 +228,7 @@ class Messages:
 
     def summary_request(
         self, messages: list[Message], *, model: str, max_tokens: int, tools: object = None
-    ) -> dict[str, Any]:
+    ) -> UpstreamCall:
         """The prompt as `system`, the rest as user turns (`tools`: none, the in-place form is Chat Completions')."""
         system = "\n\n".join(str(m.get("content")) for m in messages if m.get("role") == "system")
         turns = [
@@ -218,7 +236,8 @@ class Messages:
             for m in messages
             if m.get("role") != "system"
         ]
-        return {"model": model, "system": system, "messages": turns, "max_tokens": max_tokens, "stream": False}
+        body = {"model": model, "system": system, "messages": turns, "max_tokens": max_tokens, "stream": False}
+        return UpstreamCall("/v1/messages", body, ((b"anthropic-version", ANTHROPIC_VERSION),))
 
     def summary_reply(self, document: object) -> tuple[str, str | None]:
         if not isinstance(document, dict):

@@ -38,10 +38,16 @@ import orjson
 
 from inflight.formats.compaction_items import ItemKey, is_ours
 from inflight.formats.seam import (
+    OPENAI_ERRORS,
+    UNROUTED,
     CoreRequest,
+    FormatSpec,
     Message,
     OpenAIShape,
+    Route,
     TakenOver,
+    Target,
+    UpstreamCall,
     event_name,
     is_comment,
     refuses_field,
@@ -70,13 +76,15 @@ class Responses(OpenAIShape):
     def __init__(self, item_key: ItemKey | None = None) -> None:
         self.item_key = item_key
 
-    name: str = "responses"
-    session_header: str | None = "session-id"  # Codex's; `prompt_cache_key` in the body comes first
-    session_header_first: bool = False
-    usage_marker: bytes = b'"usage"'
-    in_place_summaries: bool = False  # a summary through Chat Completions cannot reuse this API's prompt cache
+    spec = FormatSpec(
+        name="responses",
+        routes=(Route("/v1/responses"),),
+        errors=OPENAI_ERRORS,
+        session_header="session-id",  # Codex's; `prompt_cache_key` in the body comes first
+        in_place_summaries=False,  # a summary through Chat Completions cannot reuse this API's prompt cache
+    )
 
-    def read(self, payload: dict[str, Any], *, tenant: str = "") -> CoreRequest | None:
+    def read(self, payload: dict[str, Any], target: Target = UNROUTED, *, tenant: str = "") -> CoreRequest | None:
         model, source = payload.get("model"), payload.get("input")
         if not isinstance(model, str) or not isinstance(source, str | list):
             return None
@@ -232,17 +240,14 @@ class Responses(OpenAIShape):
     def rejects_server_compaction(self, status: int, body: bytes) -> bool:
         return refuses_field(status, body, (b"context_management",))
 
-    summary_headers: tuple[tuple[bytes, bytes], ...] = ()
-    summary_path: str = "/v1/responses"
-
     def summary_request(
         self, messages: list[Message], *, model: str, max_tokens: int, tools: object = None
-    ) -> dict[str, Any]:
+    ) -> UpstreamCall:
         """The prompt as `instructions`, the rest as input; not stored (`tools`: none, the in-place form is
         Chat Completions' only)."""
         instructions = "\n\n".join(str(m.get("content")) for m in messages if m.get("role") == "system")
         others = [{"role": m["role"], "content": m.get("content")} for m in messages if m.get("role") != "system"]
-        return {
+        body = {
             "model": model,
             "instructions": instructions,
             "input": others,
@@ -250,6 +255,7 @@ class Responses(OpenAIShape):
             "store": False,
             "stream": False,
         }
+        return UpstreamCall("/v1/responses", body)
 
     def summary_reply(self, document: object) -> tuple[str, str | None]:
         if not isinstance(document, dict):

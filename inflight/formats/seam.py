@@ -3,9 +3,22 @@
 A wire format is the shape one API gives a conversation: Chat Completions' messages, the Responses
 API's `input` items, Anthropic Messages' content blocks. The core (counting, compaction, policy,
 records, background summaries, archive, metrics) speaks one shape only, Chat Completions'
-messages, and never asks which format it is serving. A format module translates, both ways:
+messages, and never asks which format it is serving. A format module is one `WireFormat`: its
+`spec`, data the app is built from, and the methods that translate, both ways.
 
-Reading (`read`): the request body becomes a `CoreRequest`:
+The spec (`FormatSpec`): its `name` (the config's `upstreams.<name>`, the log, the metrics), its
+conversation `routes` (path patterns, a path parameter such as a model included, and whether the
+path alone says the answer streams), the rest of its API to forward (`forwarded`), the headers its
+clients send their key in (`credentials`; the first is how its upstream takes the proxy's own),
+a header only its clients send (`client_header`), its error shape (`errors`: a body, and the event
+that carries one in a stream), its session header, the bytes a stream event with usage contains
+(`usage_marker`), whether a summary may continue the body in place (`in_place_summaries`), and
+the upstream's exact count of a prompt where it has one (`exact_count`). The app's routes, the
+credentials the upstream replaces, a path's error shape and the metrics' route labels all come
+from the registered formats' specs (`inflight.formats.registered`).
+
+Reading (`read`): the request body, and what its path says (`Target`: the route and its
+parameters), become a `CoreRequest`:
 - `view`: a Chat Completions-shaped mapping, what the core counts and compacts: `messages` in
   order (system/developer instructions and the head first, as the body has them; tool calls as
   assistant `tool_calls`, each answered by a `tool` message with its `tool_call_id`), and the
@@ -20,8 +33,8 @@ Reading (`read`): the request body becomes a `CoreRequest`:
 - `output_limit`: the reply's reserve the client asked for (`max_tokens`, `max_output_tokens`);
   `output_limit_binding` False when the upstream need not fit it (Claude Code asks 128k of any model).
 - `session`: a conversation id the body carries (`prompt_cache_key`, `metadata.user_id`), else None;
-  the client's `x-inflight-session` comes first, a header of the format's own (`session_header`)
-  before or after the body's (`session_header_first`).
+  the client's `x-inflight-session` comes first, the spec's `session_header` before or after the
+  body's (`session_header_first`).
 - `compactable`: False when part of the conversation is not in the body (the Responses API's
   `previous_response_id`): the request is counted, never rewritten.
 - `origins`: the format's own map from each message back to what it came from, for `write`.
@@ -46,25 +59,21 @@ nothing was compacted `write` is never called: the client's exact bytes go upstr
 
 Summaries: when the upstream's own model summarizes a conversation, it is asked in the format the
 request came in (Codex's models answer only through the Responses API): `summary_request` builds a
-non-streaming request at `summary_path` from the summarizer's messages (the prompt first, as a
-`system` message), `summary_reply` reads the text and whether it was cut at the token limit.
-
-Counting: where the upstream counts a prompt exactly (`count_path`: Anthropic's `count_tokens`),
-`count_request` and `counted_tokens` ask and read it; the pipeline asks on turns near a threshold
-when the config says so.
+non-streaming `UpstreamCall` (its path, which may name the model, its body and the headers it
+needs) from the summarizer's messages (the prompt first, as a `system` message), `summary_reply`
+reads the text and whether it was cut at the token limit.
 
 Answers: `refusal` and `stream_refusal` recognise "the prompt is too long" in an error body and
 in a stream's first event that `stream_pending` does not pass over (the Responses API announces
 a response before it fails it), with the window and the upstream's own count when the text names
-them; `prompt_tokens` finds the upstream's prompt count in a JSON body or one stream event
-(`usage_marker` is the bytes an event must contain to be worth parsing); `error_body` writes the
-proxy's own errors in the shape that format's clients parse.
+them; `prompt_tokens` and `output_tokens` find the upstream's counts in a JSON body or one stream
+event.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -122,16 +131,95 @@ class CoreRequest:
         return messages
 
 
-class WireFormat(Protocol):
-    name: str  # e.g. "chat_completions": for the log line and the metrics
-    session_header: str | None  # a request header that names the conversation (None: the format has none)
-    session_header_first: bool  # that header names it before the body does (else after)
-    usage_marker: bytes  # an event without these bytes carries no usage: not parsed
-    in_place_summaries: bool  # a summary may be asked as a Chat Completions continuation of this body
+@dataclass(frozen=True)
+class Route:
+    """A path a format takes conversations on, in starlette's syntax (`{model}` a path parameter, as in
+    `/v1beta/models/{model}:generateContent`), and whether the path alone says the answer streams (Gemini's
+    `:streamGenerateContent`; None: the body says, as `stream: true`)."""
 
-    def read(self, payload: dict[str, Any], *, tenant: str = "") -> CoreRequest | None:
-        """The body as the core's conversation, or None when it is none this format can count. `tenant`: the
-        client's (`Options.tenant`), which inflight's own compaction items are sealed for."""
+    path: str
+    stream: bool | None = None
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a request's path says, for `read`: the route it came by and that route's path parameters."""
+
+    route: Route | None = None
+    params: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def stream(self) -> bool | None:
+        return self.route.stream if self.route is not None else None
+
+
+UNROUTED = Target()  # a body read apart from any request (the CLI, the benchmarks): only the body speaks
+
+
+@dataclass(frozen=True)
+class UpstreamCall:
+    """A request the proxy makes of the upstream on its own (a summary, an exact count): where it goes, its
+    JSON body, and the headers it needs beside the credentials."""
+
+    path: str
+    body: dict[str, Any]
+    headers: tuple[tuple[bytes, bytes], ...] = ()
+
+
+class ErrorShape(Protocol):
+    """How a format's clients read an error: a JSON body, and the event that carries one in a stream."""
+
+    def body(self, message: str, *, error_type: str, param: str | None, code: str | None) -> bytes:
+        """One of the proxy's own errors, in this shape."""
+        ...
+
+    def event(self, body: bytes) -> bytes:
+        """An error body (this shape) as the SSE event its clients raise on, once a stream began."""
+        ...
+
+
+class ExactCount(Protocol):
+    """An upstream's exact count of a prompt (Anthropic's `count_tokens`)."""
+
+    def request(self, payload: dict[str, Any]) -> UpstreamCall:
+        """The call that counts a request's prompt, without what only generation takes."""
+        ...
+
+    def tokens(self, document: object) -> int | None:
+        """The prompt's tokens in the call's answer (None: not there)."""
+        ...
+
+
+@dataclass(frozen=True)
+class FormatSpec:
+    """What a format is, as data: where it is served, which headers carry its clients' keys, how its errors
+    look, and the few facts the pipeline asks of it. The app's routes, the credentials the upstream replaces,
+    the error shape of a path and the metrics' route labels are all derived from these."""
+
+    name: str  # e.g. "chat_completions": `upstreams.<name>`, `pricing.formats`, the log line, the metrics
+    routes: tuple[Route, ...]  # its conversation endpoints (POST): counted, compacted when needed
+    errors: ErrorShape
+    # Headers that carry a client's key; the first is how the upstream takes the proxy's own key
+    # (`authorization` as `Bearer <key>`, any other the key alone, as `x-api-key` and `x-goog-api-key` do).
+    credentials: tuple[bytes, ...] = (b"authorization",)
+    forwarded: tuple[str, ...] = ()  # the rest of its API (route patterns): forwarded as it comes
+    # A header only its clients send (`anthropic-version`): such a request on a path forwarded for another
+    # format goes to this format's upstream.
+    client_header: str | None = None
+    session_header: str | None = None  # a request header that names the conversation (None: the format has none)
+    session_header_first: bool = False  # that header names it before the body does (else after)
+    usage_marker: bytes = b'"usage"'  # a stream event without these bytes carries no usage: not parsed
+    in_place_summaries: bool = False  # a summary may be asked as a Chat Completions continuation of this body
+    exact_count: ExactCount | None = None  # where the upstream counts a prompt exactly (None: nowhere)
+
+
+class WireFormat(Protocol):
+    spec: FormatSpec
+
+    def read(self, payload: dict[str, Any], target: Target = UNROUTED, *, tenant: str = "") -> CoreRequest | None:
+        """The body (and what its path says) as the core's conversation, or None when it is none this
+        format can count. `tenant`: the client's (`Options.tenant`), which inflight's own compaction items
+        are sealed for."""
         ...
 
     def write(self, payload: dict[str, Any], request: CoreRequest, messages: list[Message]) -> bytes:
@@ -158,24 +246,6 @@ class WireFormat(Protocol):
         """The upstream's count of the reply in a parsed JSON body or stream event (None: not there)."""
         ...
 
-    def error_body(self, message: str, *, error_type: str, param: str | None, code: str | None) -> bytes:
-        """One of the proxy's own errors, in this format's error shape."""
-        ...
-
-    def error_event(self, body: bytes) -> bytes:
-        """An error body (this format's shape) as the SSE event its clients raise on, once a stream began."""
-        ...
-
-    count_path: str | None  # where the upstream counts a prompt exactly (Anthropic's `count_tokens`); None: nowhere
-
-    def count_request(self, payload: dict[str, Any]) -> dict[str, Any]:
-        """The body to ask `count_path` with: the request's prompt, without what only generation takes."""
-        ...
-
-    def counted_tokens(self, document: object) -> int | None:
-        """The prompt's tokens in `count_path`'s answer (None: not there)."""
-        ...
-
     def take_over(self, payload: dict[str, Any], *, prompt_tokens: int, count: Callable[[str], int]) -> TakenOver:
         """The body with what it asks of the upstream's context management done here, the request removed
         (`prompt_tokens`: the prompt's size in the upstream's units; `count`: a text's, likewise)."""
@@ -193,12 +263,9 @@ class WireFormat(Protocol):
         """The upstream refused the request for server-side compaction (an unknown field to it)."""
         ...
 
-    summary_path: str  # where the upstream takes a request in this format, e.g. "/v1/chat/completions"
-    summary_headers: tuple[tuple[bytes, bytes], ...]  # what such a request needs beside its credentials
-
     def summary_request(
         self, messages: list[Message], *, model: str, max_tokens: int, tools: object = None
-    ) -> dict[str, Any]:
+    ) -> UpstreamCall:
         """A non-streaming request for `model`'s reply to `messages` (`tools`: offered, none to be called)."""
         ...
 
@@ -251,27 +318,27 @@ def data_event(body: bytes) -> bytes:
     return b"data: " + body.strip().replace(b"\n", b"") + b"\n\n"
 
 
-class OpenAIShape:
-    """What the OpenAI formats (Chat Completions, the Responses API) answer alike: OpenAI's error shape,
-    errors in a stream as a bare `data:` event, no exact count to ask for, nothing of inflight's to
-    report in an answer. A format of that family takes these and writes only what differs."""
+class OpenAIErrors:
+    """OpenAI's error shape, which the Responses API and every OpenAI-compatible server share; in a stream
+    a bare `data:` event."""
 
-    count_path: str | None = None
-
-    def error_body(self, message: str, *, error_type: str, param: str | None, code: str | None) -> bytes:
+    def body(self, message: str, *, error_type: str, param: str | None, code: str | None) -> bytes:
         return openai_error(message, error_type=error_type, param=param, code=code)
 
-    def error_event(self, body: bytes) -> bytes:
+    def event(self, body: bytes) -> bytes:
         return data_event(body)
 
-    def count_request(self, payload: dict[str, Any]) -> dict[str, Any]:
-        return payload
 
-    def counted_tokens(self, document: object) -> int | None:
-        return None
+OPENAI_ERRORS = OpenAIErrors()
+
+
+class OpenAIShape:
+    """What the OpenAI formats (Chat Completions, the Responses API) answer alike: nothing of inflight's to
+    report in an answer (the upstream reports its own context management). A format of that family takes
+    these and writes only what differs."""
 
     def reported_body(self, body: bytes, report: dict[str, Any]) -> bytes:
-        return body  # nothing to report: the upstream reports its own context management
+        return body
 
     def reported_event(self, event: bytes, report: dict[str, Any]) -> bytes:
         return event

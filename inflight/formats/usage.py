@@ -99,7 +99,7 @@ class UsageReader:
             lines = bytes(self._buffer[:end]).split(b"\n")
             del self._buffer[: end + 1]
             for line in lines:
-                if line.startswith(b"data:") and self.wire.usage_marker in line:
+                if line.startswith(b"data:") and self.wire.spec.usage_marker in line:
                     self._take(line[5:])
         if len(self._buffer) > self.max_event_bytes:
             self._stop()  # a line past the bound: whatever it is, it is not usage worth the memory

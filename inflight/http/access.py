@@ -1,8 +1,9 @@
 """Inbound keys: who may spend the upstream key the proxy holds.
 
-With `access.keys` set, every `/v1` request must carry one of them as `Authorization: Bearer …` or
-(as Anthropic's clients send it) `x-api-key: …` (the upstream gets `upstream.api_key` instead), and
-`/inflight/*` and `/metrics` one of `access.admin_keys`. `/healthz` stays open for load balancers.
+With `access.keys` set, every request to a wire format's API must carry one of them as
+`Authorization: Bearer …` or in another header a registered format's clients send their key in
+(`x-api-key` for Anthropic's; the upstream gets `upstream.api_key` instead), and `/inflight/*` and
+`/metrics` one of `access.admin_keys`. `/healthz` stays open for load balancers.
 Keys are compared in constant time, each against all.
 """
 
@@ -16,8 +17,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from inflight.config import Access, Settings
 from inflight.errors import Forbidden, ProxyError
-from inflight.formats import MESSAGES
 from inflight.http.error_response import DEFAULT_SHAPE, render
+from inflight.http.routes import RouteTable
 
 OPEN_PATHS = frozenset({"/healthz"})
 VIEWER = "/inflight/ui"  # static files that hold no data: the page asks for an admin key before any JSON
@@ -33,14 +34,15 @@ class InvalidApiKey(ProxyError):
     code = "invalid_api_key"
 
 
-def presented_key(scope: Scope) -> bytes | None:
-    """The key as OpenAI's clients send it (`Authorization: Bearer`), else as Anthropic's (`x-api-key`)."""
+def presented_key(scope: Scope, client_keys: frozenset[bytes]) -> bytes | None:
+    """The key as OpenAI's clients send it (`Authorization: Bearer`), else in the first other header of
+    `client_keys` (the wire formats' credential headers: Anthropic's `x-api-key`)."""
     api_key = None
     for name, value in scope["headers"]:
         if name == b"authorization":
             scheme, _, key = value.partition(b" ")
             return key.strip() if scheme.lower() == b"bearer" else None
-        if name == b"x-api-key" and api_key is None:
+        if name in client_keys and api_key is None:
             api_key = value.strip()
     return api_key
 
@@ -54,27 +56,40 @@ def accepted(key: bytes | None, keys: tuple[str, ...]) -> bool:
 
 
 class AccessGuard:
-    """An ASGI wrapper: requests without an accepted key are answered 401 before anything else runs."""
+    """An ASGI wrapper: requests without an accepted key are answered 401 before anything else runs.
+    `client_keys`: the headers a client's key may come in; `routes`: what the path would reach (its error
+    shape, its label for `on_refused`)."""
 
-    def __init__(self, app: ASGIApp, access: Access, *, on_refused: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        access: Access,
+        *,
+        client_keys: frozenset[bytes],
+        routes: RouteTable,
+        on_refused: Callable[[str], None] | None = None,
+    ) -> None:
         self.app = app
         self.access = access
-        self.on_refused = on_refused  # told the path of each request refused (the metrics)
+        self.client_keys = client_keys
+        self.routes = routes
+        self.on_refused = on_refused  # told the route of each request refused (the metrics)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and not is_open(scope["path"]):
             admin = scope["path"].startswith("/inflight/") or scope["path"] == "/metrics"
             keys = self.access.admin if admin else self.access.keys
-            if keys and not accepted(presented_key(scope), keys):
+            if keys and not accepted(presented_key(scope, self.client_keys), keys):
                 kind = "an admin key" if admin else "one of the proxy's keys"
-                message = (
-                    f"Incorrect or missing API key: this proxy needs {kind} as 'Authorization: Bearer <key>' "
-                    "or 'x-api-key: <key>'."
+                others = "".join(
+                    f" or '{name.decode()}: <key>'" for name in sorted(self.client_keys - {b"authorization"})
                 )
-                wire = MESSAGES if scope["path"].startswith("/v1/messages") else DEFAULT_SHAPE
-                await render(InvalidApiKey(message), wire=wire)(scope, receive, send)
+                message = (
+                    f"Incorrect or missing API key: this proxy needs {kind} as 'Authorization: Bearer <key>'{others}."
+                )
+                await render(InvalidApiKey(message), wire=self.routes.wire(scope["path"]))(scope, receive, send)
                 if self.on_refused is not None:
-                    self.on_refused(scope["path"])
+                    self.on_refused(self.routes.label(scope["path"]))
                 return
         await self.app(scope, receive, send)
 
@@ -86,8 +101,9 @@ class OriginGuard:
     the key and read the answers; a cross-origin "simple" request (`text/plain`) needs no preflight.
     `access.cors_origins` lets named browser origins in. Answered 403 before anything else runs."""
 
-    def __init__(self, app: ASGIApp, settings: Settings) -> None:
+    def __init__(self, app: ASGIApp, settings: Settings, *, routes: RouteTable | None = None) -> None:
         self.app = app
+        self.routes = routes  # whose error shape a path's refusal takes (None: OpenAI's)
         self.listen_host = settings.listen.host.strip("[]").lower()
         self.cors_origins = frozenset(origin.rstrip("/").lower() for origin in settings.access.cors_origins)
         # Listening on every address (allowed only with `access.allow_anonymous`): any Host is ours.
@@ -97,7 +113,7 @@ class OriginGuard:
         if scope["type"] == "http":
             problem = self.problem(scope)
             if problem is not None:
-                wire = MESSAGES if scope["path"].startswith("/v1/messages") else DEFAULT_SHAPE
+                wire = self.routes.wire(scope["path"]) if self.routes is not None else DEFAULT_SHAPE
                 await render(Forbidden(problem), wire=wire)(scope, receive, send)
                 return
         await self.app(scope, receive, send)

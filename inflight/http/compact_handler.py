@@ -37,7 +37,7 @@ class CompactHandler:
     async def __call__(self, request: Request, exchange: Exchange) -> Relay | KeepAlive:
         encoding = request.headers.get("content-encoding", "")
         chunks = await read_limited(request, self.limits)
-        options = options_of(request, self.wire)
+        options = options_of(request, self.wire, client_keys=self.upstream.client_keys)
         limit = self.limits.max_body_bytes
         intake = await read_request(chunks, encoding, self.pipeline, self.wire, limit=limit, tenant=options.tenant)
         async with cancelled_on_disconnect(request.receive):

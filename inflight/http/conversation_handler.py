@@ -10,7 +10,7 @@ from __future__ import annotations
 from starlette.requests import Request
 
 from inflight.config import Limits
-from inflight.formats import WireFormat
+from inflight.formats import Route, Target, WireFormat
 from inflight.http.body import read_limited
 from inflight.http.disconnect import cancelled_on_disconnect
 from inflight.http.driver import Driver, post_upstream
@@ -22,7 +22,6 @@ from inflight.pipeline.archiving import Archiver
 from inflight.pipeline.engine import Mode, Options, Pipeline
 from inflight.pipeline.turn import Turn
 from inflight.upstream.client import UpstreamClient
-from inflight.upstream.headers import KEY_HEADERS
 
 
 class ConversationHandler:
@@ -36,8 +35,10 @@ class ConversationHandler:
         *,
         limits: Limits,
         archive: Archiver | None = None,
+        route: Route | None = None,
     ) -> None:
         self.wire = wire
+        self.route = route  # the format's route this handler serves: what its path says, for `read`
         self.pipeline = pipeline
         self.upstream = upstream
         self.limits = limits
@@ -45,7 +46,7 @@ class ConversationHandler:
 
     async def __call__(self, request: Request, exchange: Exchange) -> Relay | KeepAlive:
         encoding = request.headers.get("content-encoding", "")
-        options = options_of(request, self.wire)
+        options = options_of(request, self.wire, client_keys=self.upstream.client_keys)
         intake = await read_request(
             await read_limited(request, self.limits),
             encoding,
@@ -53,6 +54,7 @@ class ConversationHandler:
             self.wire,
             limit=self.limits.max_body_bytes,
             tenant=options.tenant,
+            target=Target(self.route, request.path_params),
         )
         model = intake.payload.get("model")
         exchange.note("model", model if isinstance(model, str) else "-")
@@ -74,13 +76,15 @@ class ConversationHandler:
             return await driver.drive()
 
 
-def options_of(request: Request, wire: WireFormat) -> Options:
-    """The `x-inflight-*` headers, and the format's own session header (the key uses it after the body's)."""
-    hint = request.headers.get(wire.session_header) if wire.session_header is not None else None
+def options_of(request: Request, wire: WireFormat, *, client_keys: frozenset[bytes]) -> Options:
+    """The `x-inflight-*` headers, the format's own session header (the key uses it after the body's), and
+    the client's key (`client_keys`: the headers that carry one)."""
+    header = wire.spec.session_header
+    hint = request.headers.get(header) if header is not None else None
     return Options(
         mode=Mode.asked(request.headers.get("x-inflight-compaction", "")),
         session=request.headers.get("x-inflight-session"),
         session_hint=hint,
-        credentials=[(name, value) for name, value in request.scope["headers"] if name in KEY_HEADERS],
+        credentials=[(name, value) for name, value in request.scope["headers"] if name in client_keys],
         client=request.client.host if request.client else "",
     )

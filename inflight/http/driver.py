@@ -302,22 +302,22 @@ async def reported_events(
 
 
 async def exact_count(upstream: UpstreamClient, request: Request, counted: Counted) -> int | None:
-    """`POST` the prompt to the format's `count_path` with the client's credentials (and betas); None when
+    """Ask the format's exact count (`spec.exact_count`) with the client's credentials (and betas); None when
     the upstream gives no count (an error, a timeout): the estimate stands."""
-    wire = counted.wire
-    assert wire.count_path is not None
+    counter = counted.wire.spec.exact_count
+    assert counter is not None
+    call = counter.request(counted.payload)
     raw = request.scope["headers"]
     credentials = [(n, v) for n, v in upstream.credential_headers(raw) if n != b"host"]
     betas = [(n, v) for n, v in raw if n == b"anthropic-beta"]
-    headers = [(b"content-type", b"application/json"), *credentials, *betas]
-    body = orjson.dumps(wire.count_request(counted.payload))
+    headers = [(b"content-type", b"application/json"), *call.headers, *credentials, *betas]
     try:
         status, answer = await upstream.send_whole(
-            "POST", wire.count_path, headers=headers, content=body, timeout_s=COUNT_TIMEOUT_S
+            "POST", call.path, headers=headers, content=orjson.dumps(call.body), timeout_s=COUNT_TIMEOUT_S
         )
-        return wire.counted_tokens(orjson.loads(answer)) if status == 200 else None
+        return counter.tokens(orjson.loads(answer)) if status == 200 else None
     except (ProxyError, ValueError) as exc:
-        log.info("[tokens] %s gave no count (%s)", wire.count_path, exc)
+        log.info("[tokens] %s gave no count (%s)", call.path, exc)
         return None
 
 

@@ -1,9 +1,8 @@
 """Every error the proxy answers with goes out here, in the shape the client's wire format parses.
 
-An endpoint of a wire format answers in that format's shape (`WireFormat.error_body`); everything
-else (the proxy's own routes, `/v1` paths no format serves) in OpenAI's,
-`{"error": {"message", "type", "param", "code"}}`. Anything else (a starlette HTML page, a
-traceback) breaks the clients' retry logic.
+An endpoint of a wire format answers in that format's shape (its `spec.errors`); everything else
+(the proxy's own routes, paths no format claims) in OpenAI's, `{"error": {"message", "type", "param",
+"code"}}`. Anything else (a starlette HTML page, a traceback) breaks the clients' retry logic.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ def error_body(
     code: str | None = None,
     wire: WireFormat = DEFAULT_SHAPE,
 ) -> bytes:
-    return wire.error_body(message, error_type=error_type, param=param, code=code)
+    return wire.spec.errors.body(message, error_type=error_type, param=param, code=code)
 
 
 def body_of(error: ProxyError, wire: WireFormat = DEFAULT_SHAPE) -> bytes:

@@ -7,6 +7,7 @@ for the pipeline to judge (a body it cannot count is forwarded for the upstream 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -14,7 +15,7 @@ from typing import Any
 import orjson
 
 from inflight.errors import BadRequest
-from inflight.formats import WireFormat
+from inflight.formats import UNROUTED, Target, WireFormat
 from inflight.http.body import decompress, is_identity
 from inflight.http.json_pieces import PIECES_FROM_BYTES, parse_in_pieces
 from inflight.offload import HEAVY_BYTES, in_thread
@@ -65,30 +66,46 @@ def parse_request(data: bytes) -> tuple[dict[str, Any], bool]:
 
 
 def parse_and_count(
-    chunks: list[bytes], content_encoding: str, pipeline: Pipeline, wire: WireFormat, limit: int, *, tenant: str = ""
+    chunks: list[bytes],
+    content_encoding: str,
+    pipeline: Pipeline,
+    wire: WireFormat,
+    limit: int,
+    target: Target = UNROUTED,
+    tenant: str = "",
 ) -> Intake:
     # Joined here, in the worker: CPython copies a join of a megabyte or more without the GIL, so the
     # loop runs on meanwhile; joined on the loop, 30 MB would stop it for a copy's time.
     raw = b"".join(chunks)
     chunks.clear()  # the body is held once, not twice, while it is parsed
     payload, countable = parse_request(decompress(raw, content_encoding, limit))
-    return Intake(raw, payload, pipeline.count(raw, payload, wire, tenant=tenant) if countable else None)
+    counted = pipeline.count(raw, payload, wire, target=target, tenant=tenant) if countable else None
+    return Intake(raw, payload, counted)
 
 
 async def read_request(
-    chunks: list[bytes], content_encoding: str, pipeline: Pipeline, wire: WireFormat, *, limit: int, tenant: str
+    chunks: list[bytes],
+    content_encoding: str,
+    pipeline: Pipeline,
+    wire: WireFormat,
+    *,
+    limit: int,
+    target: Target = UNROUTED,
+    tenant: str = "",
 ) -> Intake:
-    """Join, decompress, parse and count (as the client `tenant`'s); a large or compressed body all in one
-    worker thread, so the loop keeps serving others (a small gzip body can inflate to the whole limit)."""
+    """Join, decompress, parse and count (`target`: what the request's path says; `tenant`: the client's); a
+    large or compressed body all in one worker thread, so the loop keeps serving others (a small gzip body can
+    inflate to the whole limit)."""
     size = sum(map(len, chunks))
     if size > THREAD_THRESHOLD_BYTES or not is_identity(content_encoding):
         heavy = size >= HEAVY_BYTES
-        return await in_thread(heavy, parse_and_count, chunks, content_encoding, pipeline, wire, limit, tenant=tenant)
+        return await in_thread(heavy, parse_and_count, chunks, content_encoding, pipeline, wire, limit, target, tenant)
     raw = b"".join(chunks)
     payload, countable = parse_request(raw)
     if not countable:
         return Intake(raw, payload, None)
     model = payload.get("model")
     if isinstance(model, str) and not is_loaded(pipeline.encoding_for(model).name):  # built on first use: ~1 s
-        return Intake(raw, payload, await asyncio.to_thread(pipeline.count, raw, payload, wire, tenant=tenant))
-    return Intake(raw, payload, pipeline.count(raw, payload, wire, tenant=tenant))
+        counting = functools.partial(pipeline.count, raw, payload, wire, target=target, tenant=tenant)
+        return Intake(raw, payload, await asyncio.to_thread(counting))
+    return Intake(raw, payload, pipeline.count(raw, payload, wire, target=target, tenant=tenant))

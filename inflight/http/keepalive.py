@@ -66,14 +66,16 @@ class KeepAlive:
             relay = self.work.result()
         except ProxyError as exc:
             self.exchange.note("error", exc.code or exc.error_type)
-            await self._end(send, self.wire.error_event(body_of(exc, self.wire)))
+            await self._end(send, self.wire.spec.errors.event(body_of(exc, self.wire)))
             return
         except Exception as exc:  # a bug of ours, after the 200: still an answer in OpenAI's shape, and logged
             log.exception("internal error while a keep-alive stream waited")
             self.exchange.note("error", type(exc).__name__)
             await self._end(
                 send,
-                self.wire.error_event(body_of(ProxyError(f"inflight internal error: {type(exc).__name__}"), self.wire)),
+                self.wire.spec.errors.event(
+                    body_of(ProxyError(f"inflight internal error: {type(exc).__name__}"), self.wire)
+                ),
             )
             return
         if relay.status != 200:  # the upstream's error, as an event: the 200 is out already
@@ -85,7 +87,7 @@ class KeepAlive:
             finally:
                 await relay.close()
             self.exchange.note("upstream_status", relay.status)
-            await self._end(send, self.wire.error_event(body))
+            await self._end(send, self.wire.spec.errors.event(body))
             return
         relay.started = True
         await relay(scope, receive, send)

@@ -1,6 +1,9 @@
-"""Any other `/v1` request: forwarded as it came, body streamed, response relayed. No body is parsed."""
+"""Any other request of a wire format's API: forwarded as it came, body streamed, response relayed. No body
+is parsed."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from starlette.requests import Request
 
@@ -14,19 +17,24 @@ from inflight.upstream.client import UpstreamClient
 
 
 class PassThrough:
-    """`anthropic`: where a request of Anthropic's clients goes (it carries `anthropic-version`), when
-    that is another upstream: `/v1/models` or `/v1/files` from Claude Code must not reach OpenAI's
-    upstream with the client's Anthropic key."""
+    """`by_client_header`: where a request carrying a header only one format's clients send goes, when that
+    format has another upstream: `/v1/models` or `/v1/files` from Claude Code (`anthropic-version`) must
+    not reach OpenAI's upstream with the client's Anthropic key."""
 
-    def __init__(self, upstream: UpstreamClient, *, limits: Limits, anthropic: UpstreamClient | None = None) -> None:
+    def __init__(
+        self,
+        upstream: UpstreamClient,
+        *,
+        limits: Limits,
+        by_client_header: Sequence[tuple[str, UpstreamClient]] = (),
+    ) -> None:
         self.default = upstream
-        self.anthropic = anthropic
+        self.by_client_header = by_client_header
         self.limits = limits
 
     def upstream_for(self, request: Request) -> UpstreamClient:
-        if self.anthropic is not None and "anthropic-version" in request.headers:
-            return self.anthropic
-        return self.default
+        found = (upstream for header, upstream in self.by_client_header if header in request.headers)
+        return next(found, self.default)
 
     async def __call__(self, request: Request, exchange: Exchange) -> Relay:
         upstream = self.upstream_for(request)

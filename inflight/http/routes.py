@@ -1,17 +1,23 @@
-"""The proxy's own 404 and 405, in OpenAI's error shape like every other answer of ours.
+"""The routing table as the guards see it, and the proxy's own 404 and 405, in OpenAI's error shape.
 
-Starlette answers these in plain text; an OpenAI client would fail to parse it. Everything under
-`/v1` is forwarded (OPTIONS too, so a browser app gets the upstream's CORS answer), so these only
-concern paths outside it and the proxy's own routes.
+Starlette answers 404 and 405 in plain text; an OpenAI client would fail to parse it. Each wire
+format's API is forwarded under the paths it declares (OPTIONS too, so a browser app gets the
+upstream's CORS answer), so these only concern other paths and the proxy's own routes.
+`RouteTable` tells what a path not yet routed would reach (a refused request's route label, and the
+error shape its client reads), from the same routes the router has.
 """
 
 from __future__ import annotations
 
-from starlette.routing import Route
+from collections.abc import Sequence
+
+from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
 from inflight.errors import MethodNotAllowed, NotFound
-from inflight.http.error_response import render
+from inflight.formats import WireFormat
+from inflight.http.endpoint import Endpoint
+from inflight.http.error_response import DEFAULT_SHAPE, render
 
 
 class JsonRoute(Route):
@@ -33,3 +39,31 @@ async def not_found(scope: Scope, receive: Receive, send: Send) -> None:
         return
     message = f"no route for {scope['path']!r}: the OpenAI API is served under /v1"
     await render(NotFound(message))(scope, receive, send)
+
+
+def route_label(pattern: str) -> str:
+    """A route's name in the metrics: its pattern, a catch-all's `{path:path}` as `{path}`."""
+    return pattern.replace(":path}", "}")
+
+
+class RouteTable:
+    """The app's routes, asked about a path before the router has seen it (the guards answer first)."""
+
+    def __init__(self, routes: Sequence[BaseRoute]) -> None:
+        self.routes = [route for route in routes if isinstance(route, Route)]
+
+    def matched(self, path: str) -> Route | None:
+        """The route the router would take `path` to, whatever the method (None: none)."""
+        return next((route for route in self.routes if route.path_regex.match(path)), None)
+
+    def label(self, path: str) -> str:
+        """What the metrics call a request for `path`: its route's label, never the path ("other": no route)."""
+        route = self.matched(path)
+        if route is None:
+            return "other"
+        return route.endpoint.route if isinstance(route.endpoint, Endpoint) else route_label(route.path)
+
+    def wire(self, path: str) -> WireFormat:
+        """Whose error shape an answer on `path` takes: its route's wire format, else OpenAI's."""
+        route = self.matched(path)
+        return route.endpoint.wire if route is not None and isinstance(route.endpoint, Endpoint) else DEFAULT_SHAPE

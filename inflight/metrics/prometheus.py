@@ -57,17 +57,6 @@ class FinishedRequest(Protocol):
     def send_timed_out(self) -> bool: ...
 
 
-def route_of(path: str) -> str:
-    """The label for a raw path (a refused request matched no route yet): one of a few, never the path."""
-    if path == "/v1/chat/completions" or path == "/metrics":
-        return path
-    if path.startswith("/v1/"):
-        return "/v1/{path}"
-    if path.startswith("/inflight/"):
-        return "/inflight/{path}"
-    return "other"
-
-
 def multiprocess_directory() -> str | None:
     """Where the workers' values are, when prometheus_client keeps them in files (else None)."""
     if not getattr(values.ValueClass, "_multiprocess", False):
@@ -239,9 +228,9 @@ class Metrics:
         if report.shadow is not None:  # what shadow mode planned and did not send
             self._actions(report.shadow, counter=self.shadow_compactions, tokens=self.shadow_tokens)
 
-    def refused(self, path: str) -> None:
-        """Record a request answered with 401 before any route saw it."""
-        self._child(self.requests, route_of(path), "401").inc()
+    def refused(self, route: str) -> None:
+        """A request answered 401 before its route saw it (`route`: the label that route's requests have)."""
+        self._child(self.requests, route, "401").inc()
 
     def _actions(self, plan: Plan, *, counter: Counter, tokens: Histogram) -> None:
         """Each action but `none` counted, and, for a request compacted, its tokens before and after."""

@@ -24,7 +24,7 @@ from inflight.compaction.background.scheduler import BackgroundSummaries
 from inflight.compaction.prefix import CacheTurn, PrefixTracker, SentRequest, view_ids
 from inflight.compaction.record import shadow_key
 from inflight.config import Compaction, ModelSettings, Prices, Settings
-from inflight.formats import WireFormat
+from inflight.formats import UNROUTED, Target, WireFormat
 from inflight.metrics.observer import NO_OBSERVER, Observer
 from inflight.offload import call_sized
 from inflight.pipeline.accounting import Accounting, Counted
@@ -184,19 +184,26 @@ class Pipeline:
 
     def prices(self, counted: Counted) -> Prices:
         """What the upstream bills for this request's prompt tokens (`pricing:`, by its format and model)."""
-        return self.settings.pricing.for_request(counted.wire.name, counted.model)
+        return self.settings.pricing.for_request(counted.wire.spec.name, counted.model)
 
     def text_tokens(self, model: str, text: str) -> int:
         """`text` counted with `model`'s encoding (estimated from its size where the tokenizer fails)."""
         return counted_or_estimated(self._counter.encoding(self.encoding_for(model).name), text)
 
     def count(
-        self, raw: bytes, payload: dict[str, Any], wire: WireFormat, *, tenant: str = "", exact: bool = False
+        self,
+        raw: bytes,
+        payload: dict[str, Any],
+        wire: WireFormat,
+        *,
+        target: Target = UNROUTED,
+        tenant: str = "",
+        exact: bool = False,
     ) -> Counted | None:
-        """The request of the client `tenant` counted, or None when it is none `wire` can count. CPU only: may
-        run in a thread. Only the newest window's worth is counted exactly (`exact_tokens`) unless `exact`
-        (`inflight count`)."""
-        request = wire.read(payload, tenant=tenant)
+        """The request of the client `tenant` counted, or None when it is none `wire` can count (`target`: what
+        its path says). CPU only: may run in a thread. Only the newest window's worth is counted exactly
+        (`exact_tokens`) unless `exact` (`inflight count`)."""
+        request = wire.read(payload, target, tenant=tenant)
         if request is None:
             return None
         choice = self.encoding_for(request.model)
@@ -276,7 +283,7 @@ class Pipeline:
         and our estimate is within `count_tokens_band` of the budget of a threshold it decides on. Never in
         shadow mode: that would be a call on the client's key, and a wait, that the client did not make."""
         config = self.settings.messages
-        if counted.wire.count_path is None or config.count_tokens != "near" or accounting.exact:
+        if counted.wire.spec.exact_count is None or config.count_tokens != "near" or accounting.exact:
             return False
         if self.shadows(counted, options):
             return False
@@ -311,7 +318,7 @@ class Pipeline:
         if not counted.request.server_managed:
             return False
         lacking = self._model_key(counted.model) in self._servers_lacking
-        return self.settings.manages_context(counted.wire.name) or lacking
+        return self.settings.manages_context(counted.wire.spec.name) or lacking
 
     async def take_over(
         self, counted: Counted, accounting: Accounting, *, tenant: str
@@ -585,7 +592,7 @@ def key_of(counted: Counted, options: Options, *, max_chars: int = 256) -> str:
     longer than `max_chars` (`limits.max_key_chars`) is clipped, with a digest of the whole."""
     head = counted.count.digests[: head_length(counted.request.messages)]
     request, hint = counted.request, options.session_hint
-    session = options.session or (hint if counted.wire.session_header_first else None) or request.session or hint
+    session = options.session or (hint if counted.wire.spec.session_header_first else None) or request.session or hint
     return conversation_key(
         session=bounded_key(session, max_chars) if session else None,
         model=bounded_key(counted.model, max_chars),
@@ -593,7 +600,7 @@ def key_of(counted: Counted, options: Options, *, max_chars: int = 256) -> str:
         tenant=options.tenant,
         # Only a summary asked in place is sent with the tools (Chat Completions'): a change of tools elsewhere
         # (an MCP server connecting, Claude Code's deferred tools) keeps the conversation.
-        sent_with=tools_digest(request.view.get("tools")) if counted.wire.in_place_summaries else "",
+        sent_with=tools_digest(request.view.get("tools")) if counted.wire.spec.in_place_summaries else "",
     )
 
 

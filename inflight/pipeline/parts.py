@@ -118,7 +118,7 @@ class CompactionParts:
         stage = SummarizeStage(
             settings, summarize=summarize, count_text=self.count_text(), input_tokens=self.summarizer_input_tokens
         )
-        in_place = self.wire is None or self.wire.in_place_summaries
+        in_place = self.wire is None or self.wire.spec.in_place_summaries
         own_model = settings.base_url is None and settings.model in (None, self.accounting.model) and in_place
         return SummaryAhead(
             start_at=start_at,

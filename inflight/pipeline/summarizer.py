@@ -88,11 +88,11 @@ class Summarizer:
 
     async def complete(self, job: SummaryJob, *, model: str, credentials: RawHeaders) -> tuple[str, object]:
         """The reply's text and how it ended, asked in the wire format's shape."""
-        headers: RawHeaders = [(b"content-type", b"application/json"), *self.wire.summary_headers, *credentials]
         tools = job.in_place.tools if job.in_place is not None else None
-        body = self.wire.summary_request(job.messages(), model=model, max_tokens=job.max_tokens, tools=tools)
+        call = self.wire.summary_request(job.messages(), model=model, max_tokens=job.max_tokens, tools=tools)
+        headers: RawHeaders = [(b"content-type", b"application/json"), *call.headers, *credentials]
         status, answer = await self.client.send_whole(
-            "POST", self.wire.summary_path, headers=headers, content=orjson.dumps(body), timeout_s=self.timeout_s
+            "POST", call.path, headers=headers, content=orjson.dumps(call.body), timeout_s=self.timeout_s
         )
         if status != 200:
             text = answer[:200].decode("utf-8", "replace")
@@ -132,7 +132,7 @@ class Summarizers:
         """The upstream's client (the format's own), or the one for a summarizer at its own `base_url`
         (made on first use)."""
         if base_url is None:
-            return self.by_format.get(wire.name, self.upstream) if wire is not None else self.upstream
+            return self.by_format.get(wire.spec.name, self.upstream) if wire is not None else self.upstream
         client = self._clients.get(base_url)
         if client is None:
             upstream = self.settings.upstream

@@ -25,13 +25,14 @@ BUDGET_ACTION = Action.SUMMARY_BUDGET
 
 
 def presented_key(credentials: Sequence[tuple[bytes, bytes]]) -> bytes | None:
-    """The key as `access.keys` reads it: a bearer token, else `x-api-key`; another `Authorization` scheme whole."""
+    """The key as `access.keys` reads it: a bearer token, else the first other key header (`x-api-key`: the
+    credentials are the wire formats' key headers only); any other `Authorization` whole."""
     api_key = None
     for name, value in credentials:
         if name == b"authorization":
             scheme, _, key = value.partition(b" ")
             return key.strip() if scheme.lower() == b"bearer" else value.strip()
-        if name == b"x-api-key" and api_key is None:
+        if api_key is None:
             api_key = value.strip()
     return api_key
 

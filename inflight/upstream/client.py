@@ -14,7 +14,7 @@ from inflight.config import Upstream as UpstreamSettings
 from inflight.errors import UpstreamTimeout, UpstreamUnreachable
 from inflight.upstream.connection import Outgoing
 from inflight.upstream.exceptions import upstream_errors
-from inflight.upstream.headers import CREDENTIALS, RawHeaders, filter_headers, key_headers, request_headers
+from inflight.upstream.headers import IDENTITY_HEADERS, RawHeaders, filter_headers, key_headers, request_headers
 from inflight.upstream.pool import ConnectionPool, Timeouts
 from inflight.upstream.reader import ResponseHeadersTooLarge
 from inflight.upstream.response import Response
@@ -22,6 +22,7 @@ from inflight.upstream.response import Response
 
 class UpstreamClient:
     """`key_header`: how this upstream takes the proxy's key (`upstream.auth`, else the format's way).
+    `client_keys`: the headers that carry a client's key (the wire formats'), which the proxy's own replaces.
     `max_header_bytes`: how large a response's head may be (`limits.max_upstream_header_bytes`): past it
     the request fails with a 502 and nothing of the answer is relayed."""
 
@@ -30,6 +31,7 @@ class UpstreamClient:
         settings: UpstreamSettings,
         *,
         key_header: bytes = b"authorization",
+        client_keys: frozenset[bytes] = frozenset(),
         max_header_bytes: int = 64 * 1024,
     ) -> None:
         parts = urlsplit(settings.base_url)
@@ -37,6 +39,7 @@ class UpstreamClient:
         self.api_key = settings.api_key
         self.basic_auth = settings.basic_auth
         self.key_header = {"bearer": b"authorization", "x-api-key": b"x-api-key"}.get(settings.auth or "", key_header)
+        self.client_keys = client_keys | {b"authorization", self.key_header}
         self._host_header = self.host.encode("idna")
         self._base_path = parts.path.rstrip("/").encode("utf-8")
         self.pool = ConnectionPool(
@@ -53,9 +56,11 @@ class UpstreamClient:
             pool=settings.connect_timeout_s,
         )
 
-    def target_for(self, v1_path: bytes, query: bytes = b"") -> bytes:
-        """`/v1/x/y?q` -> `<base_url path>/x/y?q`, path and query string kept byte for byte."""
-        suffix = v1_path[len(b"/v1") :] if v1_path.startswith(b"/v1") else v1_path
+    def target_for(self, path: bytes, query: bytes = b"") -> bytes:
+        """`/v1/x/y?q` -> `<base_url path>/x/y?q` (`upstream.base_url` ends in `/v1` by convention), path and
+        query string kept byte for byte. Only a whole `/v1` segment goes: `/v1beta/...` is kept as it is."""
+        whole = path == b"/v1" or path.startswith(b"/v1/")
+        suffix = path[len(b"/v1") :] if whole else path
         target = self._base_path + suffix
         return target + b"?" + query if query else target
 
@@ -66,6 +71,7 @@ class UpstreamClient:
             api_key=self.api_key,
             basic_auth=self.basic_auth,
             key_header=self.key_header,
+            client_keys=self.client_keys,
             rewrite_body=rewrite_body,
         )
 
@@ -75,7 +81,8 @@ class UpstreamClient:
 
     def credential_headers(self, raw: Iterable[tuple[bytes, bytes]]) -> RawHeaders:
         """Only who the client is (for requests the proxy makes on its own, like model discovery)."""
-        return self.headers_for([(name, value) for name, value in filter_headers(raw) if name in CREDENTIALS])
+        who = IDENTITY_HEADERS | self.client_keys
+        return self.headers_for([(name, value) for name, value in filter_headers(raw) if name in who])
 
     async def fetch(self, v1_path: str, *, headers: RawHeaders) -> tuple[int, bytes]:
         """GET a small resource from the upstream and read it whole."""

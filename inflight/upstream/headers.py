@@ -20,11 +20,8 @@ HOP_BY_HOP = frozenset(
         b"upgrade",
     }
 )
-# Who the client is: all that requests the proxy makes on its own behalf (model discovery) carry.
-CREDENTIALS = frozenset(
-    {b"authorization", b"openai-organization", b"openai-project", b"api-key", b"x-api-key", b"anthropic-version"}
-)
-KEY_HEADERS = frozenset({b"authorization", b"x-api-key"})  # replaced by the proxy's own key when it has one
+# Who the client is, beside its key: what requests the proxy makes on its own behalf (model discovery) carry.
+IDENTITY_HEADERS = frozenset({b"openai-organization", b"openai-project", b"api-key", b"anthropic-version"})
 
 
 def filter_headers(raw: Iterable[tuple[bytes, bytes]], drop: frozenset[bytes] = frozenset()) -> RawHeaders:
@@ -58,9 +55,11 @@ def request_headers(
     api_key: str,
     basic_auth: str = "",
     key_header: bytes = b"authorization",
+    client_keys: frozenset[bytes] = frozenset({b"authorization"}),
     rewrite_body: bool = False,
 ) -> RawHeaders:
-    """The client's headers as the upstream gets them: `Host` ours, the configured key instead of theirs."""
+    """The client's headers as the upstream gets them: `Host` ours, the configured key instead of theirs
+    (every header in `client_keys`, the wire formats' credential headers, dropped)."""
     drop = {b"host"}
     if rewrite_body:
         # The body sent is not the client's: its length is recomputed, and it is not compressed.
@@ -69,15 +68,16 @@ def request_headers(
     headers.insert(0, (b"host", host))
     own = key_headers(api_key, basic_auth, key_header)
     if own:
-        headers = [(n, v) for n, v in headers if n not in KEY_HEADERS] + own
+        headers = [(n, v) for n, v in headers if n not in client_keys] + own
     return headers
 
 
 def key_headers(api_key: str, basic_auth: str, key_header: bytes) -> RawHeaders:
-    """The proxy's own key as its upstream takes it (`Authorization: Bearer`, or `x-api-key`); none: []."""
+    """The proxy's own key as its upstream takes it, in `key_header`: `Authorization: Bearer <key>`, any other
+    header (`x-api-key`, `x-goog-api-key`) the key alone; none: []."""
     if api_key:
         key = api_key.encode("latin-1")
-        return [(b"x-api-key", key)] if key_header == b"x-api-key" else [(b"authorization", b"Bearer " + key)]
+        return [(b"authorization", b"Bearer " + key)] if key_header == b"authorization" else [(key_header, key)]
     return [(b"authorization", b"Basic " + basic_auth.encode("ascii"))] if basic_auth else []
 
 

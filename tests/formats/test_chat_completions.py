@@ -75,7 +75,7 @@ def test_usage_is_read_from_a_json_body_and_from_a_stream() -> None:
 
 
 def test_errors_take_openais_shape() -> None:
-    body = CHAT_COMPLETIONS.error_body("too big", error_type="invalid_request_error", param=None, code="too_big")
+    body = CHAT_COMPLETIONS.spec.errors.body("too big", error_type="invalid_request_error", param=None, code="too_big")
     assert orjson.loads(body) == {
         "error": {"message": "too big", "type": "invalid_request_error", "param": None, "code": "too_big"}
     }

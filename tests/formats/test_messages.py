@@ -163,7 +163,7 @@ def test_refusal_wordings_usage_sessions_and_errors() -> None:
     legacy = {"user_id": "user_abc_account__session_0d3c5e1a-8f7e-4c55-9a1e-3b2c1d0e9f8a"}
     assert MESSAGES.read({**BODY, "metadata": legacy}).session == "0d3c5e1a-8f7e-4c55-9a1e-3b2c1d0e9f8a"  # type: ignore[union-attr]
     error = orjson.loads(
-        MESSAGES.error_body("no key", error_type="invalid_request_error", param=None, code="invalid_api_key")
+        MESSAGES.spec.errors.body("no key", error_type="invalid_request_error", param=None, code="invalid_api_key")
     )
     assert error == {"type": "error", "error": {"type": "authentication_error", "message": "no key"}}
     assert MESSAGES.read({"model": "m", "messages": [{"role": "user"}]}) is None
