@@ -8,6 +8,7 @@ key in the format's own header; the guards' error shapes and the metrics' route 
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
 import os
@@ -24,7 +25,6 @@ from inflight.formats.compaction_items import ItemKey
 from inflight.http.access import AccessGuard, OriginGuard
 from inflight.http.admin import healthz, metrics_route, stats_route
 from inflight.http.archive_routes import ArchiveRoutes
-from inflight.http.compact_handler import CompactHandler
 from inflight.http.conversation_handler import ConversationHandler
 from inflight.http.endpoint import Endpoint
 from inflight.http.passthrough import PassThrough
@@ -32,6 +32,7 @@ from inflight.http.routes import JsonRoute, RouteTable, not_found, route_label
 from inflight.http.viewer import Viewer
 from inflight.metrics.prometheus import Metrics
 from inflight.pipeline.archiving import Archiver
+from inflight.pipeline.compact_turn import CompactTurn
 from inflight.pipeline.engine import build_pipeline
 from inflight.pipeline.summarizer import Summarizers
 from inflight.tokens import FALLBACK_ENCODING, load_encoding
@@ -109,7 +110,10 @@ def create_app(settings: Settings, *, formats: Sequence[WireFormat] | None = Non
         responses = next((wire for wire in served if isinstance(wire, Responses)), None)
         if responses is None or not settings.responses.compact_fallback:
             return []
-        handler = CompactHandler(responses, item_key, pipeline, upstream_of(responses), limits=settings.limits)
+        compact_turn = functools.partial(CompactTurn, item_key=item_key)
+        handler = ConversationHandler(
+            responses, pipeline, upstream_of(responses), limits=settings.limits, make_turn=compact_turn
+        )
         endpoint = Endpoint(handler, route="/v1/responses/compact", on_finish=metrics.exchange_done, wire=responses)
         return [JsonRoute("/v1/responses/compact", endpoint, methods=["POST"])]
 

@@ -122,7 +122,7 @@ def test_the_upstream_transport_uses_only_its_settings_and_errors() -> None:
 
 
 # The edge's modules that drive a turn; nothing else may import the driver.
-DRIVES_TURNS = {"inflight.http.conversation_handler", "inflight.http.compact_handler"}
+DRIVES_TURNS = {"inflight.http.conversation_handler"}
 # What a client may ask in its request's `x-inflight-*` headers: read where the request's options are made.
 REQUEST_HEADERS = {"x-inflight-compaction", "x-inflight-session"}
 # The demo is a client of the proxy: it reads the answer's headers as any client would.

@@ -7,6 +7,8 @@ is done by `inflight.http.driver.Driver`. What is particular to the API is the w
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from starlette.requests import Request
 
 from inflight.config import Limits
@@ -18,14 +20,17 @@ from inflight.http.exchange import Exchange
 from inflight.http.intake import read_request
 from inflight.http.keepalive import KeepAlive
 from inflight.http.relay import Relay, relay
+from inflight.pipeline.accounting import Counted
 from inflight.pipeline.archiving import Archiver
 from inflight.pipeline.engine import Mode, Options, Pipeline
-from inflight.pipeline.turn import Turn
+from inflight.pipeline.turn import Steps, Turn
 from inflight.upstream.client import UpstreamClient
+
+MakeTurn = Callable[[Pipeline, Counted, Options], Steps]
 
 
 class ConversationHandler:
-    """The handler of one wire format's conversation endpoint."""
+    """The handler of one wire format's conversation endpoint (or of `/v1/responses/compact`, with its turn)."""
 
     def __init__(
         self,
@@ -36,8 +41,10 @@ class ConversationHandler:
         limits: Limits,
         archive: Archiver | None = None,
         route: Route | None = None,
+        make_turn: MakeTurn = Turn,
     ) -> None:
         self.wire = wire
+        self.make_turn = make_turn  # the request's turn: a conversation's, or the compact endpoint's
         self.route = route  # the format's route this handler serves: what its path says, for `read`
         self.pipeline = pipeline
         self.upstream = upstream
@@ -62,7 +69,7 @@ class ConversationHandler:
             if intake.counted is None:  # not ours to judge: the upstream answers whatever this is with its own error
                 response = await post_upstream(self.upstream, request, exchange, intake.raw, rewritten=False)
                 return relay(response, exchange)
-            turn = Turn(self.pipeline, intake.counted, options)
+            turn = self.make_turn(self.pipeline, intake.counted, options)
             driver = Driver(
                 turn,
                 pipeline=self.pipeline,

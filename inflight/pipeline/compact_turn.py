@@ -19,7 +19,7 @@ import orjson
 
 from inflight.compaction.report import TurnReport
 from inflight.formats.compaction_items import ItemKey, compaction_answer, sealed_output
-from inflight.pipeline.accounting import Accounting, Counted
+from inflight.pipeline.accounting import Counted
 from inflight.pipeline.engine import Mode, Options, Pipeline
 from inflight.pipeline.turn import (
     Answer,
@@ -33,36 +33,21 @@ from inflight.pipeline.turn import (
     ReadAnswer,
     Relay,
     Send,
+    Steps,
 )
 
 NOT_SERVED = frozenset({404, 405, 501})  # the upstream has no such route
 
 
-class CompactTurn:
+class CompactTurn(Steps):
     """One `POST /v1/responses/compact`: sent upstream first; compacted here only if the upstream cannot."""
 
     def __init__(self, pipeline: Pipeline, counted: Counted, options: Options, item_key: ItemKey) -> None:
+        super().__init__(TurnReport())
         self.pipeline = pipeline
         self.counted = counted
         self.options = replace(options, mode=Mode.FORCE)  # compacted, fit or not
         self.item_key = item_key
-        self.accounting: Accounting | None = None
-        self.report = TurnReport()
-        self._fields: dict[str, object] = {}
-        self._steps = self._run()
-
-    def start(self) -> Command:
-        return next(self._steps)
-
-    def send(self, event: Event) -> Command:
-        return self._steps.send(event)
-
-    def take_fields(self) -> dict[str, object]:
-        fields, self._fields = self._fields, {}
-        return fields
-
-    def answered_usage(self, prompt_tokens: int | None, output_tokens: int | None) -> None:
-        """The upstream's own compaction calibrates nothing: its prompt is not one inflight counted for a turn."""
 
     def _run(self) -> Generator[Command, Event, None]:
         counted, pipeline = self.counted, self.pipeline
@@ -79,7 +64,7 @@ class CompactTurn:
         assert isinstance(read, AnswerRead)
         if pipeline.discovers(counted.model):
             yield Discover()
-        accounting = self.accounting = pipeline.account(counted, tenant=self.options.tenant)
+        accounting = pipeline.account(counted, tenant=self.options.tenant)
         made = yield Prepare(counted, accounting, self.options)
         assert isinstance(made, Prepared)
         prepared = made.prepared

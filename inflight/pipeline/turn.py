@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Generator
 from dataclasses import dataclass
-from typing import Protocol
 
 from inflight.compaction.report import TurnReport
 from inflight.pipeline.accounting import Accounting, Counted
@@ -119,21 +118,36 @@ class Answered:
 Event = Discovered | ExactCount | Prepared | Answered | AnswerRead
 
 
-class Steps(Protocol):
-    """What the driver needs of a turn: its commands, its report and log fields, and the upstream's counts."""
+class Steps:
+    """A turn's mechanics: `_run` yields its commands and receives the events; the driver asks `start()` for the
+    first command and `send(event)` for each next one, and reads `report` and `take_fields()` as it goes."""
 
-    report: TurnReport
+    def __init__(self, report: TurnReport) -> None:
+        self.report = report
+        self._fields: dict[str, object] = {}
+        self._steps: Generator[Command, Event, None] | None = None
 
-    def start(self) -> Command: ...
+    def start(self) -> Command:
+        self._steps = self._run()
+        return next(self._steps)
 
-    def send(self, event: Event) -> Command: ...
+    def send(self, event: Event) -> Command:
+        assert self._steps is not None, "start() first"
+        return self._steps.send(event)
 
-    def take_fields(self) -> dict[str, object]: ...
+    def take_fields(self) -> dict[str, object]:
+        """The log line's fields noted since last asked."""
+        fields, self._fields = self._fields, {}
+        return fields
 
-    def answered_usage(self, prompt_tokens: int | None, output_tokens: int | None) -> None: ...
+    def answered_usage(self, prompt_tokens: int | None, output_tokens: int | None) -> None:
+        """The upstream's count of the prompt relayed and of its reply (None: it gave none)."""
+
+    def _run(self) -> Generator[Command, Event, None]:
+        raise NotImplementedError
 
 
-class Turn:
+class Turn(Steps):
     """One conversation request from its count to the answer relayed: compaction, a refusal's retry, usage."""
 
     def __init__(self, pipeline: Pipeline, counted: Counted, options: Options) -> None:
@@ -141,21 +155,8 @@ class Turn:
         self.counted = counted
         self.options = options
         self.accounting: Accounting = pipeline.account(counted, tenant=options.tenant)
-        self.report = TurnReport(window=self.accounting.window())
+        super().__init__(TurnReport(window=self.accounting.window()))
         self.sent: PreparedBody | None = None  # the body of the latest request sent upstream
-        self._fields: dict[str, object] = {}
-        self._steps = self._run()
-
-    def start(self) -> Command:
-        return next(self._steps)
-
-    def send(self, event: Event) -> Command:
-        return self._steps.send(event)
-
-    def take_fields(self) -> dict[str, object]:
-        """The log line's fields noted since last asked."""
-        fields, self._fields = self._fields, {}
-        return fields
 
     def answered_usage(self, prompt_tokens: int | None, output_tokens: int | None) -> None:
         """The upstream's count of the prompt sent and of its reply: calibrates the estimates, and says the
