@@ -1,16 +1,16 @@
-"""What a huge request costs the proxy, measured from outside: issue 27's 25 MB agent conversation.
+"""What a huge request costs the proxy, measured from outside: a 25 MB agent conversation.
 
 Starts the fake upstream and an inflight proxy (each in its own process; the proxy's log to a file),
 warms the proxy with one small request, then sends 1, and then 3 different, conversations of `--outputs`
 tool outputs of `--kb` KB of distinct log text each (25 MB, about 6.6M tokens, by default) at once,
 while another process polls `GET /healthz` every 10 ms. Each compacts to fit gpt-4o's window.
 
-For each request it prints the proxy's own time as the client sees it (from the send to the
-upstream's arrival of the request, both on the wall clock of this one machine), the upstream's time
-(from that arrival to the end of the answer at the client, the loopback's included), and what the
-proxy's log line says (`upstream_ms`, `queue_ms`, `total_ms`); then `/healthz` p99 before and during.
-The issue's goals: one request <= 1.5 s of proxy time, three within 3 s, `/healthz` p99 within 20 ms of
-idle, and the log's `upstream_ms` within 1 s of the upstream's real share. It asserts nothing.
+For each request it prints the proxy's own time as the client sees it (from sending until the request
+reaches the upstream, both on this machine's wall clock), the upstream's time (from that arrival to the
+end of the answer at the client, loopback included), and what the proxy's log line says (`upstream_ms`,
+`queue_ms`, `total_ms`); then the `/healthz` p99 before and during the load. The goals: one request
+<= 1.5 s of proxy time, three within 3 s, `/healthz` p99 within 20 ms of idle, and the log's
+`upstream_ms` within 1 s of the upstream's real share. It asserts nothing.
 
     python -m benchmarks.big [--outputs 125] [--kb 200] [--rounds 1,3]
 """

@@ -1,14 +1,14 @@
-"""Single flight under a burst: how many summaries 20 concurrent first requests of one conversation cost.
+"""One summary per burst: how many summarizer calls 20 concurrent first requests of one conversation cause.
 
     python -m benchmarks.burst [--rounds 3] [--requests 20] [--workers 1 2] [--delay 0]
 
 Each round starts a fresh `inflight serve --workers N` on a new SQLite file (and on a local
 redis-server when `redis-server` is on PATH) in front of the fake upstream, whose summarizer answers
-after `--delay` seconds (0: at once, the worst case for a burst: a job can land while other requests
-of the burst are still on their way), then sends the same conversation `--requests` times at once:
-once past `summarize.background_at` (a job starts; the request goes untouched), once past
-`prune_at` (the crossing turn, which waits for the summary). Prints the summarizer calls of every
-round; the goal is 1. Asserts nothing.
+after `--delay` seconds (0 means at once, the worst case for a burst: a job can finish while other
+requests of the burst are still arriving). It then sends the same conversation `--requests` times at
+once: once past `summarize.background_at` (a background job starts; the request is sent unchanged), and
+once past `prune_at` (the turn that passes the threshold, which waits for the summary). Prints the
+summarizer calls of every round; the goal is 1. Asserts nothing.
 """
 
 from __future__ import annotations

@@ -2,11 +2,11 @@
 
     python -m benchmarks.churn [--window 32000] [--turns 60] [--growth 5 7.5 ... 30] [--profile steady]
 
-For each growth rate (each turn adds that share of the budget: an assistant's tool call and its
-result, `benchmarks.conversations.growing`), a conversation of `--turns` turns is sent through
-inflight against the fake upstream, one request per turn, as the agent would send it. After each
-turn the replay waits until no background summary runs: an agent that thinks longer than a summary
-takes. From what the upstream received:
+For each growth rate (the share of the budget each turn adds: an assistant's tool call and its result,
+`benchmarks.conversations.growing`), a conversation of `--turns` turns is sent through inflight to the
+fake upstream, one request per turn, as the agent would send it. After each turn the replay waits until
+no background summary is running, as for an agent that thinks longer than a summary takes. From what
+the upstream received it reports:
 
 - rewrites: turns, from the first compaction on, whose request does not begin with the previous one;
 - turns per rewrite: those turns over the rewrites;
@@ -14,12 +14,13 @@ takes. From what the upstream received:
   (what a prefix cache serves), in o200k tokens;
 - summarizer calls: those the upstream answered;
 - back-to-back rewrites: rewrites on the turn right after another;
-- churn turns: those inflight said churn of (`x-inflight-actions`);
-- best: turns per rewrite of a compaction down to the floor (head, the summary as sent, the latest
-  turn), the conversation then growing to `summarize_at`;
+- churn turns: turns whose `x-inflight-actions` include `churn` (the next compaction is fewer than
+  `min_turns_between` turns away);
+- best: the turns per rewrite if each compaction went down to the floor (head, the summary as sent, the
+  latest turn) and the conversation then grew to `summarize_at`;
 - never compacting: the cached share the client's own requests would get with an infinite window.
 
-`--profile` grows the turns otherwise (`noisy`, `bursty`, `ramp`: `benchmarks.conversations.turn_sizes`).
+`--profile` varies the turn sizes (`noisy`, `bursty`, `ramp`: `benchmarks.conversations.turn_sizes`).
 Prints; asserts nothing.
 """
 

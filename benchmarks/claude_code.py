@@ -1,15 +1,15 @@
-"""The real Claude Code's 30-step task over the fake upstream: alone and through inflight, and the cache.
+"""The real Claude Code's 30-step task against the fake upstream, directly and through inflight, with cache figures.
 
     python -m benchmarks.claude_code [--window 55000] [--steps 30] [--lines 170] [--model claude-sonnet-4-5]
 
 Runs `claude -p` (the binary `.ci/run` installs under `.cache/agents/`, or `INFLIGHT_CLAUDE`) against
-the fake upstream's Messages API, whose window the task outgrows at step 10: straight to the
-upstream with no window, with the window (its own compaction off, then on), and through inflight
-left to learn the window or told it, with Claude Code's own compaction off or on, and over an
+the fake upstream's Messages API, whose window the task outgrows at step 10. The runs: straight to the
+upstream with no window; with the window (Claude Code's own compaction off, then on); through inflight,
+either learning the window or told it, with Claude Code's own compaction off or on; and against an
 upstream that refuses `context_management`. Prints, per run, the steps finished, the requests the
-upstream answered and refused, the summaries Claude Code asked for itself and those inflight asked
-for (in the background, through the Messages API), and the share of prompt tokens the fake's
-simulated prompt cache served (inflight's summaries included, never cached). Asserts nothing.
+upstream answered and refused, the summaries Claude Code asked for itself and those inflight asked for
+(in the background, through the Messages API), and the share of prompt tokens the fake's simulated
+prompt cache served (counting inflight's summaries, which are never cached). Asserts nothing.
 """
 
 from __future__ import annotations

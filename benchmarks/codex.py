@@ -1,11 +1,11 @@
-"""The real Codex CLI's 30-step task over the fake upstream: alone and through inflight, and the cache.
+"""The real Codex CLI's 30-step task against the fake upstream, directly and through inflight, with cache figures.
 
     python -m benchmarks.codex [--window 48000] [--steps 30] [--lines 200]
 
 Runs `codex exec` (the binary `.ci/run` installs under `.cache/agents/`, or `INFLIGHT_CODEX`) in both
-of its shapes (function tools, and the code mode of its default model) against the fake upstream's
-Responses API, whose window the task outgrows around step 9: straight to the upstream with no
-window, straight to it with the window, and through inflight left to learn the window or told it.
+of its modes (function tools, and its default model's code mode) against the fake upstream's Responses
+API, whose window the task outgrows around step 9. The runs: straight to the upstream with no window,
+straight to it with the window, and through inflight, either learning the window or told it.
 Prints, per run, the steps finished, the requests the upstream answered and refused, and the share
 of prompt tokens its simulated prompt cache served. Asserts nothing.
 """

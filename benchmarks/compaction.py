@@ -4,8 +4,8 @@
 
 A loopback upstream enforces a small context window (counting with o200k_base, refusing like
 OpenAI) and answers summarizer calls. Each trace is replayed turn by turn (request k is the first
-messages up to the k-th assistant reply), direct and through inflight. Then a 128k-token
-conversation measures the latency inflight adds on turns served from the compaction record.
+messages up to the k-th assistant reply), directly and through inflight. Then a 128k-token
+conversation measures the latency inflight adds on turns that replay a stored compaction record.
 Prints tables; asserts nothing.
 
 "prefix stable": the share of turns, after the first compaction, whose upstream request begins

@@ -1,8 +1,8 @@
 """Agent conversations of any size, grown from the shared SWE-agent traces.
 
 The head (system prompt, task) comes from one trace; the body repeats the traces' assistant/tool
-turns with fresh tool-call ids and a varied line in each message, so no two messages are equal
-(a cache cannot cheat) and every tool call keeps its result.
+turns with new tool-call ids and a varied line in each message, so no two messages are equal
+(a cache cannot make the results look better) and every tool call keeps its result.
 """
 
 from __future__ import annotations

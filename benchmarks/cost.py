@@ -7,8 +7,8 @@
 Runs each agent (the binaries `.ci/run` installs under `.cache/agents/`, or `INFLIGHT_CLAUDE` and
 `INFLIGHT_CODEX`) against the fake upstream (Claude Code on its Messages API, Codex on its Responses
 API, each simulating its provider's prompt cache) in these arms: with no window enforced; with the
-window and the agent's own compaction; through inflight told the window; through inflight left to
-learn it from a refusal (an HTTP 400); and left to learn it from a refusal inside the stream.
+window and the agent's own compaction; through inflight told the window; through inflight learning
+the window from a refusal (an HTTP 400); and learning it from a refusal inside the stream.
 Every request the upstream answers is billed (the agent's, its own compaction's and inflight's
 summaries), in units of one uncached input token: a cache read `--read`, a cache write `--write`
 (the Messages API only: OpenAI has no write premium), an output token `--output`; a refusal costs

@@ -1,4 +1,4 @@
-"""What a threshold crossing costs the client: a conversation replayed across several compactions.
+"""How long the client waits when a conversation passes a compaction threshold, over several compactions.
 
     python -m benchmarks.crossing [--window 16000] [--tokens 90000] [--think 1.0] [--summarizer-delay 2]
 
@@ -6,14 +6,14 @@ A conversation grown from the shared traces is replayed turn by turn (request k:
 before the k-th assistant reply) through inflight, against the fake upstream, whose summaries
 take `--summarizer-delay` seconds. Between turns the agent "thinks" for `--think` seconds (the
 model's reply, the tool's run). Each turn is also sent straight to the upstream, so "added" is
-the latency inflight adds. Run twice: summaries in the background (the default config) and made
-on the crossing turn (`summarize.background_at: null`).
+the latency inflight adds. It runs twice: with summaries made in the background (the default
+config), and with summaries made on the turn that passes the threshold (`summarize.background_at: null`).
 
-Per turn: tokens before and after, the actions, the added latency, and the background summary
-queue after the turn. Then per mode: crossings (turns that put a summary or the ledger in place),
-summarizer calls, the added latency of crossing turns and of record-hit turns, and prefix
-stability (the share of turns after the first compaction whose upstream request begins with
-the whole of the previous turn's). Prints; asserts nothing.
+Per turn it prints: tokens before and after, the actions, the added latency, and the background
+summary queue after the turn. Then per mode: the turns that passed a threshold (and put a summary or
+the ledger in place), summarizer calls, the added latency of those turns and of turns that replay a
+stored record, and prefix stability (the share of turns after the first compaction whose upstream
+request begins with the whole of the previous turn's). Prints; asserts nothing.
 """
 
 from __future__ import annotations

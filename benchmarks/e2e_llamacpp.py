@@ -5,11 +5,10 @@
 Needs llama-cpp-python[server] and the SmolLM2 GGUF (`.ci/run` fetches both). Prints, per turn:
 the server's own prompt tokens (usage), inflight's estimate and how far it was from them, the
 calibration learned once the turn's usage was read (`/inflight/stats`: upstream tokens per token
-of ours of message text, and of the fixed part: tool definitions, reply priming), the action
-taken, the latency, and the server's prompt-processing time for that turn (from its log:
-llama.cpp reuses its KV cache for an unchanged prefix, so record-hit turns should process far
-fewer prompt tokens). `--learn` leaves the window out of the config, so inflight learns it from
-the first refusal.
+of ours, for message text and for the fixed part), the action taken, the latency, and the server's
+prompt-processing time for that turn (from its log: llama.cpp reuses its KV cache for an unchanged
+prefix, so turns that replay a stored record should process far fewer prompt tokens). `--learn`
+leaves the window out of the config, so inflight learns it from the first refusal.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What the benchmark scripts share: a bare HTTP/1.1 client and the figures they print.
+"""What the benchmark scripts share: a minimal HTTP/1.1 client and the figures they print.
 
 Servers come from `tests.support` (the fake upstream and the proxy, each in its own process).
 Run the scripts from the repository root as `python -m benchmarks.NAME`.

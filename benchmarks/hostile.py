@@ -1,11 +1,11 @@
-"""What a hostile client or upstream costs the proxy: issue 26's probes, each against a fresh proxy.
+"""What a hostile client or upstream costs the proxy: a set of probes, each against a fresh proxy.
 
 Starts an inflight process per probe (in front of the fake upstream's process, or of a raw-socket
-upstream on loopback for what no well-behaved server sends), warms it with one ordinary request,
+upstream on loopback for responses no well-behaved server sends), warms it with one ordinary request,
 then runs the probe while another process polls `GET /healthz` every 10 ms and a thread samples
 the proxy's RSS (`/proc/PID/status`). Prints one table: what the proxy answered, its RSS before,
 its growth (one second after the probe) and its peak, and the `/healthz` p99 over the two seconds
-before the probe against while it runs. The issue's goal: growth under 64 MB, p99 within 20 ms of
+before the probe compared with while it runs. The goal: growth under 64 MB, p99 within 20 ms of
 idle. It asserts nothing.
 
     python -m benchmarks.hostile

@@ -4,9 +4,9 @@ Starts the fake upstream and an inflight proxy (each in its own process), then s
 chat requests of `--mb` MB each at once (agent conversations whose tool outputs need truncating,
 masking and a summary), while three probes run over their own keep-alive connections: `GET /healthz`
 and a small chat completion through the proxy, and the same small chat straight to the upstream
-(which shares the machine, and serves the big requests' summaries: its own share of the wait),
-one every 10 ms each. Prints the probes' latency before the load and
-while it runs, and what the big requests cost. It asserts nothing.
+(which shares the machine and serves the big requests' summaries, so it shows the upstream's own part
+of the wait), each once every 10 ms. Prints the probes' latency before and during the load, and what
+the big requests cost. It asserts nothing.
 
     python -m benchmarks.loop_stall [--big 10] [--mb 30]
 """

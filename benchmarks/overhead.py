@@ -8,9 +8,9 @@ requests interleaved in the same run. Prints a table; it asserts nothing.
 
 `--archive` runs the proxy with `archive.enabled` (every turn written to an in-memory SQLite
 archive): the cost of keeping the archive, which is off by default. `--api responses` measures
-`POST /v1/responses` instead of `/v1/chat/completions` (the fake's stream: its lifecycle events
-around one message, each `INTERVAL_S` apart), `--api messages` Anthropic's `POST /v1/messages`
-(its events around one text block, likewise).
+`POST /v1/responses` instead of `/v1/chat/completions` (the fake streams its lifecycle events around
+one message, each `INTERVAL_S` apart); `--api messages` measures Anthropic's `POST /v1/messages` (its
+events around one text block, spaced the same way).
 """
 
 from __future__ import annotations

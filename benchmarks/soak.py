@@ -1,4 +1,4 @@
-"""A bounded soak: mixed traffic at high concurrency, watching for errors of ours, memory growth and leaked fds.
+"""A time-limited soak test: mixed traffic at high concurrency, watching for proxy errors, memory growth and leaked fds.
 
 Starts the fake upstream and an inflight proxy (each in its own process, loopback only), then runs
 `--concurrency` clients for `--minutes`, each picking one kind of request at a time:
@@ -10,7 +10,7 @@ Starts the fake upstream and an inflight proxy (each in its own process, loopbac
     big         a 3 MB conversation: compacted in a worker thread
     gzip        a gzip-compressed request body
     refusal     a model whose real window only the upstream knows: refused, learned, retried
-    no-summary  a small window whose summarizer is down: the local digest stands in
+    no-summary  a small window whose summarizer is down: a digest is used instead
 
 Every 30 s it prints the requests so far, the proxy-caused errors (any answer but a 200; the fake
 upstream gives none of its own), and the proxy's RSS and open file descriptors. At the end it

@@ -2,13 +2,13 @@
 
     python -m benchmarks.state [--hits 30] [--seconds 8] [--rounds 2]
 
-1. Record-hit turns at 128k tokens (the turn after a compaction, re-applied from the record)
-   through inflight with `state.url` memory://, a SQLite file and a local redis-server (started
-   here; needs `redis-server` on PATH). "added" is the latency over the same request sent
-   straight to the fake upstream, as in `benchmarks.compaction`. The turns vary by a millisecond
-   or two from run to run on a shared machine, so the store's own part is also timed directly:
-   the `load` of that conversation's record, which is all a record-hit turn asks of the store
-   (an unchanged record is not written back).
+1. Turns at 128k tokens that replay a stored record (the turns after a compaction) through inflight
+   with `state.url` memory://, a SQLite file and a local redis-server (started here; needs
+   `redis-server` on PATH). "added" is the latency over the same request sent straight to the fake
+   upstream, as in `benchmarks.compaction`. The turns vary by a millisecond or two from run to run on
+   a shared machine, so the store's own part is also timed directly: the `load` of that
+   conversation's record, which is all such a turn asks of the store (an unchanged record is not
+   written back).
 2. Requests per second at concurrency 32 (small chat requests on keep-alive connections) with
    `inflight serve --workers 1` and `--workers 2`, on SQLite, alternated over `--rounds`. The load
    comes from `wrk` when it is installed (`apt-get install wrk`: it takes far less of the two

@@ -8,10 +8,10 @@ growing prefix that ends with a user or tool message, `inflight.pipeline.evaluat
 server's pipeline at each window, ledger only, and each compacted request is checked for:
 
 - **latest user message lost**: the request's last user message (for a text-action agent, the
-  observation it acts on next) is not sent as it came, though it takes at most a quarter of the budget
-  (a bigger one may be cut: the request could not fit otherwise);
+  observation it acts on next) is not sent unchanged, although it takes at most a quarter of the budget
+  (a bigger one may be cut, since the request could not fit otherwise);
 - **observation without its command**: a user message that answers an assistant message is sent while
-  that assistant message is not sent as it came (summarized away, or cut).
+  that assistant message is not sent unchanged (summarized away, or cut).
 
 The conversations: the repo's traces (`tests/fixtures/traces`), the function-calling ones also in
 SWE-agent's text form (the command in a fenced block, the output as a user message), and every

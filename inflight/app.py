@@ -1,8 +1,9 @@
 """create_app(settings): the routes, the lifespan that owns the upstream clients, and the wiring.
 
 The routes come from the registered wire formats (`inflight.formats.registered`): each format's
-conversation endpoints and the rest of its API, forwarded to its upstream, which takes the proxy's
-key in the format's own header; the guards' error shapes and the metrics' route labels follow.
+conversation endpoints, and the rest of its API forwarded to its upstream (which receives the proxy's
+key in the format's own header). The guards' error shapes and the metrics' route labels come from the
+formats too.
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "HEAD"]
 
 
 def create_app(settings: Settings, *, formats: Sequence[WireFormat] | None = None) -> ASGIApp:
-    """Build a proxy app; everything it holds lives in objects it owns, nothing in module globals.
+    """Build a proxy app whose state lives in objects it owns, none in module globals.
+
     `formats`: the wire formats it serves (default: `registered`)."""
     item_key = ItemKey(item_secret(settings))
     served = tuple(formats) if formats is not None else registered(item_key)
@@ -67,14 +69,14 @@ def create_app(settings: Settings, *, formats: Sequence[WireFormat] | None = Non
 
     @asynccontextmanager
     async def lifespan(app: object) -> AsyncIterator[None]:
-        # Building an encoding takes about a second: do it before the first request, off the loop.
+        # Building an encoding takes about a second: do it before the first request, off the event loop.
         await asyncio.to_thread(load_encoding, FALLBACK_ENCODING)
         try:
             yield
         finally:
             try:
                 if archive is not None:
-                    await archive.close()  # first: it writes what waits
+                    await archive.close()  # first, because it writes its waiting entries
                 await pipeline.aclose()
             finally:
                 await summarizers.aclose()
@@ -84,7 +86,7 @@ def create_app(settings: Settings, *, formats: Sequence[WireFormat] | None = Non
     loopback_only = not settings.access.admin and not settings.access.allow_anonymous
 
     def conversations(route: Route, wire: WireFormat) -> JsonRoute:
-        """A wire format's conversation endpoint: counted, compacted when needed, retried once."""
+        """A wire format's conversation endpoint: requests are counted, compacted when needed, and retried once."""
         handler = ConversationHandler(
             wire, pipeline, upstream_of(wire), limits=settings.limits, archive=archive, route=route
         )
@@ -99,14 +101,14 @@ def create_app(settings: Settings, *, formats: Sequence[WireFormat] | None = Non
     ]
 
     def forwarded(pattern: str, wire: WireFormat) -> JsonRoute:
-        """Every other request of `wire`'s API under `pattern`, forwarded as it came to its upstream."""
+        """Every other request of `wire`'s API under `pattern`, forwarded unchanged to its upstream."""
         others = [(header, client) for header, client in by_client_header if client is not upstream_of(wire)]
         passthrough = PassThrough(upstream_of(wire), limits=settings.limits, by_client_header=others)
         endpoint = Endpoint(passthrough, route=route_label(pattern), on_finish=metrics.exchange_done, wire=wire)
         return JsonRoute(pattern, endpoint, methods=METHODS)
 
     def compact_route() -> list[JsonRoute]:
-        """`POST /v1/responses/compact`, answered by us when the upstream has none (`responses.compact_fallback`)."""
+        """`POST /v1/responses/compact`, answered by us if the upstream lacks it (`responses.compact_fallback`)."""
         responses = next((wire for wire in served if isinstance(wire, Responses)), None)
         if responses is None or not settings.responses.compact_fallback:
             return []
@@ -127,8 +129,8 @@ def create_app(settings: Settings, *, formats: Sequence[WireFormat] | None = Non
         *compact_route(),
         *(forwarded(pattern, wire) for pattern, wire in forwarded_patterns(served)),
     ]
-    # A bare router, not a Starlette app: the endpoints render their own errors, so the app's two
-    # error-handling middlewares would only add a wrapper to every `send` of every response.
+    # A plain Router, not a Starlette app: the endpoints render their own errors, so the app's two
+    # error-handling middlewares would only wrap every `send` of every response for nothing.
     router = Router(routes=routes, lifespan=lifespan, default=not_found)
     return guarded(router, settings, routes=RouteTable(routes), client_keys=upstream.client_keys, metrics=metrics)
 
@@ -136,11 +138,12 @@ def create_app(settings: Settings, *, formats: Sequence[WireFormat] | None = Non
 def guarded(
     router: ASGIApp, settings: Settings, *, routes: RouteTable, client_keys: frozenset[bytes], metrics: Metrics
 ) -> ASGIApp:
-    """The router behind the guards the access settings ask for, which answer before any route."""
+    """The router wrapped in the guards the access settings call for; they answer before any route does."""
     app = router
     if settings.access.keys or settings.access.admin:
         app = AccessGuard(app, settings.access, client_keys=client_keys, routes=routes, on_refused=metrics.refused)
-    # A key held for anyone who can reach us: only our own address, never another origin's page.
+    # We hold a key for anyone who can reach us, so only pages from our own address may call, never another
+    # origin's.
     return (
         OriginGuard(app, settings, routes=routes) if settings.holds_upstream_key and not settings.access.keys else app
     )
@@ -149,9 +152,10 @@ def guarded(
 def upstream_clients(
     settings: Settings, served: Sequence[WireFormat]
 ) -> tuple[UpstreamClient, dict[str, UpstreamClient]]:
-    """The proxy's upstream, and a format's own where it has one (`upstreams.<format>`) or takes the proxy's
-    key in another header than `Authorization` (Anthropic's `x-api-key`). Each replaces a client's key in
-    any of the formats' credential headers with the proxy's own, when it holds one."""
+    """The proxy's upstream client, plus one per format that has its own upstream (`upstreams.<format>`) or
+    takes the proxy's key in a header other than `Authorization` (Anthropic's `x-api-key`).
+
+    If the proxy holds a key, each client replaces a client's key in any format's credential header with it."""
     client_keys = key_headers(served)
     header_bound = settings.limits.max_upstream_header_bytes
     upstream = UpstreamClient(settings.upstream, client_keys=client_keys, max_header_bytes=header_bound)
@@ -169,15 +173,15 @@ def upstream_clients(
 
 
 def forwarded_patterns(served: Sequence[WireFormat]) -> list[tuple[str, WireFormat]]:
-    """The rest of each format's API, the narrowest pattern first (`/v1/messages/{path:path}` before
-    `/v1/{path:path}`); they come after every exact route."""
+    """The rest of each format's API, most specific pattern first (`/v1/messages/{path:path}` before
+    `/v1/{path:path}`); these routes come after every exact route."""
     patterns = [(pattern, wire) for wire in served for pattern in wire.spec.forwarded]
     return sorted(patterns, key=lambda item: -len(item[0].partition("{")[0]))
 
 
 def item_secret(settings: Settings) -> bytes:
-    """The secret behind our compaction items: `responses.item_key`, else one derived from the upstream's
-    key (the same in every worker and after a restart), else a random one for this process."""
+    """The secret for our compaction items: `responses.item_key`, else one derived from the upstream's key
+    (the same in every worker and after a restart), else a random one for this process only."""
     if settings.responses.item_key:
         return settings.responses.item_key.encode()
     if settings.upstream_for("responses").api_key:

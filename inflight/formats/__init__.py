@@ -1,9 +1,9 @@
 """Wire formats: one module per API shape, each translating between its bytes and the core's conversation.
 
-The contract every format keeps is `seam.WireFormat` (its docstring says it in full). Chat
+Every format implements `seam.WireFormat` (whose module docstring describes it in full). Chat
 Completions is `chat_completions`, the Responses API `responses`, Anthropic Messages `messages`.
-`registered` lists them: the app's routes, the credentials it replaces, its error shapes and the
-metrics' route labels all come from that list, so a new format is its module and one line there.
+`registered` lists them. The app's routes, the credentials it replaces, its error shapes and the
+metrics' route labels all come from that list, so adding a format takes its module and one line there.
 Only the pipeline and the edge import this package; the core never does.
 """
 
@@ -29,13 +29,13 @@ from inflight.formats.usage import UsageReader
 
 
 def registered(item_key: ItemKey | None = None) -> tuple[WireFormat, ...]:
-    """The formats the proxy serves; `item_key` opens the Responses API's compaction items that this
-    deployment hands out."""
+    """The formats the proxy serves; `item_key` decrypts the Responses API compaction items this deployment
+    hands out."""
     return (CHAT_COMPLETIONS, Responses(item_key), MESSAGES)
 
 
 def key_headers(formats: Sequence[WireFormat]) -> frozenset[bytes]:
-    """Every header that carries a client's key in one of `formats`: what the proxy's own key replaces."""
+    """Every header that carries a client's key in one of `formats`; the proxy's own key replaces these."""
     return frozenset(header for wire in formats for header in wire.spec.credentials)
 
 

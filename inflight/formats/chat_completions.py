@@ -1,10 +1,10 @@
-"""Chat Completions (`POST /v1/chat/completions`): the format the core's own shape is borrowed from.
+"""Chat Completions (`POST /v1/chat/completions`): the format whose shape the core uses.
 
-Reading is the identity: the body's `messages` are the core's messages and the body is its view
-(no copy). Nothing in a chat completion is opaque. Writing puts the compacted messages in place
-of the client's and keeps every other field. Refusals come in every wording of every server that
-serves this API (`inflight.policy.refusals`); usage is `usage.prompt_tokens`, in the JSON body or in
-the stream's last event (`stream_options.include_usage`); errors are OpenAI's
+Reading translates nothing: the body's `messages` are the core's messages and the body itself is the
+view (no copy). Nothing in a chat completion is opaque. Writing replaces the client's messages with
+the compacted ones and keeps every other field. Refusals are recognised in the wordings of the many
+servers that offer this API (`inflight.policy.refusals`). Usage is `usage.prompt_tokens`, in the JSON
+body or the stream's last event (`stream_options.include_usage`). Errors have OpenAI's shape,
 `{"error": {"message", "type", "param", "code"}}`.
 """
 
@@ -36,9 +36,9 @@ class ChatCompletions(OpenAIShape):
         name="chat_completions",
         routes=(Route("/v1/chat/completions"),),
         errors=OPENAI_ERRORS,
-        forwarded=("/v1/{path:path}",),  # the rest of the OpenAI API (models, embeddings, files), as it comes
+        forwarded=("/v1/{path:path}",),  # the rest of the OpenAI API (models, embeddings, files), unchanged
         in_place_summaries=True,
-    )  # no session header of its own: `x-inflight-session`, else the head
+    )  # no session header of its own: the key comes from `x-inflight-session`, else the head
 
     def read(self, payload: dict[str, Any], target: Target = UNROUTED, *, tenant: str = "") -> CoreRequest | None:
         model = payload.get("model")
@@ -54,7 +54,7 @@ class ChatCompletions(OpenAIShape):
         return detect(status, body, content_encoding=content_encoding)
 
     def stream_pending(self, event: bytes) -> bool:
-        return False  # the first event is the answer, or the error
+        return False  # the first event is already the answer or the error
 
     def stream_refusal(self, event: bytes) -> Refusal | None:
         return detect_event(event)
@@ -66,7 +66,7 @@ class ChatCompletions(OpenAIShape):
         return usage_count(document, "completion_tokens")
 
     def take_over(self, payload: dict[str, Any], *, prompt_tokens: int, count: Callable[[str], int]) -> TakenOver:
-        return TakenOver(payload)  # Chat Completions has none
+        return TakenOver(payload)  # Chat Completions has no server-side context management
 
     def rejects_server_compaction(self, status: int, body: bytes) -> bool:
         return False
@@ -81,7 +81,7 @@ class ChatCompletions(OpenAIShape):
             "temperature": 0,
             "stream": False,
         }
-        if tools:  # the prefix as the upstream cached it, tools included; none to be called
+        if tools:  # the prefix as the upstream cached it, tools included, but none may be called
             body |= {"tools": tools, "tool_choice": "none"}
         return UpstreamCall("/v1/chat/completions", body)
 
@@ -99,7 +99,7 @@ def is_message_list(messages: object) -> bool:
 
 
 def output_limit(payload: dict[str, Any]) -> int | None:
-    """The reply's length the client asked for: `max_completion_tokens`, else the older `max_tokens`."""
+    """The reply length the client asked for: `max_completion_tokens`, else the older `max_tokens`."""
     for key in ("max_completion_tokens", "max_tokens"):
         value = payload.get(key)
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:

@@ -1,12 +1,12 @@
-"""inflight's own `compaction` items: a summary sealed so that only the proxy can read it, for one client only.
+"""inflight's own `compaction` items: a summary encrypted so that only the proxy can read it, for one client only.
 
-When the upstream has no `POST /v1/responses/compact` (vLLM, llama.cpp, most gateways), inflight
-answers it and hands the client a `compaction` item, as OpenAI does, whose `encrypted_content` is
-ours: `inflight2.` then, base64url, a 12-byte random nonce and the summary sealed with AES-256-GCM
-(the key derived from `responses.item_key` with HKDF-SHA256), its 16-byte tag last. The client's
-tenant (the digest of its key) is the associated data, so an item opens only for the key it was
-handed to. The item carries its own summary, so it points at no record another conversation could
-reach, and a changed byte fails the tag.
+When the upstream lacks `POST /v1/responses/compact` (vLLM, llama.cpp, most gateways), inflight answers
+it and gives the client a `compaction` item, as OpenAI does, with our own `encrypted_content`:
+`inflight2.` followed by the base64url of a 12-byte random nonce and the summary encrypted with
+AES-256-GCM (key derived from `responses.item_key` with HKDF-SHA256), with its 16-byte tag last. The
+client's tenant is the associated data, so an item decrypts only for the key it was given to. The item
+carries its own summary rather than pointing at a record another conversation could reach, and any
+changed byte fails the tag check.
 """
 
 from __future__ import annotations
@@ -26,29 +26,30 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from inflight.formats.seam import text_of_parts
 
 PREFIX = "inflight2."
-# Items an earlier release of inflight sealed another way: still ours (never sent upstream), never opened.
+# Prefixes of items encrypted differently by earlier releases: recognised as ours (never sent upstream) but not
+# decrypted.
 FORMER_PREFIXES = ("inflight1.",)
 NONCE_BYTES = 12
 TAG_BYTES = 16
 KEY_INFO = b"inflight compaction item: AES-256-GCM"
-MAX_ITEM_CHARS = 4 * 1024 * 1024  # a summary is a few KB: anything near this is not ours
+MAX_ITEM_CHARS = 4 * 1024 * 1024  # a summary is a few KB, so anything this large is not ours
 
 
 class ItemKey:
-    """The key that seals and opens our compaction items (from `responses.item_key`)."""
+    """The key that encrypts and decrypts our compaction items (from `responses.item_key`)."""
 
     def __init__(self, secret: bytes) -> None:
         key = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=KEY_INFO).derive(secret)
         self._aead = AESGCM(key)
 
     def seal(self, text: str, *, tenant: str) -> str:
-        """`text` sealed for the client whose key digests to `tenant` ("": a client that presents none)."""
+        """`text` encrypted for the client whose tenant is `tenant` ("" for a client that presents no key)."""
         nonce = os.urandom(NONCE_BYTES)
         sealed = self._aead.encrypt(nonce, text.encode("utf-8"), tenant.encode("utf-8"))
         return PREFIX + base64.urlsafe_b64encode(nonce + sealed).decode("ascii")
 
     def open(self, token: str, *, tenant: str) -> str | None:
-        """The summary sealed in `token`, or None when this key did not seal it for `tenant` (or it was edited)."""
+        """The summary in `token`, or None if this key did not encrypt it for `tenant` (or it was altered)."""
         if not token.startswith(PREFIX) or len(token) > MAX_ITEM_CHARS:
             return None
         try:
@@ -64,14 +65,15 @@ class ItemKey:
 
 
 def is_ours(token: object) -> bool:
-    """`encrypted_content` inflight sealed (now or in an earlier release), not the upstream's."""
+    """Whether `encrypted_content` was encrypted by inflight (this or an earlier release), not the upstream."""
     return isinstance(token, str) and token.startswith((PREFIX, *FORMER_PREFIXES))
 
 
 def sealed_output(original: list[Any], compacted: object, key: ItemKey, *, tenant: str) -> list[Any] | None:
-    """The compacted items with the messages the compaction wrote (the summary, and an earlier one of ours
-    it kept) sealed for the client `tenant` in one compaction item, where the first stood; None when it
-    wrote none."""
+    """The compacted items, with the messages the compaction wrote (the summary, and any earlier summary of ours
+    it kept) encrypted for the client `tenant` into one compaction item at the first one's place.
+
+    None if the compaction wrote no messages."""
     if not isinstance(compacted, list):
         return None
     theirs = {orjson.dumps(item) for item in original}
@@ -93,7 +95,7 @@ def sealed_output(original: list[Any], compacted: object, key: ItemKey, *, tenan
 
 
 def compaction_answer(output: list[Any], *, prompt_tokens: int) -> bytes:
-    """`POST /v1/responses/compact`'s answer, in OpenAI's shape: the items to keep in place of the history."""
+    """The answer to `POST /v1/responses/compact`, in OpenAI's shape: the items to send instead of the history."""
     answer = {
         "id": f"resp_compact_{uuid.uuid4().hex}",
         "object": "response.compaction",

@@ -1,11 +1,11 @@
-"""Anthropic's context editing (`context_management.edits`), done by inflight for upstreams without it.
+"""Anthropic's context editing (`context_management.edits`), done by inflight for upstreams that lack it.
 
-A client asks Anthropic to edit its context before the model sees it: `clear_tool_uses_20250919`
-replaces the results of old tool uses with a placeholder once the prompt passes a trigger (and,
-with `clear_tool_inputs`, their inputs too), and `clear_thinking_20251015` takes the thinking out
-of all but the latest assistant turns. An upstream that does not know the field (llama.cpp, vLLM,
-a gateway) refuses it, or ignores it and overflows. Then inflight does the edits itself, removes
-the field, and reports what it did as Anthropic does (`context_management.applied_edits`).
+A client can ask Anthropic to edit its context before the model sees it. `clear_tool_uses_20250919`
+replaces the results of old tool uses with a placeholder once the prompt passes a trigger (and, with
+`clear_tool_inputs`, their inputs too); `clear_thinking_20251015` removes the thinking from all but the
+latest assistant turns. An upstream that does not know the field (llama.cpp, vLLM, a gateway) either
+refuses it, or ignores it and overflows the window. In that case inflight does the edits itself,
+removes the field, and reports what it did as Anthropic does (`context_management.applied_edits`).
 
 The rules, as Anthropic documents them:
 - `clear_tool_uses_20250919`: `trigger` (`{"type": "input_tokens" | "tool_uses", "value": N}`,
@@ -16,7 +16,7 @@ The rules, as Anthropic documents them:
 - `clear_thinking_20251015`: `keep` (`{"type": "thinking_turns", "value": N}`, default 1; `"all"`
   keeps every one). An assistant message made of thinking alone keeps it (an empty turn is invalid).
 
-Other edits (`compact_20260112`) are not done here: inflight's own compaction stands in for them.
+Other edits (`compact_20260112`) are not done here: inflight's own compaction replaces them.
 """
 
 from __future__ import annotations
@@ -48,14 +48,14 @@ class Edited:
 
 
 def asks_edits(payload: dict[str, Any]) -> bool:
-    """The body asks the upstream to edit its context (`context_management.edits`, any of them)."""
+    """Whether the body asks the upstream to edit its context (any `context_management.edits`)."""
     management = payload.get("context_management")
     edits = management.get("edits") if isinstance(management, dict) else None
     return isinstance(edits, list) and bool(edits)
 
 
 def apply_edits(payload: dict[str, Any], *, prompt_tokens: int, count: Count) -> Edited:
-    """Each edit the body asks for, in its order, against the prompt as the previous ones left it."""
+    """Apply each edit the body asks for, in order, each to the prompt as the previous edits left it."""
     management = payload.get("context_management")
     edits = management.get("edits") if isinstance(management, dict) else None
     messages: list[Message] = list(payload.get("messages") or [])
@@ -130,7 +130,7 @@ def clear_thinking(messages: list[Message], edit: dict[str, Any], *, count: Coun
         content = messages[index]["content"]
         others = [b for b in content if not (isinstance(b, dict) and b.get("type") in THINKING)]
         if not others:
-            continue  # thinking alone: an empty turn would be refused
+            continue  # only thinking: removing it would leave an empty turn, which is refused
         tokens += sum(count(str(b.get("thinking") or b.get("data") or "")) for b in thinking_of(messages[index]))
         messages[index] = {**messages[index], "content": others}
         cleared += 1
@@ -140,7 +140,7 @@ def clear_thinking(messages: list[Message], edit: dict[str, Any], *, count: Coun
 
 
 def tool_uses(messages: list[Message]) -> list[tuple[int, int, dict[str, Any]]]:
-    """(message, block, the block) of every `tool_use`, in order."""
+    """(message index, block index, block) of every `tool_use`, in order."""
     return [
         (i, j, block)
         for i, message in enumerate(messages)
@@ -151,7 +151,7 @@ def tool_uses(messages: list[Message]) -> list[tuple[int, int, dict[str, Any]]]:
 
 
 def results_by_id(messages: list[Message]) -> dict[str, tuple[int, int, dict[str, Any]]]:
-    """The `tool_result` answering each tool use, by its id (a reused id: the latest answer)."""
+    """The `tool_result` answering each tool use, by its id (for a reused id, the latest result)."""
     return {
         str(block.get("tool_use_id")): (i, j, block)
         for i, message in enumerate(messages)
@@ -174,7 +174,7 @@ def text_of(content: object) -> str:
 
 
 def names_in(value: object) -> set[str]:
-    """Tool names in a list the client sent (anything else in it, or no list, names nothing)."""
+    """The tool names in a list the client sent (other entries, or a value that is not a list, are ignored)."""
     return {name for name in value if isinstance(name, str)} if isinstance(value, list) else set()
 
 

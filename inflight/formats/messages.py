@@ -1,35 +1,35 @@
 """Anthropic Messages (`POST /v1/messages`): content blocks read as the core's messages, and written back.
 
-How the body becomes the core's conversation (`read`):
-- The top-level `system` (a string or text blocks) -> a leading `system` message: counted and
-  pinned; it stays in its own field, never rewritten. `system`-role messages inside `messages`
-  (Claude Code sends some) are pinned likewise and go back as they came.
-- An `assistant` message -> one assistant message: its text blocks as the content, its `tool_use`
-  blocks as `tool_calls` (the input as the arguments, so the ledger reads the commands), its
-  `thinking` as reasoning (counted; the signature is not). A message with a `thinking` or
-  `redacted_thinking` block, or a block this module does not know (a server tool's use and
-  result), is opaque: sent as it came or dropped whole with its turn, never edited.
-- A `user` message -> one `tool` message per `tool_result` block (what masking and truncation work
-  on; its content a string or text and image parts), then, if any other blocks are left, one user
-  message of them (text, images, documents).
+How `read` turns the body into the core's conversation:
+- The top-level `system` (a string or text blocks) becomes a leading `system` message. It is counted
+  and never compacted, and stays in its own field, never rewritten. `system`-role messages inside
+  `messages` (Claude Code sends some) are treated the same way and written back unchanged.
+- An `assistant` message becomes one assistant message: its text blocks as the content, its
+  `tool_use` blocks as `tool_calls` (the input as the arguments, so the ledger can read the
+  commands), and its `thinking` as reasoning (counted; the signature is not). A message with a
+  `thinking` or `redacted_thinking` block, or a block this module does not know (a server tool's
+  use and result), is opaque: sent unchanged or dropped together with its turn, never edited.
+- A `user` message becomes one `tool` message per `tool_result` block (these are what masking and
+  truncation work on; their content is a string or text and image parts), followed, if any other
+  blocks remain, by one user message holding them (text, images, documents).
 
 `origins` maps each message back: `(i,)` is the whole message `i`; `(i, j, ...)` are blocks of it.
 
-Writing (`write`) walks the compacted messages: what the core did not touch goes back as the very
-message (or blocks) it came from; a masked or truncated tool result goes back as its `tool_result`
-block with the new content (every other key, `is_error` and `cache_control` included, kept); the
-summary (a user message) joins the user message before it as a text block, so turns still
-alternate. Blocks of one message stay one message, in their order.
+`write` walks the compacted messages. A message the core did not touch is written back as the exact
+message (or blocks) it came from. A masked or truncated tool result is written back as its
+`tool_result` block with the new content, keeping every other key (`is_error` and `cache_control`
+included). The summary (a user message) is appended to the preceding user message as a text block,
+so roles still alternate. Blocks from one message stay in one message, in their order.
 
-Prompt caching: at most 4 `cache_control` breakpoints in a request. The system's and the tools'
-stay where they are; a breakpoint on a message that compaction removed moves to the last block
-before the verbatim tail (the summary), so the rewritten prefix is cacheable at once; if the total
-would pass 4, the oldest breakpoints in the messages go first.
+Prompt caching: a request may have at most 4 `cache_control` breakpoints. Those on the system and the
+tools stay where they are. A breakpoint on a message that compaction removed moves to the last block
+before the recent messages kept verbatim (the summary), so the rewritten prefix can be cached at once.
+If the total would exceed 4, the oldest breakpoints in the messages are removed first.
 
 Answers: the prompt count is `input_tokens + cache_read_input_tokens + cache_creation_input_tokens`
-(`usage` of the JSON body, or of the stream's `message_start`); a refusal is a 400 ("prompt is too
-long: N tokens > M maximum", or "input length and `max_tokens` exceed context limit"), or an `error`
-event; errors are Anthropic's `{"type": "error", "error": {"type", "message"}}`.
+(from the `usage` of the JSON body, or of the stream's `message_start`). A refusal is a 400 ("prompt is
+too long: N tokens > M maximum", or "input length and `max_tokens` exceed context limit") or an `error`
+event. Errors have Anthropic's shape, `{"type": "error", "error": {"type", "message"}}`.
 """
 
 from __future__ import annotations
@@ -65,12 +65,12 @@ Block = dict[str, Any]
 THINKING = ("thinking", "redacted_thinking")
 KNOWN_ASSISTANT_BLOCKS = ("text", "tool_use", *THINKING)
 MAX_BREAKPOINTS = 4
-OPAQUE, OBSERVATION = "opaque", "observation"  # what `views_of` says of a view
-# What `count_tokens` takes of a request: its prompt (`max_tokens`, `stream`, `metadata` are the reply's).
+OPAQUE, OBSERVATION = "opaque", "observation"  # the kinds `views_of` marks a view with
+# The fields `count_tokens` accepts: the prompt's (`max_tokens`, `stream` and `metadata` concern the reply).
 COUNTED_FIELDS = ("model", "system", "messages", "tools", "tool_choice", "thinking", "mcp_servers")
 ANTHROPIC_VERSION = b"2023-06-01"
 SESSION_IN_USER_ID = re.compile(r"session_([0-9A-Za-z-]{8,64})")
-# The proxy's error types, as Anthropic names them (`authentication_error` goes by the code).
+# The proxy's error types, as Anthropic names them (`authentication_error` is chosen by the code).
 ERROR_TYPES = {"upstream_error": "api_error", "server_error": "api_error"}
 ERROR_CODES = {"invalid_api_key": "authentication_error", "not_found": "not_found_error"}
 ERROR_CODES |= {"request_too_large": "request_too_large"}
@@ -84,7 +84,7 @@ class AnthropicErrors:
         return orjson.dumps({"type": "error", "error": {"type": kind, "message": message}})
 
     def event(self, body: bytes) -> bytes:
-        """Anthropic's SDKs read only named events: `event: error`."""
+        """An `event: error` event, because Anthropic's SDKs read only named events."""
         return b"event: error\ndata: " + body.strip().replace(b"\n", b"") + b"\n\n"
 
 
@@ -101,7 +101,7 @@ class CountTokens:
 
 
 class Messages:
-    """The format. Its session header is Claude Code's, which names a session before the body does."""
+    """The Anthropic Messages format. Its session header is Claude Code's, which takes precedence over the body's."""
 
     spec = FormatSpec(
         name="messages",
@@ -109,11 +109,11 @@ class Messages:
         errors=AnthropicErrors(),
         # The proxy's key goes as `x-api-key`; Claude Code signed in with an account sends a bearer token.
         credentials=(b"x-api-key", b"authorization"),
-        forwarded=("/v1/messages/{path:path}",),  # count_tokens, batches: to Anthropic's upstream
-        client_header="anthropic-version",  # `/v1/models`, `/v1/files` from Claude Code: Anthropic's too
+        forwarded=("/v1/messages/{path:path}",),  # count_tokens, batches: forwarded to Anthropic's upstream
+        client_header="anthropic-version",  # so Claude Code's `/v1/models` and `/v1/files` go there too
         session_header="x-claude-code-session-id",
-        session_header_first=True,  # Claude Code's header, then the body's `metadata.user_id`
-        in_place_summaries=False,  # a summary through Chat Completions reaches no Anthropic upstream
+        session_header_first=True,  # Claude Code's header first, then the body's `metadata.user_id`
+        in_place_summaries=False,  # an Anthropic upstream does not serve a summary asked through Chat Completions
         exact_count=CountTokens(),
     )
 
@@ -127,7 +127,7 @@ class Messages:
         origins: list[tuple[int, ...] | None] = []
         kinds: dict[str, list[int]] = {OPAQUE: [], OBSERVATION: []}
         system = text_of_parts(payload.get("system"))
-        if system:  # never edited: it stays in its own field, whole
+        if system:  # never edited: it stays whole in its own field
             kinds[OPAQUE].append(len(messages))
             messages.append({"role": "system", "content": system})
             origins.append(None)
@@ -142,7 +142,7 @@ class Messages:
             model=model,
             view={"messages": messages, **tool_fields(payload)},
             output_limit=limit if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 else None,
-            output_limit_binding=False,  # past the window, Anthropic stops (`model_context_window_exceeded`)
+            output_limit_binding=False,  # at the window, Anthropic just stops (`model_context_window_exceeded`)
             session=session_of(payload.get("metadata")),
             opaque=frozenset(kinds[OPAQUE]),
             observations=frozenset(kinds[OBSERVATION]),
@@ -155,13 +155,14 @@ class Messages:
         origin_of = {id(message): origin for message, origin in zip(request.messages, request.origins, strict=True)}
         where = {id(message): index for index, message in enumerate(request.messages)}
         written = Written(originals)
-        position = 0  # compaction keeps the order: a changed message is found at or after the last one placed
+        # Compaction keeps the order, so a changed message is found at or after the last one written.
+        position = 0
         for message in messages:
             if id(message) in where:
                 position = max(position, where[id(message)] + 1)
             if id(message) in origin_of:
                 origin = origin_of[id(message)]
-                if origin is not None:  # None: the top-level system, which stays in its own field
+                if origin is not None:  # None is the top-level system, which stays in its own field
                     written.original(origin)
             elif (found := replaced_result(request, message, position)) is not None:
                 (index, block), position = found
@@ -178,31 +179,33 @@ class Messages:
         return detect(status, body, content_encoding=content_encoding)
 
     def stream_pending(self, event: bytes) -> bool:
-        """`ping` events and comments say nothing yet (a refusal comes as an HTTP error, or an `error` event)."""
+        """Whether the event is a `ping` or a comment, which says nothing yet (a refusal comes as an HTTP error
+        or an `error` event)."""
         return is_comment(event) or event_name(event) == "ping"
 
     def stream_refusal(self, event: bytes) -> Refusal | None:
         return detect_event(event)  # `event: error`, `{"type": "error", "error": {...}}`
 
     def prompt_tokens(self, document: object) -> int | None:
-        """Every prompt token, however the upstream served it: fresh, read from its cache, or written to it."""
+        """All prompt tokens, however the upstream served them: uncached, read from its cache, or written to it."""
         if isinstance(document, dict) and isinstance(document.get("message"), dict):
             document = document["message"]  # the stream's `message_start`
         usage = document.get("usage") if isinstance(document, dict) else None
         if not isinstance(usage, dict) or not is_count(usage.get("input_tokens")):
-            return None  # `message_delta` may carry only the output's count
+            return None  # `message_delta` may carry only the output count
         keys = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
         return sum(part for key in keys if isinstance(part := usage.get(key), int) and is_count(part))
 
     def output_tokens(self, document: object) -> int | None:
-        """The reply's count: `message_delta` carries the final one (a body, or `message_start`, its own)."""
+        """The reply's token count; in a stream `message_delta` carries the final one (a body, or
+        `message_start`, has its own)."""
         tokens = usage_count(document, "output_tokens", envelope="message")
         return tokens if is_count(tokens) else None
 
     def take_over(self, payload: dict[str, Any], *, prompt_tokens: int, count: Callable[[str], int]) -> TakenOver:
-        """The context edits the body asks for, done here (`inflight.formats.context_editing`)."""
+        """Apply the context edits the body asks for here (`inflight.formats.context_editing`)."""
         edited = apply_edits(payload, prompt_tokens=prompt_tokens, count=count)
-        # Anthropic reports the edits of a request that asked for them, none applied included.
+        # Anthropic reports the edits for any request that asked for them, even when none were applied.
         return TakenOver(edited.payload, {"applied_edits": edited.applied}, edited=bool(edited.applied))
 
     def reported_body(self, body: bytes, report: dict[str, Any]) -> bytes:
@@ -210,7 +213,7 @@ class Messages:
         return orjson.dumps({**document, "context_management": report}) if isinstance(document, dict) else body
 
     def reported_event(self, event: bytes, report: dict[str, Any]) -> bytes:
-        """`message_delta` carries the report in a stream, as Anthropic sends it."""
+        """In a stream the report goes in `message_delta`, where Anthropic sends it."""
         if event_name(event) != "message_delta" and b'"message_delta"' not in event:
             return event
         lines = event.split(b"\n")
@@ -222,14 +225,15 @@ class Messages:
         return b"\n".join(lines)
 
     def rejects_server_compaction(self, status: int, body: bytes) -> bool:
-        """An upstream that does not know `context_management` (a gateway's "Extra inputs are not
-        permitted", vLLM's "Unrecognized request argument") or the beta it needs."""
+        """Whether the upstream does not know `context_management` or the beta it needs (a gateway's "Extra
+        inputs are not permitted", vLLM's "Unrecognized request argument")."""
         return refuses_field(status, body, (b"context_management", b"context-management"))
 
     def summary_request(
         self, messages: list[Message], *, model: str, max_tokens: int, tools: object = None
     ) -> UpstreamCall:
-        """The prompt as `system`, the rest as user turns (`tools`: none, the in-place form is Chat Completions')."""
+        """The prompt as `system`, the rest as user turns (`tools` is ignored: only Chat Completions summarizes
+        in place)."""
         system = "\n\n".join(str(m.get("content")) for m in messages if m.get("role") == "system")
         turns = [
             {"role": "assistant" if m.get("role") == "assistant" else "user", "content": str(m.get("content"))}
@@ -251,7 +255,7 @@ class Messages:
         return text, ("length" if document.get("stop_reason") == "max_tokens" else "stop")
 
 
-View = tuple[Message, tuple[int, ...], str]  # a core message, its origin, and OPAQUE, OBSERVATION or ""
+View = tuple[Message, tuple[int, ...], str]  # a core message, its origin, and its kind: OPAQUE, OBSERVATION or ""
 
 
 def views_of(index: int, message: dict[str, Any]) -> list[View]:
@@ -259,9 +263,9 @@ def views_of(index: int, message: dict[str, Any]) -> list[View]:
     role, content = message.get("role"), message["content"]
     if role == "assistant":
         return [assistant_view(content, index)]
-    if role == "system":  # pinned, and never edited: it goes back whole
+    if role == "system":  # never compacted or edited: it is written back whole
         return [({"role": "system", "content": text_of_parts(content)}, (index,), OPAQUE)]
-    if role != "user":  # a role this module does not know: kept as it came, counted by its size
+    if role != "user":  # a role this module does not know: kept unchanged, counted by the size of its JSON
         return [({"role": "user", "content": orjson.dumps(message).decode()}, (index,), OPAQUE)]
     if isinstance(content, str):
         return [({"role": "user", "content": content}, (index,), "")]
@@ -274,7 +278,8 @@ def views_of(index: int, message: dict[str, Any]) -> list[View]:
         tool = {"role": "tool", "tool_call_id": str(block.get("tool_use_id")), "content": result_content(block)}
         views.append((tool, (index, j), ""))
     others = [j for j in range(len(content)) if j not in results]
-    if others:  # what the turn carries beside its results (a reminder): part of the observation, no request
+    # Other blocks sent alongside the results (such as a reminder) are an observation, not a request.
+    if others:
         beside = {"role": "user", "content": parts_of([content[j] for j in others])}
         views.append((beside, (index, *others), OBSERVATION))
     return views
@@ -295,7 +300,7 @@ def assistant_view(content: str | list[Any], index: int) -> View:
         elif kind == "thinking":
             reasoning.append(str(block.get("thinking") or ""))
             opaque = True
-        else:  # redacted thinking, a server tool's use or result, what is new: counted by size, never edited
+        else:  # redacted thinking, a server tool's use or result, an unknown block: counted by size, never edited
             reasoning.append(str(block.get("data")) if kind == "redacted_thinking" else orjson.dumps(block).decode())
             opaque = True
     view: Message = {"role": "assistant", "content": "\n".join(texts) or None}
@@ -314,8 +319,9 @@ def result_content(block: Block) -> str | list[dict[str, Any]]:
 
 
 def parts_of(blocks: list[Any]) -> list[dict[str, Any]]:
-    """Blocks as Chat Completions' parts: text as text, an image as an image and a document as a file
-    (counted as such, and never cut: truncation cuts text), the rest by the size of its JSON."""
+    """Blocks as Chat Completions' parts: text as text, an image as an image, a document as a file, and any
+    other block as the text of its JSON. Images and files are counted as such and never truncated, since
+    truncation only cuts text."""
     parts: list[dict[str, Any]] = []
     for block in blocks:
         kind = block.get("type") if isinstance(block, dict) else None
@@ -331,8 +337,8 @@ def parts_of(blocks: list[Any]) -> list[dict[str, Any]]:
 
 
 def document_data(source: dict[str, Any]) -> str:
-    """A document's bytes as base64, what a file is counted by: a PDF's as sent, a text's encoded ("": by
-    reference, counted as a file of unknown size)."""
+    """A document's bytes as base64, which a file is counted by: a PDF's as sent, a text document's encoded
+    ("" for a document sent by reference, counted as a file of unknown size)."""
     data = source.get("data")
     if source.get("type") == "text" and isinstance(data, str):
         return base64.b64encode(data.encode()).decode()
@@ -340,7 +346,7 @@ def document_data(source: dict[str, Any]) -> str:
 
 
 def image_url(source: dict[str, Any]) -> str:
-    """A data URL for a base64 image (its size is read from its header), the URL of a linked one."""
+    """A data URL for a base64 image (its size is read from its header), or the URL of a linked one."""
     if source.get("type") == "base64":
         return f"data:{source.get('media_type') or 'image/png'};base64,{source.get('data') or ''}"
     return str(source.get("url") or "")
@@ -355,8 +361,8 @@ def is_count(value: object) -> bool:
 
 
 def session_of(metadata: object) -> str | None:
-    """The session in `metadata.user_id`: Claude Code's JSON (`session_id`), or its older
-    `user_…_account_…_session_<uuid>` string."""
+    """The session id in `metadata.user_id`: Claude Code's JSON (`session_id`), or the
+    `user_…_account_…_session_<uuid>` string of earlier Claude Code versions."""
     user_id = metadata.get("user_id") if isinstance(metadata, dict) else None
     if not isinstance(user_id, str) or not user_id:
         return None
@@ -372,7 +378,7 @@ def session_of(metadata: object) -> str | None:
 
 
 def tool_fields(payload: dict[str, Any]) -> dict[str, Any]:
-    """What the tool definitions cost, as Chat Completions' fields (a server tool by its JSON)."""
+    """The tool definitions as Chat Completions' fields, for counting (a server tool is counted by its JSON)."""
     fields: dict[str, Any] = {}
     tools = payload.get("tools")
     if isinstance(tools, list) and tools:
@@ -396,8 +402,9 @@ def chat_tool(tool: dict[str, Any]) -> dict[str, Any]:
 
 
 def replaced_result(request: CoreRequest, message: Message, start: int) -> tuple[tuple[int, int], int] | None:
-    """The `tool_result` block a masked or truncated tool message came from, and the position after it:
-    the next tool message at or after `start` answering the same call."""
+    """The `tool_result` block a masked or truncated tool message came from, and the position after it.
+
+    It is the first tool message at or after `start` that answers the same call."""
     if message.get("role") != "tool":
         return None
     for position in range(start, len(request.messages)):
@@ -408,8 +415,8 @@ def replaced_result(request: CoreRequest, message: Message, start: int) -> tuple
 
 
 def with_result(block: Block, content: object) -> Block:
-    """A `tool_result` block with the content the core made of it: a mask (a string) replaces it whole; a
-    cut of its parts changes only the text of the parts it cut (an image stays as it was)."""
+    """A `tool_result` block with the core's new content. A mask (a string) replaces the content whole;
+    truncated parts change only the text of the parts that were cut (an image stays as it was)."""
     original = block.get("content")
     if isinstance(original, list) and isinstance(content, list) and len(content) == len(original):
         blocks = []
@@ -424,23 +431,23 @@ def with_result(block: Block, content: object) -> Block:
 
 @dataclass
 class Entry:
-    """One message being written: the client's message `source` (None: a new one), whole or some of its blocks."""
+    """One message being written: the whole or some blocks of the client's message `source` (None: a new one)."""
 
     source: int | None
     role: str
     message: dict[str, Any]
     blocks: list[tuple[int, Block]] | None = None  # (index in the original, block); None: the whole message
-    new_block: int | None = None  # the index in `content` of a block we wrote (the summary), once built
+    new_block: int | None = None  # the index in `content` of a block we wrote (the summary), once written
 
 
 class Written:
-    """The messages `write` builds, kept apart until the end so blocks of one message stay together."""
+    """The messages `write` builds, assembled only at the end so that blocks of one message stay together."""
 
     def __init__(self, originals: list[dict[str, Any]]) -> None:
         self.originals = originals
         self.entries: list[Entry] = []
-        self.summary_at: tuple[int, int] | None = None  # (message, block) of the summary written
-        self.summarized = False  # that first new message is a summary (not a message the last resort cut)
+        self.summary_at: tuple[int, int] | None = None  # (message, block) of the written summary
+        self.summarized = False  # the first new message is a summary (not a message cut by the last-resort stage)
 
     def original(self, origin: tuple[int, ...]) -> None:
         index = origin[0]
@@ -460,8 +467,10 @@ class Written:
             )
 
     def new(self, message: Message) -> None:
-        """A message the core wrote: the summary, or one the last resort cut. A user turn joins the user
-        message before it (roles alternate); an assistant's is written with its calls as `tool_use`."""
+        """Add a message the core wrote: the summary, or one cut by the last-resort stage.
+
+        A user message is appended to the preceding user message (roles must alternate); an assistant's is
+        written with its calls as `tool_use` blocks."""
         role, text = message.get("role"), text_of_parts(message.get("content"))
         if role == "assistant":
             self.entries.append(Entry(None, "assistant", {"role": "assistant", "content": assistant_blocks(message)}))
@@ -476,12 +485,12 @@ class Written:
         if last is not None and last.role == "user":
             if last.blocks is None:
                 last.blocks = [(j, b) for j, b in enumerate(blocks_of(last.message["content"]))]
-            last.blocks.append((len(last.blocks) + 10**9, block))  # after every block of its own
+            last.blocks.append((len(last.blocks) + 10**9, block))  # sorts after all the message's own blocks
             spot = (len(self.entries) - 1, len(last.blocks) - 1)
         else:
             self.entries.append(Entry(None, "user", {"role": "user", "content": [block]}))
             spot = (len(self.entries) - 1, 0)
-        if self.summary_at is None:  # the first new turn is the summary (the head comes before it)
+        if self.summary_at is None:  # the first new message is the summary (only the head comes before it)
             self.summary_at, self.summarized = spot, text.startswith(SUMMARY_PREFIX)
 
     def messages(self) -> list[dict[str, Any]]:
@@ -518,7 +527,7 @@ def assistant_blocks(message: Message) -> list[Block]:
 
 
 def breakpoints_of(field: object) -> int:
-    """The `cache_control` breakpoints in `system`, `tools` or content, a tool result's own parts included."""
+    """The number of `cache_control` breakpoints in `system`, `tools` or content, including a tool result's parts."""
     if isinstance(field, list):
         return sum(breakpoints_of(item) for item in field)
     if not isinstance(field, dict):
@@ -532,7 +541,7 @@ Spot = tuple[int, ...]  # a block's path in the messages: (message, block) or (m
 def place_breakpoints(
     out: list[dict[str, Any]], originals: list[dict[str, Any]], written: Written, budget: int
 ) -> None:
-    """Move a breakpoint of the removed messages to the summary; keep at most `budget` in the messages."""
+    """Move a breakpoint from the removed messages to the summary, and keep at most `budget` in the messages."""
     kept = {entry.source for entry in written.entries}
     removed = [
         control
@@ -543,10 +552,10 @@ def place_breakpoints(
     if removed and written.summary_at is not None:
         index, position = written.summary_at
         content = list(out[index]["content"])
-        content[position] = {**content[position], "cache_control": removed[-1]}  # the nearest the tail
+        content[position] = {**content[position], "cache_control": removed[-1]}  # the latest removed one
         out[index] = {**out[index], "content": content}
     spots = [spot for spot, _ in message_marks(out)]
-    # Dropped first: the oldest, then the summary's; the latest (it caches the most) last.
+    # Removed in this order: the oldest, then the summary's, and last the latest (it caches the most).
     order = [spot for spot in spots[:-1] if spot != written.summary_at]
     order += [spot for spot in spots[:-1] if spot == written.summary_at] + spots[-1:]
     for spot in order[: max(len(spots) - max(budget, 0), 0)]:
@@ -554,10 +563,12 @@ def place_breakpoints(
 
 
 def mark_head(out: list[dict[str, Any]], written: Written, budget: int, *, marks: list[Any]) -> None:
-    """A breakpoint at the end of the head, just before a summary, when the request has one to spare and the
-    client caches its tools or system (`marks`, in order). It copies the breakpoint before it, so no TTL is
-    longer than one before it (Anthropic refuses a 1h breakpoint after a 5m one). The head, the system and the
-    tools then stay read from the cache across compactions, where otherwise each one writes them again."""
+    """Add a breakpoint at the end of the head, just before a summary, if the request has one to spare and the
+    client caches its tools or system (`marks`, in order).
+
+    It copies the preceding breakpoint, so no TTL is longer than an earlier one's (Anthropic refuses a 1h
+    breakpoint after a 5m one). The head, system and tools are then read from the cache across compactions,
+    instead of being written to it again after each one."""
     if written.summary_at is None or not written.summarized or not marks:
         return
     spots = message_marks(out)
@@ -607,7 +618,7 @@ def marks_of(content: object, path: Spot) -> list[tuple[Spot, Any]]:
 
 
 def without_mark(node: dict[str, Any], path: Spot) -> dict[str, Any]:
-    """`node` (a message or a block) with the breakpoint at `path` in its content taken off (copies, no edit)."""
+    """A copy of `node` (a message or a block) without the breakpoint at `path` in its content; `node` is unchanged."""
     if not path:
         return {key: value for key, value in node.items() if key != "cache_control"}
     content = list(node["content"])

@@ -1,31 +1,31 @@
 """The Responses API (`POST /v1/responses`): `input` items read as the core's messages, and written back.
 
-How items become messages (`read`):
-- `instructions` -> a leading `system` message (counted and pinned; it stays where it is in the body);
-  `input` as a string -> one `user` message.
-- A `message` item (or an item with a `role` and no `type`) -> a message of its role, its text parts
-  as text, `input_image` as an image (counted as one), `input_file` by size.
-- The model's output of one turn -> one `assistant` message: the `reasoning` items, the output
-  `message` and the calls (`function_call`, `custom_tool_call`, `local_shell_call`) that follow one
-  another, the calls as `tool_calls` (a custom tool's `input` and a shell's `action` as the
-  arguments, so the ledger reads the commands). Such a message is opaque: it carries encrypted
-  reasoning that the upstream verifies, so it is sent as it came or dropped whole with its turn,
-  and a reasoning item always stays with the output that follows it.
+How `read` turns items into messages:
+- `instructions` becomes a leading `system` message (counted and never compacted; it stays in its own
+  field). `input` given as a string becomes one `user` message.
+- A `message` item (or an item with a `role` and no `type`) becomes a message with that role: its text
+  parts as text, `input_image` as an image (counted as one), `input_file` counted by size.
+- The model's output from one turn becomes one `assistant` message: the consecutive `reasoning` items,
+  output `message` and calls (`function_call`, `custom_tool_call`, `local_shell_call`). The calls become
+  `tool_calls`, with a custom tool's `input` or a shell's `action` as the arguments so the ledger can
+  read the commands. Such a message is opaque: it carries encrypted reasoning that the upstream
+  verifies, so it is sent unchanged or dropped together with its turn, and a reasoning item always
+  stays with the output that follows it.
 - Each output item (`function_call_output`, `custom_tool_call_output`, `local_shell_call_output`)
-  -> a `tool` message answering its call: what masking and truncation work on.
-- `compaction` items, `item_reference`s and any type this module does not know -> an opaque `user`
+  becomes a `tool` message answering its call; these are what masking and truncation work on.
+- `compaction` items, `item_reference`s and any type this module does not know become an opaque `user`
   message counted by its size.
 
-Writing (`write`) walks the compacted messages: a message the core did not touch goes back as the
-very items it came from; a tool result the core masked or truncated goes back as its output item
-with the new output (parts stay parts); a new message (the summary) becomes a `message` item.
-Everything else in the body is kept.
+`write` walks the compacted messages. A message the core did not touch is written back as the exact
+items it came from. A tool result the core masked or truncated is written back as its output item with
+the new output (parts stay parts). A new message (the summary) becomes a `message` item. Everything else
+in the body is kept.
 
-With `previous_response_id` the history lives upstream and is invisible here: such a request is
-counted but never compacted (`compactable` False). Usage is `usage.input_tokens` in the JSON body
-or in `response.completed`; a refusal is a 400 with `code: context_length_exceeded`, or a
-`response.failed` event with that code, which comes after `response.created` and
-`response.in_progress` (`stream_pending`: the proxy holds the stream that far).
+With `previous_response_id` the history is stored upstream and not visible here, so such a request is
+counted but never compacted (`compactable` is False). Usage is `usage.input_tokens` in the JSON body or
+in `response.completed`. A refusal is a 400 with `code: context_length_exceeded`, or a `response.failed`
+event with that code, which comes after `response.created` and `response.in_progress` (so
+`stream_pending` has the proxy read the stream up to it before relaying).
 """
 
 from __future__ import annotations
@@ -71,7 +71,8 @@ Item = dict[str, Any]
 
 
 class Responses(OpenAIShape):
-    """The format; `item_key` opens inflight's own compaction items (None: each becomes the unreadable note)."""
+    """The Responses API format; `item_key` decrypts inflight's own compaction items (None: each is replaced by
+    the unreadable-item note)."""
 
     def __init__(self, item_key: ItemKey | None = None) -> None:
         self.item_key = item_key
@@ -80,8 +81,8 @@ class Responses(OpenAIShape):
         name="responses",
         routes=(Route("/v1/responses"),),
         errors=OPENAI_ERRORS,
-        session_header="session-id",  # Codex's; `prompt_cache_key` in the body comes first
-        in_place_summaries=False,  # a summary through Chat Completions cannot reuse this API's prompt cache
+        session_header="session-id",  # Codex's; `prompt_cache_key` in the body takes precedence
+        in_place_summaries=False,  # a summary asked through Chat Completions cannot use this API's prompt cache
     )
 
     def read(self, payload: dict[str, Any], target: Target = UNROUTED, *, tenant: str = "") -> CoreRequest | None:
@@ -103,7 +104,7 @@ class Responses(OpenAIShape):
             output_limit=limit if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 else None,
             session=session if isinstance(session, str) and session else None,
             opaque=frozenset(opaque),
-            # With a stored response or conversation, the history lives upstream: not ours to rewrite.
+            # With a stored response or conversation, the history is kept upstream, so we cannot rewrite it.
             compactable=payload.get("previous_response_id") is None and payload.get("conversation") is None,
             origins=origins,
             expanded=frozenset(expanded),
@@ -119,11 +120,13 @@ class Responses(OpenAIShape):
         *,
         tenant: str,
     ) -> tuple[list[Message], list[tuple[int, ...] | None], list[int], list[int]]:
-        """Our compaction items opened for `tenant` into the summaries they hold (user messages, as the core
-        writes summaries), and what the last one covers dropped, as OpenAI drops it: every item between the
-        head (the instructions, the task: all before the model's first output) and that last item,
-        except system and developer messages (an agent sends its instructions every time) and other
-        items of ours (each holds an earlier summary). A tool output whose call went goes too."""
+        """Replace inflight's compaction items with the summaries they hold, decrypted for `tenant`, and drop
+        what the last one covers.
+
+        Each summary becomes a user message, as the core writes summaries. As OpenAI does, every item between
+        the head (the instructions and task: everything before the model's first output) and the last of our
+        items is dropped, except system and developer messages (an agent resends its instructions every time)
+        and our other items (each holds an earlier summary). A tool output whose call was dropped goes too."""
         last = max(i for i, item in enumerate(items) if is_our_item(item))
         head_end = next((i for i, item in enumerate(items) if is_output_item(item)), len(items))
         kept: list[tuple[Message, tuple[int, ...] | None, bool, bool]] = []
@@ -149,10 +152,12 @@ class Responses(OpenAIShape):
         )
 
     def open(self, item: Item, *, tenant: str) -> str:
-        """The summary an item of ours holds; one that does not open (sealed with another key, as after a
-        restart without `responses.item_key`; for another client's key; by an older inflight; or edited)
-        is replaced by a note saying so: the request still goes (the upstream could not read the item
-        either), and nothing is dropped unsaid."""
+        """The summary held in one of our compaction items.
+
+        An item that cannot be decrypted (encrypted with another key, as after a restart without
+        `responses.item_key`, or for another client's key, or by an older inflight, or edited) is replaced
+        by a note saying so. The request is still sent (the upstream could not have read the item either),
+        and the model is told that something was lost."""
         token = str(item.get("encrypted_content"))
         summary = self.item_key.open(token, tenant=tenant) if self.item_key is not None else None
         if summary is None:
@@ -169,15 +174,16 @@ class Responses(OpenAIShape):
         where = {id(message): index for index, message in enumerate(request.messages)}
         expanded = {id(request.messages[index]) for index in request.expanded}
         written: list[Item] = []
-        position = 0  # compaction keeps the order: a changed message is found at or after the last one placed
+        # Compaction keeps the order, so a changed message is found at or after the last one written.
+        position = 0
         for message in messages:
             origin = by_identity.get(id(message))
             if id(message) in where:
                 position = max(position, where[id(message)] + 1)
             if id(message) in expanded:
-                written.append(message_item(message))  # the summary our compaction item holds
+                written.append(message_item(message))  # the summary held in our compaction item
             elif origin is not None:
-                written += [items[index] for index in origin]  # untouched: its own items
+                written += [items[index] for index in origin]  # untouched: write its original items
             elif id(message) in by_identity:
                 continue  # the instructions: they stay in their own field
             elif (found := self.replaced_output(request, message, position)) is not None:
@@ -189,8 +195,9 @@ class Responses(OpenAIShape):
 
     @staticmethod
     def replaced_output(request: CoreRequest, message: Message, start: int) -> tuple[int, int] | None:
-        """The output item a masked or truncated tool message came from, and the position after it: the
-        next tool message at or after `start` answering the same call (agents may reuse call ids)."""
+        """The output item a masked or truncated tool message came from, and the position after it.
+
+        It is the first tool message at or after `start` that answers the same call (agents may reuse call ids)."""
         if message.get("role") != "tool":
             return None
         for position in range(start, len(request.messages)):
@@ -207,7 +214,8 @@ class Responses(OpenAIShape):
         return detect(status, body, content_encoding=content_encoding)
 
     def stream_pending(self, event: bytes) -> bool:
-        """`response.created` and the like, and comments (`: OPENROUTER PROCESSING`): nothing said yet."""
+        """Whether the event is `response.created` or similar, or a comment (`: OPENROUTER PROCESSING`), which
+        does not yet show acceptance or refusal."""
         return is_comment(event) or event_type(event) in PENDING_EVENTS
 
     def stream_refusal(self, event: bytes) -> Refusal | None:
@@ -243,8 +251,8 @@ class Responses(OpenAIShape):
     def summary_request(
         self, messages: list[Message], *, model: str, max_tokens: int, tools: object = None
     ) -> UpstreamCall:
-        """The prompt as `instructions`, the rest as input; not stored (`tools`: none, the in-place form is
-        Chat Completions' only)."""
+        """The prompt as `instructions`, the rest as input, not stored upstream (`tools` is ignored: only Chat
+        Completions summarizes in place)."""
         instructions = "\n\n".join(str(m.get("content")) for m in messages if m.get("role") == "system")
         others = [{"role": m["role"], "content": m.get("content")} for m in messages if m.get("role") != "system"]
         body = {
@@ -274,7 +282,7 @@ class Responses(OpenAIShape):
 def view_of(
     instructions: object, source: str | list[Item]
 ) -> tuple[list[Message], list[tuple[int, ...] | None], list[int]]:
-    """The messages, for each the items it came from (None: the instructions), and the opaque ones."""
+    """The messages, the items each came from (None for the instructions), and the indices of opaque ones."""
     messages: list[Message] = []
     origins: list[tuple[int, ...] | None] = []
     opaque: list[int] = []
@@ -295,7 +303,7 @@ def view_of(
             message = {"role": "tool", "tool_call_id": str(first.get("call_id")), "content": output_content(first)}
         elif kind in (None, "message") and isinstance(first.get("role"), str):
             message = {"role": first["role"], "content": content_of(first.get("content"))}
-        else:  # compaction, item_reference, Codex's additional_tools, what is new: kept as is, counted by size
+        else:  # compaction, item_reference, Codex's additional_tools, unknown types: kept as is, counted by size
             role = first["role"] if first.get("role") in ("system", "developer") else "user"
             message = {"role": role, "content": orjson.dumps(first).decode()}
             opaque.append(len(messages))
@@ -305,7 +313,7 @@ def view_of(
 
 
 def compact_threshold(entries: object) -> int | None:
-    """`context_management: [{"type": "compaction", "compact_threshold": N}]`: N (None: no such entry)."""
+    """N from `context_management: [{"type": "compaction", "compact_threshold": N}]` (None: no such entry)."""
     for entry in entries if isinstance(entries, list) else []:
         if isinstance(entry, dict) and entry.get("type") == "compaction":
             threshold = entry.get("compact_threshold")
@@ -315,13 +323,14 @@ def compact_threshold(entries: object) -> int | None:
 
 
 def is_our_item(item: object) -> bool:
-    """A `compaction` item inflight made (`inflight.formats.compaction_items`), not the upstream's."""
+    """Whether the item is a `compaction` item inflight made (`inflight.formats.compaction_items`), not the
+    upstream's."""
     return isinstance(item, dict) and item.get("type") == "compaction" and is_ours(item.get("encrypted_content"))
 
 
 def turns_of(items: list[Item]) -> Iterator[tuple[int, ...]]:
-    """Items grouped as the core's messages: a run of the model's outputs (its reasoning, message and
-    calls of one turn: a turn's outputs always stand together, between inputs) as one, the rest alone."""
+    """Item indices grouped into the core's messages: each run of the model's outputs (the reasoning, message
+    and calls of one turn, which always sit together between inputs) is one group; any other item is alone."""
     group: list[int] = []
     for index, item in enumerate(items):
         if is_output_item(item):
@@ -336,7 +345,7 @@ def turns_of(items: list[Item]) -> Iterator[tuple[int, ...]]:
 
 
 def is_output_item(item: Item) -> bool:
-    """What the model produced: its reasoning, an assistant message, a tool call."""
+    """Whether the model produced the item: its reasoning, an assistant message, a tool call."""
     kind = item.get("type")
     return kind == "reasoning" or kind in CALLS or (kind in (None, "message") and item.get("role") == "assistant")
 
@@ -362,7 +371,7 @@ def assistant_message(items: list[Item]) -> Message:
 
 
 def call_function(item: Item) -> dict[str, str]:
-    """A call as Chat Completions' `function`: a custom tool's input and a shell's action as its arguments."""
+    """A call as Chat Completions' `function`, with a custom tool's input or a shell's action as the arguments."""
     kind = item.get("type")
     if kind == "custom_tool_call":
         return {"name": str(item.get("name") or "tool"), "arguments": str(item.get("input") or "")}
@@ -384,7 +393,7 @@ def output_content(item: Item) -> str | list[dict[str, Any]]:
 
 
 def content_of(content: object) -> str | list[dict[str, Any]]:
-    """A message's content as Chat Completions has it: a string, or text and image parts."""
+    """A message's content in Chat Completions' form: a string, or text and image parts."""
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
@@ -405,9 +414,10 @@ def content_of(content: object) -> str | list[dict[str, Any]]:
 
 
 def with_output(item: Item, content: object) -> Item:
-    """An output item with the output the core made of it, in the item's own form: a mask (a string)
-    replaces it whole; a cut of its parts changes only the text of the parts it cut (an image or a
-    file part stays as it was)."""
+    """An output item with the core's new output, in the item's own form.
+
+    A mask (a string) replaces the output whole; truncated parts change only the text of the parts that
+    were cut (an image or file part stays as it was)."""
     output = item.get("output")
     if isinstance(output, list) and isinstance(content, list) and len(content) == len(output):
         parts = []
@@ -431,7 +441,8 @@ def message_item(message: Message) -> Item:
 
 
 def tool_fields(payload: dict[str, Any]) -> dict[str, Any]:
-    """What the tool definitions cost, as Chat Completions' fields (function tools nested, others by size)."""
+    """The tool definitions as Chat Completions' fields, for counting (function tools converted, others
+    counted by the size of their JSON)."""
     fields: dict[str, Any] = {}
     tools = payload.get("tools")
     if isinstance(tools, list) and tools:
@@ -453,13 +464,13 @@ def chat_tool(tool: dict[str, Any]) -> dict[str, Any]:
     if tool.get("type") == "function":
         function = {key: tool[key] for key in ("name", "description", "parameters") if key in tool}
         return {"type": "function", "function": function}
-    # A custom tool (its grammar), a built-in: named by its name or type, described by its JSON.
+    # A custom tool (with its grammar) or a built-in one: named by its name or type, described by its JSON.
     name = str(tool.get("name") or tool.get("type") or "tool")
     return {"type": "function", "function": {"name": name, "description": orjson.dumps(tool).decode()}}
 
 
 def event_document(event: bytes) -> Any:
-    """An SSE event's data, parsed (None: none, or not JSON)."""
+    """An SSE event's data, parsed (None if it has none or it is not JSON)."""
     data = event_data(event)
     try:
         return orjson.loads(data) if data else None
@@ -468,7 +479,7 @@ def event_document(event: bytes) -> Any:
 
 
 def event_type(event: bytes) -> str | None:
-    """An event's name, else the `type` of its data (OpenAI's streams name some events, not all)."""
+    """An event's name, else the `type` in its data (OpenAI's streams name some events but not all)."""
     named = event_name(event)
     if named is not None:
         return named

@@ -1,14 +1,13 @@
-"""Reading the upstream's prompt and reply counts off a response as it is relayed, for calibration and the reserve.
+"""Read the upstream's prompt and reply counts from a response as it is relayed, for calibration and the reserve.
 
-The body goes to the client byte for byte; a copy of what passes (inflated when gzip or deflate)
-is scanned: a JSON body once it is complete (up to `MAX_JSON_BODY`), a stream line by line, and
-only lines that carry the format's `usage_marker` are parsed. Where usage sits is the format's
-to say (`WireFormat.prompt_tokens`).
+The body goes to the client byte for byte, while a copy (decompressed if gzip or deflate) is scanned: a
+JSON body once complete (up to `MAX_JSON_BODY`), a stream line by line, parsing only lines that contain
+the format's `usage_marker`. The format says where usage sits (`WireFormat.prompt_tokens`).
 
-Reading is bounded, since the upstream decides what comes: a stream line past `max_event_bytes`, or
-more than `max_inflate_bytes` inflated (a 200 KB gzip body can inflate to gigabytes), and the reader
-stops reading this response (its usage is then unknown). Inflating goes `INFLATE_PIECE` at a time
-(zlib's `max_length`), so no more is ever held than a line and a piece.
+Reading is limited, since the upstream controls what arrives. On a stream line longer than
+`max_event_bytes`, or more than `max_inflate_bytes` decompressed (a 200 KB gzip body can inflate to
+gigabytes), the reader stops reading this response and its usage stays unknown. Decompression runs
+`INFLATE_PIECE` at a time (zlib's `max_length`), so at most a line and a piece are held in memory.
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ INFLATE_PIECE = 64 * 1024
 
 
 class UsageReader:
-    """Finds the upstream's prompt count in a response body as it streams past, without touching the bytes."""
+    """Finds the upstream's prompt and reply counts in a response body as it streams past, without changing it."""
 
     def __init__(
         self,
@@ -40,9 +39,9 @@ class UsageReader:
         self.max_event_bytes = max_event_bytes
         self.max_inflate_bytes = max_inflate_bytes
         self.prompt_tokens: int | None = None
-        self.output_tokens: int | None = None  # the reply's count, where the upstream says it
+        self.output_tokens: int | None = None  # the reply's count, if the upstream reports it
         self._inflate = zlib.decompressobj(wbits=47) if content_encoding in (b"gzip", b"deflate") else None
-        self._inflated = 0  # bytes inflated so far
+        self._inflated = 0  # bytes decompressed so far
         self._unreadable = content_encoding not in (None, b"", b"identity", b"gzip", b"deflate")
         self._buffer = bytearray()
 
@@ -76,7 +75,7 @@ class UsageReader:
             self._stop()
 
     def _stop(self) -> None:
-        """Read no more of this response; what is buffered goes."""
+        """Read no more of this response, and discard what is buffered."""
         self._unreadable = True
         self._buffer = bytearray()
         self._inflate = None
@@ -93,7 +92,7 @@ class UsageReader:
         return self.prompt_tokens
 
     def _scan_events(self, start: int) -> None:
-        """Take the complete lines; only bytes from `start` (what just came) are searched for their end."""
+        """Parse the complete lines; only bytes from `start` (the new data) are searched for a line end."""
         end = self._buffer.rfind(b"\n", start)
         if end >= 0:
             lines = bytes(self._buffer[:end]).split(b"\n")
@@ -102,7 +101,7 @@ class UsageReader:
                 if line.startswith(b"data:") and self.wire.spec.usage_marker in line:
                     self._take(line[5:])
         if len(self._buffer) > self.max_event_bytes:
-            self._stop()  # a line past the bound: whatever it is, it is not usage worth the memory
+            self._stop()  # a line over the limit: whatever it is, it is not usage worth the memory
 
     def _take(self, document: bytes) -> None:
         try:

@@ -1,8 +1,8 @@
-"""What the archive keeps of a turn: built from the request as the pipeline handled it, written later.
+"""What the archive keeps of a turn: built from the request as the pipeline handled it, and written later.
 
-The entries (the turn's tokens, thresholds and actions; the compaction's dropped messages) are
-built when the response starts, its status known; `inflight.archive.writer` writes them in batches
-in the background. Neither ever fails or delays a request.
+The entries (the turn's tokens, thresholds and actions; the compaction's dropped messages) are built
+when the response starts and its status is known; `inflight.archive.writer` writes them in batches in
+the background. Neither step ever fails or delays a request.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from inflight.policy.cost import prompt_cost
 
 
 def thresholds_of(accounting: Accounting, prepared: Prepared, settings: Compaction) -> Thresholds:
-    """The turn's limits in the upstream's tokens: its budget (or the retry's limit) and the thresholds of it."""
+    """The turn's limits in the upstream's tokens: its budget (or the retry's limit) and the thresholds within it."""
     budget = Budget.of(prepared.limit, settings)
     background_at = settings.summarize.background_at
     prune_at, summarize_at = budget.prune_at, budget.summarize_at
     scheduled = prepared.scheduled
-    if scheduled is not None:  # scheduled by cost: where this conversation's next compaction comes
+    if scheduled is not None:  # scheduled by cost: where this conversation's next compaction will happen
         prune_at = min(accounting.calibrated(scheduled.prune_at), budget.limit)
         summarize_at = min(accounting.calibrated(scheduled.summarize_at), budget.limit)
     return Thresholds(
@@ -41,7 +41,7 @@ def thresholds_of(accounting: Accounting, prepared: Prepared, settings: Compacti
 
 
 class Archiver:
-    """Archives each turn it is shown (`archive.enabled`)."""
+    """Archives each turn it is given (`archive.enabled`)."""
 
     def __init__(
         self,
@@ -53,7 +53,7 @@ class Archiver:
     ) -> None:
         self.writer = ArchiveWriter(store, on_error=on_error)
         self.settings_for = settings_for  # a model's compaction settings (its thresholds)
-        self.max_key_chars = max_key_chars  # `limits.max_key_chars`: the key as compaction makes it
+        self.max_key_chars = max_key_chars  # `limits.max_key_chars`, to build the same key as compaction does
 
     @property
     def store(self) -> ArchiveStore:
@@ -61,11 +61,11 @@ class Archiver:
 
     @property
     def dropped(self) -> int:
-        """Entries not written: too many waiting, a failed write, a bug of ours."""
+        """The number of entries not written: too many waiting, a failed write, or a bug of ours."""
         return self.writer.dropped
 
     async def close(self) -> None:
-        """Write what waits (a few seconds at most), then close the store."""
+        """Write the waiting entries (taking a few seconds at most), then close the store."""
         await self.writer.close()
 
     def turn(
@@ -89,7 +89,7 @@ class Archiver:
         outcome = prepared.outcome
         conversation = conversation_id(key)
         plan = prepared.shadow_plan if prepared.shadow else prepared.plan
-        # A shadow turn is archived as what it would have sent (the viewer marks it): that is what it measures.
+        # A shadow turn is archived as what it would have sent (the viewer marks it), since that is what it measures.
         sent = outcome.tokens_after if prepared.shadow and outcome is not None else prepared.sent_tokens
         turn = turn_entry(
             time=now,
@@ -126,7 +126,8 @@ class Archiver:
 
 
 def turn_costs(prepared: Prepared, accounting: Accounting) -> dict[str, int | None]:
-    """The turn's estimated prompt cost and the client's request's, in the upstream's units (None: not measured)."""
+    """The estimated prompt cost of the turn and of the client's own request, in units of one uncached input
+    token (None: not measured)."""
     turn, prices = prepared.cache, prepared.prices
     if turn is None or prices is None:
         return {"cost": None, "client_cost": None}

@@ -1,12 +1,12 @@
-"""`POST /v1/responses/compact` as a turn: the upstream's answer, or inflight's when the upstream has none.
+"""`POST /v1/responses/compact` as a turn: the upstream's answer, or inflight's if the upstream lacks the route.
 
-OpenAI's Responses API compacts a conversation on request: the answer (`object: "response.compaction"`)
-is the items to keep plus one `compaction` item whose `encrypted_content` only OpenAI can read, and the
-client sends those in place of its history from then on (Codex does, when its own auto-compaction is
-due). vLLM, llama.cpp, Ollama and most gateways answer the route 404 (or 405, 501). Then inflight
-answers it: the conversation compacted as on any turn, forced down to its target, in the same shape,
-with the summary sealed for this client in a `compaction` item of inflight's own
-(`inflight.formats.compaction_items`). Any other answer of the upstream is relayed as it came.
+OpenAI's Responses API compacts a conversation on request. The answer (`object: "response.compaction"`)
+holds the items to keep plus one `compaction` item whose `encrypted_content` only OpenAI can read; from
+then on the client sends those instead of its history (Codex does this when its own auto-compaction is
+due). vLLM, llama.cpp, Ollama and most gateways answer the route with 404 (or 405, 501). In that case
+inflight answers instead: it compacts the conversation as on any turn, forced down to its target, and
+returns the same shape, with the summary encrypted for this client in a `compaction` item of inflight's
+own (`inflight.formats.compaction_items`). Any other upstream answer is relayed unchanged.
 Like `Turn`, it does no I/O: the driver carries out its commands.
 """
 
@@ -40,19 +40,19 @@ NOT_SERVED = frozenset({404, 405, 501})  # the upstream has no such route
 
 
 class CompactTurn(Steps):
-    """One `POST /v1/responses/compact`: sent upstream first; compacted here only if the upstream cannot."""
+    """One `POST /v1/responses/compact`: sent upstream first, and compacted here only if the upstream cannot."""
 
     def __init__(self, pipeline: Pipeline, counted: Counted, options: Options, item_key: ItemKey) -> None:
         super().__init__(TurnReport())
         self.pipeline = pipeline
         self.counted = counted
-        self.options = replace(options, mode=Mode.FORCE)  # compacted, fit or not
+        self.options = replace(options, mode=Mode.FORCE)  # compact whether or not it fits
         self.item_key = item_key
 
     def _run(self) -> Generator[Command, Event, None]:
         counted, pipeline = self.counted, self.pipeline
         body, rewritten = counted.raw, False
-        if counted.request.expanded:  # items of ours: the upstream cannot read them
+        if counted.request.expanded:  # the input holds inflight's own compaction items, which the upstream cannot read
             body, rewritten = counted.wire.write(counted.payload, counted.request, counted.request.messages), True
         answer = yield Send(body, rewritten, hold=False)
         assert isinstance(answer, Answered)
@@ -60,7 +60,7 @@ class CompactTurn(Steps):
         if answer.status not in NOT_SERVED or not isinstance(original, list):
             yield Relay(None)
             return
-        read = yield ReadAnswer()  # its "no such route", kept to relay if inflight cannot answer either
+        read = yield ReadAnswer()  # the upstream's "no such route", kept to relay if inflight cannot answer either
         assert isinstance(read, AnswerRead)
         if pipeline.discovers(counted.model):
             yield Discover()
@@ -72,7 +72,8 @@ class CompactTurn(Steps):
         if prepared.rewritten:
             compacted = orjson.loads(prepared.body)["input"]
             output = sealed_output(original, compacted, self.item_key, tenant=self.options.tenant)
-        if output is None:  # nothing summarized (not compactable, compaction off or failed): the upstream's answer
+        # Nothing was summarized (not compactable, compaction off, or it failed): relay the upstream's answer.
+        if output is None:
             self._fields["compacted_by"] = "none"
             yield Answer(read.body, answer.status)
             return

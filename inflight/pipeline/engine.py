@@ -1,9 +1,9 @@
 """Everything between a parsed request and the bytes sent upstream: count, budget, compact, learn.
 
-The server's handler and the `inflight count` / `inflight compact` / `inflight eval` commands go
-through this one object, so they cannot disagree. It reads a request through its wire format
-(`inflight.formats`) and hands the core only the core's conversation. It makes no HTTP request of
-its own: model discovery and the summarizer (`pipeline/summarizer.py`) are passed in as callables.
+The server's handler and the `inflight count` / `inflight compact` / `inflight eval` commands all use
+this one object, so they cannot disagree. It reads a request through its wire format (`inflight.formats`)
+and passes the core only the format-neutral conversation. It makes no HTTP requests itself: model
+discovery and the summarizer (`pipeline/summarizer.py`) are passed in as callables.
 """
 
 from __future__ import annotations
@@ -43,21 +43,24 @@ from inflight.tokens.text import counted_or_estimated
 from inflight.upstream.headers import RawHeaders
 
 log = logging.getLogger("inflight")
-EXACT_MARGIN = 1.25  # counted exactly: this much more than the window (a calibration ratio below 1 needs more)
+# How many tokens to count exactly, as a multiple of the window; more than 1 because a calibration ratio below 1
+# lets more of our tokens fit.
+EXACT_MARGIN = 1.25
 
 
 class Mode(StrEnum):
-    """What a request asks of compaction, beyond the config."""
+    """How a request asks compaction to behave, overriding the config."""
 
     CONFIGURED = ""  # as the config says
     OFF = "off"  # forward untouched, never retry
     FORCE = "force"  # compact even if it fits
-    SHADOW = "shadow"  # forward untouched, never retry; plan the compaction only to say what it would have sent
-    ACTIVE = "active"  # compact as configured, even under a shadow config (`inflight eval`; never from a client)
+    SHADOW = "shadow"  # forward untouched, never retry; plan the compaction only to report what it would have sent
+    ACTIVE = "active"  # compact as configured even if the config says shadow (`inflight eval` only, never a client)
 
     @classmethod
     def asked(cls, header: str) -> Mode:
-        """What a client's `x-inflight-compaction` asks: `off`, `force` or `shadow`; anything else, nothing."""
+        """The mode a client's `x-inflight-compaction` header asks for: `off`, `force` or `shadow`; any other value
+        means the configured mode."""
         mode = header.strip().lower()
         return cls(mode) if mode in CLIENT_MODES else cls.CONFIGURED
 
@@ -67,31 +70,33 @@ class Options:
     """What the client asked of the proxy for this request (the `x-inflight-*` request headers)."""
 
     mode: Mode = Mode.CONFIGURED
-    session: str | None = None  # `x-inflight-session`: before any the body names
-    session_hint: str | None = None  # the wire format's own session header: after the body's
-    # The client's `Authorization` and `x-api-key`, for the summarizer when no key is configured; and who it is.
+    session: str | None = None  # `x-inflight-session`: takes precedence over a session the body names
+    session_hint: str | None = None  # the wire format's own session header: used only if the body names none
+    # The client's `Authorization` and `x-api-key`: used by the summarizer when no key is configured, and to
+    # identify the client (its tenant).
     credentials: RawHeaders = field(default_factory=list)
-    client: str = ""  # the client's address: whose summarizer budget it spends when it presents no key
+    client: str = ""  # the client's address: identifies its summarizer budget when it presents no key
 
     @functools.cached_property
     def tenant(self) -> str:
-        """The digest of the client's key ("": it presents none): its conversations and calibration are its own.
-        Asked by every step of a request (key, budget, calibration): hashed once."""
+        """The client's tenant: a digest of its key ("" if it presents none).
+
+        Every step of a request (key, budget, calibration) needs it, so it is hashed only once."""
         return tenant_of(self.credentials)
 
 
-# What overrules a shadow config: a client's `off` (less than shadow: nothing planned), and `active`, which only
-# `inflight eval` asks (it measures what compaction sends). A client's `force` does not: the operator chose shadow
-# mode so that no byte changes.
+# The modes that override a shadow config: a client's `off` (which does even less: nothing is planned), and
+# `active`, which only `inflight eval` uses to measure what compaction would send. A client's `force` does not
+# override it, because the operator chose shadow mode so that no byte changes.
 OVERRULE_SHADOW = frozenset({Mode.OFF, Mode.ACTIVE})
 CLIENT_MODES = frozenset({"off", "force", "shadow"})  # what a client may ask (`x-inflight-compaction`)
-PREFIX_SHARE = 4  # the requests sent last (`compaction.prefix`) may hold a quarter of the records' bytes
+PREFIX_SHARE = 4  # the last request per conversation (`compaction.prefix`) may use a quarter of the records' bytes
 
 
 class Pipeline:
-    """One process's counting, windows, calibration and compaction records, and the steps that use them.
+    """One process's token counting, context windows, calibration and compaction records, and the steps using them.
 
-    It owns that state: others ask it (`stats()`, `degraded`, `record_usage()`, `aclose()`)."""
+    It owns that state; other code asks it through `stats()`, `degraded`, `record_usage()` and `aclose()`."""
 
     def __init__(
         self,
@@ -105,7 +110,7 @@ class Pipeline:
         budget: SummaryBudget | None = None,
     ) -> None:
         self.settings = settings
-        self._max_key_chars = settings.limits.max_key_chars  # a model name longer keys a map clipped and hashed
+        self._max_key_chars = settings.limits.max_key_chars  # longer model names are clipped and hashed as map keys
         self._counter = counter
         self._registry = registry
         self._calibration = calibration
@@ -120,11 +125,12 @@ class Pipeline:
         self._prefixes = PrefixTracker(settings.compaction.cache.max_bytes // PREFIX_SHARE)
         # The largest prompt each model answered and the smallest it refused without numbers, per client.
         self._brackets = WindowBrackets(self._max_key_chars)
-        # The output tokens of each model's recent answers, per client: the reply's reserve where it is not binding.
+        # The output tokens of each model's recent answers, per client: used as the reply's reserve when the
+        # request's own output limit does not count against the window.
         self._outputs = OutputSizes(self._max_key_chars)
 
     def model_settings(self, model: str) -> ModelSettings:
-        """The config for `model` (a glob walk, so cached: it is asked several times a request)."""
+        """The config for `model`; cached because matching the globs is slow and it is asked several times a request."""
         key = bounded_key(model, self._max_key_chars)
         found = self._models.get(key)
         if found is None:
@@ -133,7 +139,7 @@ class Pipeline:
 
     @property
     def degraded(self) -> bool:
-        """The shared record store failed: records are this process's alone until it is back."""
+        """Whether the shared record store has failed, so records are kept in this process only until it recovers."""
         return self._compactions.degraded
 
     def stats(self) -> dict[str, object]:
@@ -155,10 +161,12 @@ class Pipeline:
         tenant: str = "",
         output: int | None = None,
     ) -> None:
-        """The upstream answered: it counted `actual` prompt tokens where we counted `estimate` (`fixed` of it tool
-        definitions and reply priming, `Prepared.sent_fixed`), and wrote `output` tokens. Calibrates `model` for the
-        client's `tenant` (`Options.tenant`), and says the window holds at least that prompt and the reply
-        needs about that room."""
+        """Learn from an answer: the upstream counted `actual` prompt tokens where we counted `estimate`, and wrote
+        `output` tokens.
+
+        `fixed` is the fixed part of the estimate (`Prepared.sent_fixed`). This calibrates `model` for the client's
+        `tenant` (`Options.tenant`), records that the window holds at least that prompt, and that a reply needs
+        about that much room."""
         self._calibration.record(model, estimate=estimate, actual=actual, fixed=fixed, tenant=tenant)
         self._brackets.accepted(model, actual, tenant=tenant)
         if output is not None:
@@ -173,13 +181,14 @@ class Pipeline:
         return await summarizer_window(self._summarizers, self._registry, settings, model, ask=ask)
 
     def scheduled_by_cost(self, counted: Counted, settings: Compaction) -> bool:
-        """Whether this request's compactions come when they cost least: by its config, unless the client named
-        its own compaction point, which is where inflight summarizes."""
+        """Whether this request's compactions are scheduled by cost (`compaction.schedule: cost`).
+
+        Not when the client named its own compaction point: inflight then summarizes there."""
         return settings.schedule == "cost" and self.client_compact_at(counted) is None
 
     def client_compact_at(self, counted: Counted) -> int | None:
-        """The compaction point the client named (`context_management`'s `compact_threshold`), when inflight
-        takes its context management over (None: it named none, or the upstream does it)."""
+        """The compaction point the client named (`context_management`'s `compact_threshold`), if inflight does
+        the client's context management instead of the upstream; else None."""
         return counted.request.compact_at if self.takes_over_server_compaction(counted) else None
 
     def prices(self, counted: Counted) -> Prices:
@@ -187,7 +196,7 @@ class Pipeline:
         return self.settings.pricing.for_request(counted.wire.spec.name, counted.model)
 
     def text_tokens(self, model: str, text: str) -> int:
-        """`text` counted with `model`'s encoding (estimated from its size where the tokenizer fails)."""
+        """`text` counted with `model`'s encoding (estimated from its length if the tokenizer fails)."""
         return counted_or_estimated(self._counter.encoding(self.encoding_for(model).name), text)
 
     def count(
@@ -200,9 +209,10 @@ class Pipeline:
         tenant: str = "",
         exact: bool = False,
     ) -> Counted | None:
-        """The request of the client `tenant` counted, or None when it is none `wire` can count (`target`: what
-        its path says). CPU only: may run in a thread. Only the newest window's worth is counted exactly
-        (`exact_tokens`) unless `exact` (`inflight count`)."""
+        """Count the request of the client `tenant`; None if `wire` cannot read it. `target` is what its path says.
+
+        CPU only, so it may run in a thread. Only the newest window's worth of tokens is counted exactly
+        (`exact_tokens`), unless `exact` is set (`inflight count`)."""
         request = wire.read(payload, target, tenant=tenant)
         if request is None:
             return None
@@ -221,31 +231,34 @@ class Pipeline:
         return Counted(raw, payload, wire, request, choice, count)
 
     def exact_tokens(self, model: str) -> int:
-        """How many of a request's newest tokens to count exactly: more than its model's window as known now
-        (without discovery), by EXACT_MARGIN. What is older is dropped by any compaction, so it is estimated;
-        should the window turn out bigger, the compaction counts what it keeps of it (`Compactor`)."""
+        """How many of a request's newest tokens to count exactly: the model's currently known window (without
+        discovery) times EXACT_MARGIN.
+
+        Any compaction drops the older tokens, so estimating them is enough. If the window turns out larger,
+        the compaction counts exactly what it keeps of them (`Compactor`)."""
         return int(self._registry.resolve(model).context_window * EXACT_MARGIN)
 
     def encoding_for(self, model: str) -> EncodingChoice:
         return choose_encoding(model, self.model_settings(model).encoding)
 
     def discovers(self, model: str) -> bool:
-        """Whether `model`'s window is worth asking of the upstream's model list before this request is accounted."""
+        """Whether to look up `model`'s window in the upstream's model list before accounting this request."""
         return self._registry.discovers(model)
 
     async def discover(self, fetch_models: FetchModels) -> None:
-        """Ask the upstream's model list for its windows (once a process; again a minute after a failure)."""
+        """Read the models' windows from the upstream's model list (once per process; retried a minute after a
+        failure)."""
         await self._registry.discover(fetch_models)
 
     def account(self, counted: Counted, *, tenant: str = "") -> Accounting:
-        """The request's window, budget and calibration (the client `tenant`'s own), from what is known now."""
+        """The request's window, budget and calibration (the client `tenant`'s own), from what is known so far."""
         model = counted.model
         limits = self._registry.resolve(model)
         settings = self.model_settings(model).compaction
         budget = self.budget(counted, limits.context_window, tenant=tenant)
         ratios = Ratios() if counted.encoding.exact else self._calibration.ratios(model, tenant=tenant)
         compact_at = self.client_compact_at(counted)
-        if compact_at is not None:  # where the client wants its context compacted: where inflight summarizes
+        if compact_at is not None:  # inflight summarizes where the client wants its context compacted
             budget = min(budget, int(compact_at / settings.summarize_at))
         return Accounting(
             model=model,
@@ -262,15 +275,16 @@ class Pipeline:
         )
 
     def budget(self, counted: Counted, context_window: int, *, tenant: str = "") -> int:
-        """The prompt's budget in `context_window`: the window less the reply's reserve, and no more than the
-        largest prompt answered below a refusal without numbers (`inflight.policy.bracket`). The reserve is what
-        the request asks when the upstream counts it against the window; else (it asks none, or the upstream
-        stops the reply at the window) what this client's answers from the model have needed (`OutputSizes`),
-        at most the configured reserve."""
+        """The prompt's budget in `context_window`: the window minus the reply's reserve.
+
+        It is capped at the largest prompt answered when a refusal gave no numbers (`inflight.policy.bracket`).
+        The reserve is the request's output limit if the upstream counts it against the window. Otherwise (no
+        limit given, or the upstream just stops the reply at the window) it is what this client's replies from
+        the model have needed (`OutputSizes`), at most the configured reserve."""
         reserve_tokens = self.model_settings(counted.model).compaction.reserve_tokens
         asked = counted.request.output_limit
         binding = counted.request.output_limit_binding or self._model_key(counted.model) in self._output_counted
-        if asked is None or not binding:  # the reply's room is ours to guess: the configured one, or what was needed
+        if asked is None or not binding:  # we choose the reply's room: the configured reserve, or what was needed
             reserve = reserve_for(None, reserve_tokens=reserve_tokens, context_window=context_window)
             needed = self._outputs.reserve(counted.model, tenant=tenant)
             asked = min(asked or reserve, reserve if needed is None else min(needed, reserve))
@@ -279,9 +293,11 @@ class Pipeline:
         return budget if ceiling is None else min(budget, ceiling)
 
     def asks_exact_count(self, counted: Counted, accounting: Accounting, options: Options) -> bool:
-        """Whether to ask the upstream's exact count (`messages.count_tokens: near`): the format has one,
-        and our estimate is within `count_tokens_band` of the budget of a threshold it decides on. Never in
-        shadow mode: that would be a call on the client's key, and a wait, that the client did not make."""
+        """Whether to ask the upstream for an exact count (`messages.count_tokens: near`).
+
+        Only if the format offers one and our estimate is within `count_tokens_band` of the budget from a
+        compaction threshold. Never in shadow mode: the call would use the client's key and add a wait the
+        client did not ask for."""
         config = self.settings.messages
         if counted.wire.spec.exact_count is None or config.count_tokens != "near" or accounting.exact:
             return False
@@ -294,8 +310,7 @@ class Pipeline:
         return any(abs(estimate - share * accounting.budget) <= band for share in points if share is not None)
 
     def with_exact_count(self, accounting: Accounting, tokens: int, *, tenant: str = "") -> Accounting:
-        """The request as the upstream counted it (`tokens`): this request's ratio, and the client `tenant`'s
-        calibration learns it."""
+        """The accounting redone with the upstream's count (`tokens`), which also calibrates the client `tenant`."""
         if accounting.raw_tokens <= 0 or tokens <= 0:
             return accounting
         estimate, fixed = accounting.raw_tokens, accounting.fixed_tokens
@@ -303,18 +318,20 @@ class Pipeline:
         return accounting.counted_as(tokens)
 
     def spender_of(self, options: Options) -> str:
-        """Whose summarizer budget a request spends: the key it presents when that key is one the proxy
-        checks (`access.keys`) or the one that pays upstream (the proxy holds none); a key nobody checks
-        while the operator's goes upstream could be made up anew each request: then its address."""
+        """Whose summarizer budget a request spends: its key, or its address.
+
+        The key counts only if the proxy checks it (`access.keys`) or it pays upstream (the proxy holds no key).
+        Otherwise a client could invent a new key for each request, so its address is used instead."""
         tenant = options.tenant
         if tenant and (self.settings.access.keys or not self.settings.holds_upstream_key):
             return f"key:{tenant}"
         return f"address:{options.client}"
 
     def takes_over_server_compaction(self, counted: Counted) -> bool:
-        """The request asks the upstream to compact or edit its context, and inflight does it instead: the
-        config says so (`responses.context_management`, `messages.context_management`: inflight), or this
-        model's upstream refused the field."""
+        """Whether the request asks the upstream to compact or edit its context and inflight does it instead.
+
+        It does when the config says so (`responses.context_management` or `messages.context_management` set to
+        `inflight`), or when this model's upstream has refused the field."""
         if not counted.request.server_managed:
             return False
         lacking = self._model_key(counted.model) in self._servers_lacking
@@ -323,8 +340,10 @@ class Pipeline:
     async def take_over(
         self, counted: Counted, accounting: Accounting, *, tenant: str
     ) -> tuple[Counted, dict[str, Any] | None]:
-        """What the request asks of the upstream's context management, done here (the format's own edits),
-        the request removed; counted again (for the client `tenant`) when the edits changed the conversation."""
+        """Do here what the request asks of the upstream's context management (the format's own edits), and remove
+        that field from the request.
+
+        The request is counted again (for the client `tenant`) if the edits changed the conversation."""
 
         def count(text: str) -> int:
             return accounting.calibrated_text(self.text_tokens(counted.model, text))
@@ -332,37 +351,39 @@ class Pipeline:
         wire = counted.wire
         try:
             taken = wire.take_over(counted.payload, prompt_tokens=accounting.prompt_tokens, count=count)
-        except Exception:  # a bug of ours: the request goes on as the client sent it, and the upstream answers
+        except Exception:  # a bug of ours: send the request as the client sent it, and let the upstream answer
             model = self._model_key(counted.model)
             log.exception("[context_management] could not take it over for %s; sent as it came", model)
             return counted, None
-        if not taken.edited:  # the view still holds, less the field
+        if not taken.edited:  # the parsed conversation is still valid; only the field is gone
             return replace(counted, payload=taken.payload), taken.report
         raw = orjson.dumps(taken.payload)
         recounted = await call_sized(lambda: self.count(raw, taken.payload, wire, tenant=tenant), counted.count.total)
         return (recounted or replace(counted, payload=taken.payload)), taken.report
 
     def learn_no_server_compaction(self, model: str) -> None:
-        """`model`'s upstream refused a request for server-side compaction: inflight takes them over."""
+        """Note that `model`'s upstream refused server-side compaction, so inflight does it from now on."""
         self._servers_lacking[self._model_key(model)] = True
 
     def keepalive_after(self, model: str) -> float | None:
-        """`summarize.keepalive_after_s` of `model`: how long a streaming request may wait silently."""
+        """`model`'s `summarize.keepalive_after_s`: how long a streaming request may wait without sending anything."""
         return self.model_settings(model).compaction.summarize.keepalive_after_s
 
     def compacts(self, counted: Counted, options: Options) -> bool:
-        """Whether this request may be rewritten and retried at all."""
+        """Whether this request may be rewritten and retried."""
         return self.plans(counted, options) and not self.shadows(counted, options)
 
     def plans(self, counted: Counted, options: Options) -> bool:
-        """Whether this request's compaction is planned: to be sent, or only said (`shadows`)."""
+        """Whether this request's compaction is planned, either to be sent or only reported (`shadows`)."""
         enabled = self.model_settings(counted.model).compaction.enabled
         return enabled and options.mode != Mode.OFF and counted.request.compactable
 
     def shadows(self, counted: Counted, options: Options) -> bool:
-        """Whether this request's compaction is planned and recorded but not sent: the client asks it of this
-        request (`x-inflight-compaction: shadow`), or its model's config does (`compaction.mode: shadow`) and
-        the client asks nothing else of it (`force`, `off`, and the compact endpoint's own, still win)."""
+        """Whether this request's compaction is planned and recorded but not sent.
+
+        True if the client asks for it (`x-inflight-compaction: shadow`), or if the model's config does
+        (`compaction.mode: shadow`) and the request asks for neither `off` nor `active` (`inflight eval`),
+        which override it."""
         if options.mode == Mode.SHADOW:
             return True
         return options.mode not in OVERRULE_SHADOW and self.model_settings(counted.model).compaction.mode == "shadow"
@@ -375,20 +396,20 @@ class Pipeline:
         *,
         retry: RetryAim | None = None,
     ) -> Prepared:
-        """The client's bytes when the request fits; else the compacted body. Never fails for our own bugs.
+        """The client's bytes if the request fits, else the compacted body; a bug of ours never fails the request.
 
         A `retry` aim replaces the accounted budget.
         """
-        # In shadow mode the request's own context management goes to the upstream as the client sent it.
+        # In shadow mode the request's own context management field goes upstream as the client sent it.
         taken_over = self.takes_over_server_compaction(counted) and not self.shadows(counted, options)
         report = None
-        if taken_over:  # the upstream must not see the request it cannot serve: compaction writes without it
+        if taken_over:  # the upstream must not see a field it cannot serve: compaction writes the body without it
             counted, report = await self.take_over(counted, accounting, tenant=options.tenant)
         prepared = await self._prepare(counted, accounting, options, retry=retry)
         if counted.request.expanded and not prepared.rewritten:
-            prepared = translated(counted, prepared)  # the upstream cannot read what the format expanded
+            prepared = translated(counted, prepared)  # the upstream cannot read the format's expanded form
         if taken_over:
-            if not prepared.rewritten:  # nothing compacted: the client's body less the field
+            if not prepared.rewritten:  # nothing compacted: send the client's body without the field
                 prepared = replace(prepared, body=orjson.dumps(counted.payload), rewritten=True)
             prepared = replace(prepared, report=report).noted(context_management="inflight")
         if self.degraded and self.compacts(counted, options):
@@ -406,12 +427,13 @@ class Pipeline:
         if not self.plans(counted, options):
             return untouched
         if accounting.budget <= 0:
-            # max_tokens alone fills the window: not the prompt's fault. Forward it as sent; the upstream
-            # answers (or clamps max_tokens) as it sees fit.
+            # max_tokens alone fills the window, which compacting the prompt cannot fix. Forward it as sent and
+            # let the upstream answer (or clamp max_tokens) as it sees fit.
             return untouched.noted(budget="none")
         key = key_of(counted, options, max_chars=self._max_key_chars)
         untouched = replace(untouched, key=key)
-        plan_key = shadow_key(key) if shadow else key  # the archive keeps the conversation's own key
+        # Shadow plans are recorded under a key of their own; the archive keeps the conversation's key.
+        plan_key = shadow_key(key) if shadow else key
         try:
             outcome = await self.compact(counted, accounting, options, key=plan_key, retry=retry, shadow=shadow)
         except Exception as exc:  # a bug of ours must not cost the user the request
@@ -425,19 +447,20 @@ class Pipeline:
         if outcome is None or (outcome.actions == [Action.NONE] and outcome.fits):  # nothing changed
             scheduled = outcome.scheduled if outcome is not None else None
             return self.cache_figures(replace(untouched, scheduled=scheduled), counted, None, key=plan_key)
-        if shadow:  # the client's bytes go; what would have gone instead is said, and measured for the cache
+        if shadow:  # send the client's bytes; report what would have been sent, and measure it for the cache
             planned = replace(shadowed(untouched, accounting, outcome), scheduled=outcome.scheduled)
             return self.cache_figures(planned, counted, outcome, key=plan_key)
-        # Its body is written from what was kept: megabytes, when the compaction could not make it fit.
+        # The body is written from what was kept, which may be megabytes if compaction could not make it fit.
         prepared = await call_sized(
             lambda: rewritten(counted, accounting, outcome, limit=limit, key=key), outcome.tokens_after
         )
         return self.cache_figures(replace(prepared, scheduled=outcome.scheduled), counted, outcome, key=key)
 
     def cache_figures(self, prepared: Prepared, counted: Counted, outcome: Outcome | None, *, key: str) -> Prepared:
-        """`prepared`, able to say what the upstream's prompt cache can serve of it against the conversation's
-        previous request (`inflight.compaction.prefix`; shadow mode's plans against its previous plan, under their own
-        `key`): worked out when first asked, after the answer."""
+        """`prepared`, with a way to measure how much of it the upstream's prompt cache can serve.
+
+        It is compared with the conversation's previous request (`inflight.compaction.prefix`); in shadow mode, with
+        the previous plan, under its own `key`. The measurement is made when first asked, after the answer."""
         prefixes = self._prefixes
 
         def measure() -> CacheTurn:
@@ -458,8 +481,10 @@ class Pipeline:
         retry: RetryAim | None,
         shadow: bool = False,
     ) -> Outcome | None:
-        """The request's compaction. In `shadow`, no summary is asked unless `compaction.shadow_summaries`, and
-        then only of a background job that no turn waits for: planning must cost the client no time."""
+        """Compact the request.
+
+        In `shadow` mode no summary is requested unless `compaction.shadow_summaries` is set, and then only from a
+        background job that no turn waits for, because planning must cost the client no time."""
         settings = self.model_settings(accounting.model).compaction
         count = counted.count
         request = counted.request
@@ -472,18 +497,19 @@ class Pipeline:
             request.observations,
             count.approximated,
         )
-        own_units = accounting.own_units(retry.limit if retry else accounting.budget)  # compaction's units
+        own_units = accounting.own_units(retry.limit if retry else accounting.budget)  # in our own token units
         budget = Budget.exactly(own_units) if retry and retry.blind else Budget.of(own_units, settings)
-        force = options.mode == Mode.FORCE  # a retry needs no push: what it retries is over its limit
+        force = options.mode == Mode.FORCE  # a retry need not force: the request it retries is already over its limit
         summarizers = None if shadow and not settings.shadow_summaries else self._summarizers
         background = self._compactions.background and summarizers is not None
         background_at = settings.summarize.background_at
         background = background and (background_at is not None or shadow)  # shadow mode never waits for a summary
         start_at = int(budget.limit * background_at) if background and background_at is not None else budget.prune_at
-        due = force or conversation.tokens > min(budget.prune_at, start_at)  # else no summary is near: no need to ask
-        # Shadow mode asks nothing of the summarizer's endpoint on a client's turn, not even its window.
+        # Below both thresholds no summary is close, so the summarizer's window need not be asked.
+        due = force or conversation.tokens > min(budget.prune_at, start_at)
+        # Shadow mode makes no request to the summarizer's endpoint on a client's turn, not even for its window.
         summary_window = await self.summarizer_window(settings, accounting.model, ask=due and not shadow)
-        # A client past its summarizer budget (or the proxy past its own) is not summarized: the ledger stands in.
+        # A client over its summarizer budget (or the proxy over its own) is not summarized: the ledger is used.
         spent = self._budget is not None and due and not self._budget.allows(self.spender_of(options))
         parts = CompactionParts(
             settings=settings,
@@ -497,7 +523,7 @@ class Pipeline:
             spender=self.spender_of(options),
             prices=self.prices(counted) if self.scheduled_by_cost(counted, settings) else None,
         )
-        # No job for a retry (the turn it retries saw to that), nor for a request under every threshold.
+        # No background job for a retry (the original turn started any needed) or for a request below every threshold.
         wanted = background and due and not retry
         ahead = parts.ahead(budget, start_at, counted.request.view.get("tools")) if wanted else None
         if shadow and ahead is not None:
@@ -518,18 +544,20 @@ class Pipeline:
     def learn(
         self, counted: Counted, accounting: Accounting, refusal: Refusal, prepared: Prepared, *, tenant: str = ""
     ) -> RetryAim:
-        """Record what the refusal says (its count calibrates the client `tenant`'s ratio); the (calibrated)
-        budget to compact the retry against."""
+        """Learn from a context-too-long refusal and return the (calibrated) budget to compact the retry to.
+
+        A token count in the refusal calibrates the client `tenant`'s ratio."""
         learned_budget = None
         sent = accounting.calibrated(prepared.sent_tokens)
-        if refusal.counts_output:  # this upstream wants the reply's whole room: from now on, it gets it
+        if refusal.counts_output:  # this upstream counts the whole output limit: reserve all of it from now on
             self._output_counted[self._model_key(accounting.model)] = True
         if refusal.context_window:
             self._registry.learn(accounting.model, refusal.context_window)
             learned_budget = self.budget(counted, refusal.context_window, tenant=tenant)
-        elif not refusal.prompt_tokens and sent:  # no numbers: what was sent and what was answered bracket the window
+        elif not refusal.prompt_tokens and sent:  # no numbers: the window lies between what was answered and this
             self._brackets.refused(accounting.model, sent, tenant=tenant)
-        if refusal.prompt_tokens and prepared.sent_tokens and not prepared.approximate:  # a count, not samples
+        # Calibrate only from a full count, not one estimated from samples.
+        if refusal.prompt_tokens and prepared.sent_tokens and not prepared.approximate:
             estimate, fixed, actual = prepared.sent_tokens, prepared.sent_fixed, refusal.prompt_tokens
             self._calibration.record(accounting.model, estimate=estimate, actual=actual, fixed=fixed, tenant=tenant)
         previous = accounting.budget if not prepared.rewritten else prepared.limit
@@ -553,12 +581,12 @@ def build_pipeline(
     budgeted: bool | None = None,
     observer: Observer = NO_OBSERVER,
 ) -> Pipeline:
-    """A pipeline with fresh state (counts, windows, calibration, records): the server's, or a command's.
+    """A pipeline with fresh state (counts, windows, calibration, records), for the server or a command.
 
-    `background`: summaries are made by background jobs (the server); a command makes them in line.
-    `budgeted`: clients' summarizer calls are bounded (`limits.summarizer`); by default the server's are,
-    not a command's (`inflight eval` may make many, on the operator's own behalf).
-    `observer`: told record lookups, job counts and store errors (the server's metrics)."""
+    `background`: summaries are made by background jobs (the server); a command makes them inline.
+    `budgeted`: clients' summarizer calls are limited (`limits.summarizer`); by default the server's are and a
+    command's are not (`inflight eval` may make many, on the operator's own behalf).
+    `observer`: receives record lookups, job counts and store errors (the server's metrics)."""
     jobs = None
     if background:
         summarize = settings.compaction.summarize
@@ -577,7 +605,7 @@ def build_pipeline(
 
 
 def sent_request(counted: Counted, outcome: Outcome | None) -> SentRequest:
-    """What the request sends, as the prompt cache sees it: the client's messages, or the compacted ones."""
+    """What the request sends, as the prompt cache sees it: the client's messages or the compacted ones."""
     count = counted.count
     if outcome is None:
         return SentRequest.of(b"".join(count.digests), count.messages, fixed=count.fixed, client=count.digests)
@@ -587,9 +615,10 @@ def sent_request(counted: Counted, outcome: Outcome | None) -> SentRequest:
 
 
 def key_of(counted: Counted, options: Options, *, max_chars: int = 256) -> str:
-    """The conversation's key: the client's session (its header, else the body's), else its model and head;
-    the client's tenant and the request's tools in its scope (`conversation_key`). A session or a model
-    longer than `max_chars` (`limits.max_key_chars`) is clipped, with a digest of the whole."""
+    """The conversation key: the client's session (from its header, else the body), else its model and head.
+
+    The scope holds the client's tenant and the request's tools (`conversation_key`). A session or model name
+    longer than `max_chars` (`limits.max_key_chars`) is clipped and followed by a digest of the whole."""
     head = counted.count.digests[: head_length(counted.request.messages)]
     request, hint = counted.request, options.session_hint
     session = options.session or (hint if counted.wire.spec.session_header_first else None) or request.session or hint
@@ -598,8 +627,8 @@ def key_of(counted: Counted, options: Options, *, max_chars: int = 256) -> str:
         model=bounded_key(counted.model, max_chars),
         head_digests=head,
         tenant=options.tenant,
-        # Only a summary asked in place is sent with the tools (Chat Completions'): a change of tools elsewhere
-        # (an MCP server connecting, Claude Code's deferred tools) keeps the conversation.
+        # Only an in-place summary (Chat Completions') is sent with the tools. In other formats a change of tools
+        # (an MCP server connecting, Claude Code's deferred tools) keeps the same conversation key.
         sent_with=tools_digest(request.view.get("tools")) if counted.wire.spec.in_place_summaries else "",
     )
 
@@ -610,6 +639,6 @@ def tools_digest(tools: object) -> str:
         return ""
     try:
         canonical = orjson.dumps(tools, option=orjson.OPT_SORT_KEYS)
-    except TypeError:  # nested deeper than orjson writes: its text will do
+    except TypeError:  # nested deeper than orjson can write: its repr will do
         canonical = repr(tools).encode("utf-8", "surrogatepass")
     return xxhash.xxh3_64_hexdigest(canonical)

@@ -1,9 +1,9 @@
-"""`inflight eval`: replay conversations through the pipeline offline and say what each compaction kept.
+"""`inflight eval`: replay conversations through the pipeline offline and report what each compaction kept.
 
-Each trace (a chat-completion request body) is replayed turn by turn, as an agent would send it:
-the request for a turn is every message up to a user or tool message after the head. Turns share
-one pipeline, so compaction records carry over as they do in the server. For every request that
-was compacted it reports tokens before and after, the actions, and what survived:
+Each trace (a chat-completion request body) is replayed turn by turn, as an agent would send it: the
+request for a turn holds every message up to a user or tool message after the head. Turns share one
+pipeline, so compaction records carry over as they do in the server. For every compacted request it
+reports the tokens before and after, the actions, and what was kept:
 
 - the task (the head's last user message) and the latest user request, verbatim;
 - the facts of the messages the compaction dropped or replaced (`compaction.facts`: file paths,
@@ -11,9 +11,9 @@ was compacted it reports tokens before and after, the actions, and what survived
 - placeholders that name a call other than the one their result answers;
 - summarizer requests larger than the summarizer's window.
 
-And for every turn, compacted or not, what the upstream's prompt cache could serve of it: prefix
-rewrites per 100 turns and the cached share (`inflight.compaction.prefix`), and the prompt's estimated cost at the
-`pricing:` prices beside what the client's own requests would have cost.
+For every turn, compacted or not, it also reports how much the upstream's prompt cache could serve:
+prefix rewrites per 100 turns and the cached share (`inflight.compaction.prefix`), and the prompt's
+estimated cost at the `pricing:` prices next to what the client's own requests would have cost.
 """
 
 from __future__ import annotations
@@ -107,15 +107,16 @@ class SizedSummarizers:
 
 
 def turns(messages: Sequence[Message]) -> list[int]:
-    """Prefix lengths an agent sends: each ends with a user or tool message after the head."""
+    """The lengths of the message prefixes an agent sends, each ending with a user or tool message after the head."""
     head = head_length(messages)
     ends = [i + 1 for i in range(head, len(messages)) if messages[i].get("role") in ("user", "tool")]
-    ends = [end for end in ends if end == len(messages) or messages[end].get("role") != "tool"]  # whole tool batches
+    # Keep a batch of tool results together: a turn does not end between two of them.
+    ends = [end for end in ends if end == len(messages) or messages[end].get("role") != "tool"]
     return [head, *ends] if head and head not in ends else ends
 
 
 def plain_text(messages: Sequence[Message]) -> str:
-    """What a model reads of these messages: their text, and each tool call as the command it runs."""
+    """The text a model reads in these messages: their content, and each tool call as the command it runs."""
     parts = [text_of(m.get("content")) for m in messages]
     for message in messages:
         for call in message.get("tool_calls") or []:
@@ -144,7 +145,7 @@ def retention(dropped: Sequence[Message], sent_text: str) -> Retention:
 
 
 def wrong_placeholders(original: Sequence[Message], sent: Sequence[Message]) -> int:
-    """Masked results whose placeholder names another call than the one before them that they answer.
+    """The number of masked results whose placeholder names a different call from the one they answer.
 
     The tool results sent are the last ones of the original, in order (a summary only removes
     older ones), so they are matched from the end.
@@ -162,7 +163,7 @@ def wrong_placeholders(original: Sequence[Message], sent: Sequence[Message]) -> 
 
 @dataclass(frozen=True)
 class ReplayedTurn:
-    """One turn's request of a replayed conversation that the pipeline compacted."""
+    """One turn's request from a replayed conversation, which the pipeline compacted."""
 
     turn: int
     request: dict[str, Any]  # the body with the messages up to this turn
@@ -175,9 +176,10 @@ class ReplayedTurn:
 async def compacted_turns(
     pipeline: Pipeline, session: str, body: dict[str, Any], *, cache: CacheFigures | None = None
 ) -> AsyncIterator[ReplayedTurn]:
-    """Each turn's request of `body` (its messages up to each turn's end) through `pipeline` as one session,
-    as the agent would have sent them; those that were compacted. Every turn's prompt cache figures go
-    to `cache` (`inflight.compaction.prefix`)."""
+    """Send each turn's request from `body` (its messages up to the turn's end) through `pipeline` as one
+    session, as the agent would have sent them, and yield those that were compacted.
+
+    Every turn's prompt cache figures are added to `cache` (`inflight.compaction.prefix`)."""
     messages: list[Message] = body["messages"]
     for turn, end in enumerate(turns(messages)):
         request = {**body, "messages": messages[:end]}
@@ -193,8 +195,9 @@ async def compacted_turns(
 
 
 def with_their_calls(messages: Sequence[Message], dropped: Sequence[int]) -> list[Message]:
-    """The dropped messages in order, each result or observation preceded by the assistant message that called
-    it (still sent when only the result was masked): a result's command is its call's, not an unnamed one."""
+    """The dropped messages in order, each tool result or observation preceded by the assistant message that
+    made the call (even if that message is still sent because only the result was masked), so each result's
+    command is known."""
     wanted = set(dropped)
     for index in dropped:
         role = messages[index].get("role")
@@ -203,13 +206,13 @@ def with_their_calls(messages: Sequence[Message], dropped: Sequence[int]) -> lis
             if caller is not None:
                 wanted.add(caller)
         elif role == "user" and index > 0 and messages[index - 1].get("role") == "assistant":
-            wanted.add(index - 1)  # the command a text-action agent's observation answers
+            wanted.add(index - 1)  # the message with the command a text-action agent's observation answers
     return [messages[i] for i in sorted(wanted)]
 
 
 @dataclass
 class Replayed:
-    """One trace replayed: its compacted requests, and the prompt cache's figures over all its turns."""
+    """One replayed trace: its compacted requests, and the prompt cache's figures over all its turns."""
 
     compacted: list[Compacted]
     cache: CacheFigures
@@ -228,7 +231,7 @@ async def replay(pipeline: Pipeline, name: str, body: dict[str, Any]) -> Replaye
         dropped = with_their_calls(request["messages"], [i for i, m in enumerate(request["messages"]) if m not in sent])
         pattern = observation_regex(pipeline.model_settings(counted.model).compaction.mask.observation_pattern)
         index = latest_request_index(request["messages"], pattern)
-        latest = None if index is None else request["messages"][index]  # a request, not an observation
+        latest = None if index is None else request["messages"][index]  # the latest request, not an observation
         out.append(
             Compacted(
                 trace=name,
@@ -246,7 +249,7 @@ async def replay(pipeline: Pipeline, name: str, body: dict[str, Any]) -> Replaye
 
 
 def cache_totals(caches: Mapping[str, CacheFigures]) -> dict[str, Any]:
-    """The prompt cache's figures per trace and over all of them: what the compactions cost it."""
+    """The prompt cache's figures per trace and over all traces, showing what the compactions cost the cache."""
     every = CacheFigures.total(caches.values())
 
     def shown(figures: CacheFigures) -> dict[str, Any]:
@@ -264,7 +267,8 @@ def cache_totals(caches: Mapping[str, CacheFigures]) -> dict[str, Any]:
 
 
 def totals(results: Sequence[Compacted], caches: Mapping[str, CacheFigures] | None = None) -> dict[str, Any]:
-    """The figures the goals are stated in, over every compacted request (and every turn, for the cache)."""
+    """The figures the project's goals are stated in, over every compacted request (and every turn, for the
+    cache)."""
     retained = Retention()
     for result in results:
         retained.add(result.retention)

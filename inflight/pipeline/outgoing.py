@@ -1,4 +1,4 @@
-"""What the pipeline hands the server: the body to send upstream, what was done to it, and its log fields."""
+"""What the pipeline gives the server: the body to send upstream, what was done to it, and its log fields."""
 
 from __future__ import annotations
 
@@ -18,16 +18,19 @@ log = logging.getLogger("inflight")
 
 
 class MeasuredOnce:
-    """What the prompt cache serves of a request (`inflight.compaction.prefix`), against the conversation's
-    request sent before it: worked out when first asked (after the answer, for the log line), once."""
+    """How much of a request the prompt cache serves, compared with the conversation's previous request
+    (`inflight.compaction.prefix`).
+
+    It is measured once, when first asked (after the answer, for the log line)."""
 
     def __init__(self, measure: Callable[[], CacheTurn] | None = None) -> None:
         self._measure = measure
         self._turn: CacheTurn | None = None
 
     def get(self) -> CacheTurn | None:
-        """The figures; None when not measured, or when that failed (a bug of ours in a figure costs nothing
-        else: not the log line, not the archive's turn)."""
+        """The figures, or None if not measured or if measuring failed.
+
+        A bug of ours in measuring loses only the figures, not the log line or the archive's turn."""
         measure, self._measure = self._measure, None
         if measure is not None:
             try:
@@ -39,7 +42,7 @@ class MeasuredOnce:
 
 @dataclass(frozen=True)
 class Prepared:
-    """The body to send upstream and what the proxy says about it."""
+    """The body to send upstream and what the proxy reports about it."""
 
     body: bytes
     rewritten: bool
@@ -48,32 +51,34 @@ class Prepared:
     plan: Plan  # what was done to it: its actions, tokens before and after
     fields: dict[str, object] = field(default_factory=dict)  # for the request's log line
     outcome: Outcome | None = None
-    too_long: str | None = None  # why it cannot fit even compacted: the body is our best effort, sent anyway
-    key: str = ""  # the conversation's key, once compaction looked at the request (the archive reuses it)
-    # What inflight did in the upstream's place (Anthropic's `context_management.applied_edits`): for the answer.
+    too_long: str | None = None  # why it cannot fit even compacted; the body is our best effort and is sent anyway
+    key: str = ""  # the conversation key, set once compaction has looked at the request (the archive reuses it)
+    # The context management inflight did for the upstream (Anthropic's `context_management.applied_edits`),
+    # to be written into the answer.
     report: dict[str, Any] | None = None
-    approximate: bool = False  # `sent_tokens` is partly estimated from samples (a huge request sent as it is)
-    sent_fixed: int = 0  # what of `sent_tokens` is tool definitions and reply priming, for calibration
-    # Shadow mode: `body` is the client's own, and `outcome` what compaction would have sent instead (said in the
-    # `x-inflight-shadow-*` headers, the log line, the metrics and the archive; never sent).
+    approximate: bool = False  # `sent_tokens` is partly estimated from samples (a huge request sent unchanged)
+    sent_fixed: int = 0  # the fixed part of `sent_tokens` (tool definitions and reply priming), for calibration
+    # Shadow mode: `body` is the client's own, and `outcome` is what compaction would have sent instead. That is
+    # reported in the `x-inflight-shadow-*` headers, the log line, the metrics and the archive, but never sent.
     shadow: bool = False
     shadow_plan: Plan | None = None  # shadow mode: what compaction would have done
     degraded: bool = False  # the shared record store is failing
     measured: MeasuredOnce = field(default_factory=MeasuredOnce, repr=False, compare=False)
     prices: Prices | None = None  # what the upstream bills for it (`pricing:`), for the cost figures
-    scheduled: Budget | None = None  # scheduled by cost: the thresholds it was measured against (our units)
+    scheduled: Budget | None = None  # when scheduled by cost: the thresholds it was compared with (our units)
 
     @property
     def cache(self) -> CacheTurn | None:
-        """The prompt cache's figures, worked out on first use (None: not measured)."""
+        """The prompt cache's figures, measured on first use (None if not measured)."""
         return self.measured.get()
 
     def noted(self, **fields: object) -> Prepared:
-        """The same, with more fields for the log line."""
+        """A copy with more fields for the log line."""
         return replace(self, fields=self.fields | fields)
 
     def cache_figures(self) -> CacheFigures | None:
-        """The prompt cache's figures for the report: the cached share, a rewrite, and the cost of both sides."""
+        """The prompt cache's figures for the report: the cached share, whether the proxy rewrote the history,
+        and the cost of what was sent and of the client's own request."""
         turn = self.cache
         if turn is None:
             return None
@@ -84,7 +89,7 @@ class Prepared:
         return CacheFigures(turn.share, turn.rewrite, cost=cost, cost_client=client)
 
     def turn_report(self, accounting: Accounting) -> TurnReport:
-        """What the turn says of this body: its window, what was done to it, and in shadow mode the plan."""
+        """The turn's report for this body: its window, what was done to it, and in shadow mode the plan."""
         return TurnReport(
             window=accounting.window(),
             sent=self.plan,
@@ -94,28 +99,30 @@ class Prepared:
         )
 
     def follows(self, refused: Prepared) -> None:
-        """This is the retry of `refused`: what its compaction dropped counts from before both attempts."""
+        """Mark this as the retry of `refused`, so what its compaction dropped is measured against the record
+        from before both attempts."""
         if self.outcome is not None and refused.outcome is not None and refused.outcome.fresh:
             self.outcome.previous = refused.outcome.previous
 
 
 def as_sent(counted: Counted, accounting: Accounting, *, limit: int) -> Prepared:
-    """The client's own bytes, said to be untouched."""
+    """The client's own bytes, reported as untouched."""
     plan = Plan.untouched(accounting.calibrated(counted.count.total))
     total, fixed, approximate = counted.count.total, counted.count.fixed, bool(counted.count.approximated)
     return Prepared(counted.raw, False, total, limit, plan, approximate=approximate, sent_fixed=fixed)
 
 
 def translated(counted: Counted, untouched: Prepared) -> Prepared:
-    """Nothing compacted, but the body carries what only inflight can read (its own compaction items):
-    the format writes it as the upstream reads it, the rest as it came."""
+    """Nothing was compacted, but the body holds inflight's own compaction items, which only inflight can read.
+
+    The format rewrites those in a form the upstream reads, and leaves the rest as it came."""
     body = counted.wire.write(counted.payload, counted.request, counted.request.messages)
     plan = replace(untouched.plan, actions=(Action.EXPANDED,))
     return replace(untouched, body=body, rewritten=True, plan=plan, fields=untouched.fields | {"actions": "expanded"})
 
 
 def rewritten(counted: Counted, accounting: Accounting, outcome: Outcome, *, limit: int, key: str) -> Prepared:
-    """The compacted body, with the plan and log fields that say what was done to it."""
+    """The compacted body, with the plan and log fields that describe what was done to it."""
     plan, fields = described(accounting, outcome, limit=limit, key=key)
     too_long = None
     if not outcome.fits:
@@ -131,18 +138,19 @@ def rewritten(counted: Counted, accounting: Accounting, outcome: Outcome, *, lim
 
 
 def shadowed(untouched: Prepared, accounting: Accounting, outcome: Outcome) -> Prepared:
-    """Shadow mode: the client's own bytes, sent and counted as they are, with what compaction would have sent
-    instead said beside them: the report's shadow plan, and the log line's `shadow=` (its actions) and
-    `compacted=` fields. No body is written for it: nobody reads one."""
+    """Shadow mode: the client's own bytes, sent and counted unchanged, plus what compaction would have sent.
+
+    That is reported as the report's shadow plan and the log line's `shadow=` (its actions) and `compacted=`
+    fields. No compacted body is written, since nobody would read it."""
     plan, fields = described(accounting, outcome, limit=untouched.limit, key=untouched.key)
     fields = {"shadow": fields.pop("actions")} | fields
     return replace(untouched, fields=untouched.fields | fields, outcome=outcome, shadow=True, shadow_plan=plan)
 
 
 def described(accounting: Accounting, outcome: Outcome, *, limit: int, key: str) -> tuple[Plan, dict[str, object]]:
-    """The plan and log fields that say what a compaction did (or, in shadow mode, would have done)."""
+    """The plan and log fields that describe what a compaction did (or, in shadow mode, would have done)."""
     before, after = accounting.calibrated(outcome.tokens_before), accounting.calibrated(outcome.tokens_after)
-    # Which compaction this is, or which one a record hit replays (the archive's id).
+    # The id of this compaction, or of the one whose stored record this request replays (the archive's id).
     plan = Plan(tuple(outcome.actions), before, after, outcome.compaction_id or None)
     fields: dict[str, object] = {
         "actions": plan.said(),

@@ -1,7 +1,7 @@
-"""The parts one request's compaction is built from: its model's settings, counting, the summarizer.
+"""The parts one request's compaction is built from: its model's settings, token counting, the summarizer.
 
-The pipeline decides whether and against what budget to compact; these build the compactor it
-runs, and the background job's `SummaryAhead`, for that one request.
+The pipeline decides whether to compact and to what budget; these parts build the compactor it runs,
+and the `SummaryAhead` for a background summary job, for that one request.
 """
 
 from __future__ import annotations
@@ -27,23 +27,24 @@ from inflight.upstream.headers import RawHeaders
 
 
 class SummarizerFactory(Protocol):
-    """The summarizer for one request: its model's compaction settings, its model, the client's key, and
-    the API the request came in through (`chat_completions` or `responses`: the upstream speaks it)."""
+    """Makes the summarizer for one request, from its model's compaction settings, its model, the client's key,
+    and the wire format the request came in (which the upstream therefore speaks)."""
 
     def __call__(
         self, options: Compaction, *, model: str, client_credentials: RawHeaders, wire: WireFormat | None = None
     ) -> Summarize: ...
 
     async def window(self, options: Compaction, model: str) -> int | None:
-        """The summarizer model's window as its own endpoint says (None: not a separate endpoint, or silent)."""
+        """The summarizer model's window as reported by its own endpoint (None: no separate endpoint, or it does
+        not say)."""
         ...
 
 
 async def summarizer_window(
     summarizers: SummarizerFactory | None, registry: ContextRegistry, settings: Compaction, model: str, *, ask: bool
 ) -> int:
-    """The summarizer's window: configured, else from its own endpoint when summaries go elsewhere (if
-    `ask`), else as any model's. A summarizer is never sent more than this (`SummarizeStage.chunks`)."""
+    """The summarizer's window: as configured, else from its own endpoint when it has one (only if `ask`), else
+    looked up like any model's. A summarizer is never sent more than this (`SummarizeStage.chunks`)."""
     model = settings.summarize.model or model
     if ask and summarizers is not None and settings.summarize.base_url:
         found = await summarizers.window(settings, model)
@@ -54,7 +55,7 @@ async def summarizer_window(
 
 @dataclass
 class CompactionParts:
-    """What one request's compaction is built from: its model's settings, counting and summarizer."""
+    """What one request's compaction is built from: its model's settings, token counting and the summarizer."""
 
     settings: Compaction
     accounting: Accounting
@@ -62,13 +63,13 @@ class CompactionParts:
     summarizers: SummarizerFactory | None
     client_credentials: RawHeaders  # the client's key headers, for the summarizer when no key is configured
     summarizer_input_tokens: int  # the summarizer's window, in our units
-    wire: WireFormat | None = None  # the request's format: the upstream's own model is asked in it
-    budget: SummaryBudget | None = None  # the summarizer calls clients may cause (None: no bound)
-    spender: str = ""  # whose budget this request's summaries spend, background jobs' included
+    wire: WireFormat | None = None  # the request's format, used to ask the upstream's own model for a summary
+    budget: SummaryBudget | None = None  # the summarizer calls clients may cause (None: no limit)
+    spender: str = ""  # whose budget this request's summaries spend, including background jobs'
     prices: Prices | None = None  # the upstream's prices, when compactions are scheduled by cost
 
     def spacing(self, *, summaries_ahead: bool) -> Spacing:
-        """How far apart compactions go, for the compactor and the background job alike."""
+        """How far apart compactions are spaced, for both the compactor and the background job."""
         return Spacing(
             self.settings.summarize,
             self.settings.min_turns_between,
@@ -97,7 +98,7 @@ class CompactionParts:
         return lambda text: counted_or_estimated(encoding, text)
 
     def compactor(self, *, background: bool) -> Compactor:
-        # The summarizer's reply is bounded by max_summary_tokens, which the stages keep room for.
+        # The summarizer's reply is limited to max_summary_tokens, and the stages leave room for it.
         return build_compactor(
             self.settings,
             count_message=self.count_message(),
@@ -110,7 +111,7 @@ class CompactionParts:
         )
 
     def ahead(self, budget: Budget, start_at: int, tools: object) -> SummaryAhead | None:
-        """What a background summary job of this conversation needs (None: no summarizer)."""
+        """What a background job needs to make a summary ahead for this conversation (None: no summarizer)."""
         summarize = self.summarize()
         if summarize is None:
             return None
@@ -134,7 +135,8 @@ class CompactionParts:
 
 
 def budgeted(summarize: Summarize, budget: SummaryBudget, spender: str) -> Summarize:
-    """`summarize`, each call first taken from `spender`'s budget and the proxy's; past either, not made."""
+    """`summarize`, with each call charged first to `spender`'s budget and the proxy's; if either is spent, the
+    call is not made."""
 
     async def run(job: SummaryJob) -> str:
         if not budget.spend(spender, job.input_tokens):

@@ -1,9 +1,9 @@
-"""The LLM call that turns a span of conversation into a summary: the summarizer model, then fallbacks.
+"""The LLM call that turns a span of conversation into a summary: the summarizer model, then its fallbacks.
 
-A summary is a non-streaming chat completion sent through the same `UpstreamClient` as forwarded
-requests (one HTTP stack: one place for pools, TLS, timeouts and error mapping). Summaries to the
-upstream share its pool; a summarizer at another `summarize.base_url` gets a client of its own,
-made once per URL and closed with the rest.
+A summary is a non-streaming completion sent through the same `UpstreamClient` as forwarded requests,
+so pools, TLS, timeouts and error mapping live in one place. Summaries sent to the upstream share its
+pool; a summarizer at another `summarize.base_url` gets its own client, made once per URL and closed
+with the others.
 """
 
 from __future__ import annotations
@@ -27,20 +27,21 @@ from inflight.upstream.headers import RawHeaders, key_headers
 
 log = logging.getLogger("inflight")
 DISCOVERY_TIMEOUT_S = 10.0
-MODEL_CHARS = 256  # of a model's name (the client's), in a log line or an error
+MODEL_CHARS = 256  # how much of a (client-supplied) model name goes into a log line or an error
 
 
 class SummarizerError(RuntimeError):
     def __init__(self, message: str, *, rejected: str | None = None, status: int | None = None) -> None:
         super().__init__(message)
-        self.rejected = rejected  # why the last reply was refused (`inflight.compaction.validation`), if it was
-        self.status = status  # the last error status a summarizer answered with, if it did
+        self.rejected = rejected  # why the last reply was rejected (`inflight.compaction.validation`), if it was
+        self.status = status  # the last error status a summarizer answered with, if any
 
 
 class Summarizer:
-    """Asks the summarizer's endpoint for the summary, non-streaming, trying each model in turn, in the
-    shape of a wire format: Chat Completions, or the request's own when the upstream's model
-    summarizes it (models such as Codex's answer only through the Responses API)."""
+    """Asks the summarizer's endpoint for a summary (non-streaming), trying each model in turn.
+
+    The request uses Chat Completions, or the client request's own format when the upstream's model
+    summarizes (models such as Codex's answer only through the Responses API)."""
 
     def __init__(
         self,
@@ -53,13 +54,13 @@ class Summarizer:
         self.client = client
         self.timeout_s = timeout_s
         self.wire = wire
-        self.observer = observer  # told each model's call: its outcome and how long it took
+        self.observer = observer  # receives each model call's outcome and duration
 
     async def __call__(self, job: SummaryJob, *, models: Sequence[str], credentials: RawHeaders) -> str:
         errors: list[str] = []
         rejected = None
         status = None
-        if job.in_place is not None:  # only its own model holds the conversation in its prompt cache
+        if job.in_place is not None:  # only the conversation's own model has it in its prompt cache
             models = [model for model in models if model == job.in_place.model][:1]
         for model in models:
             started = time.perf_counter()
@@ -87,7 +88,7 @@ class Summarizer:
         raise SummarizerError("; ".join(errors) or "no summarizer model", rejected=rejected, status=status)
 
     async def complete(self, job: SummaryJob, *, model: str, credentials: RawHeaders) -> tuple[str, object]:
-        """The reply's text and how it ended, asked in the wire format's shape."""
+        """Ask in the wire format's shape; return the reply's text and its finish reason."""
         tools = job.in_place.tools if job.in_place is not None else None
         call = self.wire.summary_request(job.messages(), model=model, max_tokens=job.max_tokens, tools=tools)
         headers: RawHeaders = [(b"content-type", b"application/json"), *call.headers, *credentials]
@@ -97,20 +98,21 @@ class Summarizer:
         if status != 200:
             text = answer[:200].decode("utf-8", "replace")
             raise SummarizerError(f"status {status}: {text}", status=status)
-        content, finish_reason = self.wire.summary_reply(orjson.loads(answer))  # not JSON: a ValueError
+        content, finish_reason = self.wire.summary_reply(orjson.loads(answer))  # raises ValueError if not JSON
         if not content.strip():
             raise SummarizerError("no summary text in the response")
         return content, finish_reason
 
 
 class Summarizers:
-    """The summarizer for one request: which endpoint, which models, whose key.
+    """Makes the summarizer for one request: which endpoint, which models, whose key.
 
-    At the upstream (the request's format's own, `upstreams.<format>`): `compaction.summarize.api_key`,
-    else that upstream's own key (or its URL's `user:password`), each sent as that upstream takes it.
-    At a `summarize.base_url` of its own: that URL's `user:password`, else `summarize.api_key`. Else the
-    client's `Authorization` or `x-api-key` (the summary is the client's spending), unless the proxy has
-    keys of its own (then the client's is one of them: never sent on).
+    At the upstream (the one for the request's format, `upstreams.<format>`), the key is
+    `compaction.summarize.api_key`, else that upstream's own key (or its URL's `user:password`), sent
+    the way that upstream expects. At a separate `summarize.base_url`, it is that URL's
+    `user:password`, else `summarize.api_key`. With none of these, the client's `Authorization` or
+    `x-api-key` is used (the summary is spent on the client's behalf), unless the proxy checks keys of
+    its own (`access.keys`): the client's key is then one of the proxy's and is never passed on.
     """
 
     def __init__(
@@ -122,14 +124,14 @@ class Summarizers:
         observer: Observer = NO_OBSERVER,
     ) -> None:
         self.settings = settings
-        self.upstream = upstream  # the proxy's own: summaries that go to the upstream share its pool
-        self.by_format = by_format or {}  # a format's own upstream, where it has one
+        self.upstream = upstream  # the proxy's own client: summaries sent to the upstream share its pool
+        self.by_format = by_format or {}  # a format's own upstream, for formats that have one
         self.observer = observer
         self._registries: dict[str, ContextRegistry] = {}  # one per summarizer endpoint, discovered once
-        self._clients: dict[str, UpstreamClient] = {}  # one per `summarize.base_url` (a handful: from the config)
+        self._clients: dict[str, UpstreamClient] = {}  # one per `summarize.base_url` (a handful, from the config)
 
     def client_for(self, base_url: str | None, wire: WireFormat | None = None) -> UpstreamClient:
-        """The upstream's client (the format's own), or the one for a summarizer at its own `base_url`
+        """The upstream's client (the format's own), or the client for a summarizer at a separate `base_url`
         (made on first use)."""
         if base_url is None:
             return self.by_format.get(wire.spec.name, self.upstream) if wire is not None else self.upstream
@@ -145,13 +147,13 @@ class Summarizers:
         return client
 
     async def aclose(self) -> None:
-        """Close the clients of summarizers at their own `base_url` (the upstream's is its owner's to close)."""
+        """Close the clients of summarizers at a separate `base_url` (the upstream's client is closed by its owner)."""
         clients, self._clients = list(self._clients.values()), {}
         for client in clients:
             await client.aclose()
 
     async def window(self, options: Compaction, model: str) -> int | None:
-        """The model's window at `summarize.base_url`: the config's entry, else its `GET /models`, else None."""
+        """The model's window at `summarize.base_url`: from the config, else from its `GET /models`, else None."""
         base_url = options.summarize.base_url
         if base_url is None:
             return None
@@ -181,7 +183,7 @@ class Summarizers:
     ) -> Summarize:
         summarize = options.summarize
         client = self.client_for(summarize.base_url, wire)
-        # A summarizer of its own (`summarize.base_url`) is asked through Chat Completions; the upstream
+        # A separate summarizer (`summarize.base_url`) is asked through Chat Completions; the upstream is asked
         # in the request's own format (`wire`).
         shape = wire if wire is not None and summarize.base_url is None else CHAT_COMPLETIONS
         summarizer = Summarizer(client, timeout_s=summarize.timeout_s, wire=shape, observer=self.observer)
@@ -194,7 +196,7 @@ class Summarizers:
             own = key_headers(summarize.api_key, "", client.key_header)
         else:
             own = client.own_credentials()
-        # With access.keys the client's key is one of the proxy's own: never sent on.
+        # With access.keys the client's key is one of the proxy's own, so it is never passed on.
         credentials = own or ([] if self.settings.access.keys else list(client_credentials))
 
         async def run(job: SummaryJob) -> str:
@@ -204,8 +206,8 @@ class Summarizers:
 
 
 def own_authorization(options: Compaction, client: UpstreamClient) -> str | None:
-    """A summarizer at its own `summarize.base_url`: the `user:password` in that URL (which wins, as it
-    did when httpx sent these calls), else `summarize.api_key`, else None."""
+    """The authorization for a summarizer at a separate `summarize.base_url`: the `user:password` in that URL
+    (which takes precedence), else `summarize.api_key`, else None."""
     if client.basic_auth:
         return f"Basic {client.basic_auth}"
     return f"Bearer {options.summarize.api_key}" if options.summarize.api_key else None

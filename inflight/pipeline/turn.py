@@ -1,11 +1,11 @@
-"""One request's decisions, with no I/O of their own: the turn says what to do next, the driver does it.
+"""The decisions for one request, without any I/O: the turn says what to do next and the driver does it.
 
 A `Turn` is made from a counted request and the client's options. Its `start()` and `send(event)`
-return the next command (`Discover`, `CountExactly`, `Prepare`, `Send`, `Relay`); the driver at the
-edge carries each out (the upstream, the summarizer's waits, the client) and answers with the event
-that says how it went (`Discovered`, `ExactCount`, `Prepared`, `Answered`). The driver renders
-`report` into the headers, the metrics and the archive, and writes `take_fields()` on the log line.
-Once the answer is relayed, `answered_usage` tells the turn what the upstream counted.
+return the next command (`Discover`, `CountExactly`, `Prepare`, `Send`, `Relay`). The driver at the
+edge carries out each one (talking to the upstream, waiting for the summarizer, answering the client)
+and sends back an event with the result (`Discovered`, `ExactCount`, `Prepared`, `Answered`). The
+driver renders `report` into the headers, the metrics and the archive, and adds `take_fields()` to the
+log line. Once the answer is relayed, `answered_usage` tells the turn what the upstream counted.
 """
 
 from __future__ import annotations
@@ -26,20 +26,21 @@ log = logging.getLogger("inflight")
 
 @dataclass(frozen=True)
 class Discover:
-    """Ask the upstream's model list for the windows, then answer `Discovered()`."""
+    """Read the context windows from the upstream's model list, then send `Discovered()`."""
 
 
 @dataclass(frozen=True)
 class CountExactly:
-    """Ask the upstream to count the prompt (its format's `count_path`), then answer `ExactCount`."""
+    """Ask the upstream to count the prompt (its format's `count_path`), then send `ExactCount`."""
 
     counted: Counted
 
 
 @dataclass(frozen=True)
 class Prepare:
-    """Work out the body to send (`Pipeline.prepare`, which may wait for a summary), then answer `Prepared`.
-    A streaming client may be kept reading with comments after `keepalive_after` seconds (None: never)."""
+    """Build the body to send (`Pipeline.prepare`, which may wait for a summary), then send `Prepared`.
+
+    After `keepalive_after` seconds a streaming client is sent comments so it keeps waiting (None: never)."""
 
     counted: Counted
     accounting: Accounting
@@ -50,26 +51,30 @@ class Prepare:
 
 @dataclass(frozen=True)
 class Send:
-    """POST `body` upstream, then answer `Answered`. With `hold`, read just enough of the answer to tell a
-    context refusal; `identity` asks the upstream for an unencoded answer (a report is written into it)."""
+    """POST `body` upstream, then send `Answered`.
+
+    With `hold`, first read just enough of the answer to recognise a context-too-long refusal. `identity` asks
+    the upstream for an uncompressed answer, because a report will be written into it."""
 
     body: bytes
     rewritten: bool
     hold: bool
     identity: bool = False
-    event_stream: bool = False  # the client asked for a stream: a held answer is read up to its first event
+    event_stream: bool = False  # the client asked for a stream: with `hold`, read the answer up to its first event
 
 
 @dataclass(frozen=True)
 class ReadAnswer:
-    """Read the latest answer whole (it is short: an upstream's "no such route") and close it; answer
-    `AnswerRead`."""
+    """Read the whole of the latest answer (a short one, such as an upstream's "no such route"), close it, then
+    send `AnswerRead`."""
 
 
 @dataclass(frozen=True)
 class Relay:
-    """Relay the latest answer to the client; a last command. `prepared` is what was sent, when inflight
-    counted it: the answer's usage is then read on the way, and the turn archived when `archived` is given."""
+    """Relay the latest answer to the client; always the final command.
+
+    `prepared` is what was sent, if inflight counted it; the answer's usage is then read as it passes, and
+    the turn is archived if `archived` is given."""
 
     prepared: PreparedBody | None
     archived: tuple[Counted, Accounting, Options] | None = None  # the turn, for the archive
@@ -77,7 +82,7 @@ class Relay:
 
 @dataclass(frozen=True)
 class Answer:
-    """Answer the client with a JSON body of inflight's own (or an upstream answer read whole); a last command."""
+    """Answer the client with inflight's own JSON body (or an upstream answer read in full); a final command."""
 
     body: bytes
     status: int = 200
@@ -108,7 +113,8 @@ class AnswerRead:
 
 @dataclass(frozen=True)
 class Answered:
-    """The upstream answered: its status, what was held of the body (empty: nothing), and the refusal it is."""
+    """The upstream's answer: its status, the start of the body read with `hold` (empty if none), and the
+    context refusal it contains, if any."""
 
     status: int
     held: bytes = b""
@@ -148,7 +154,8 @@ class Steps:
 
 
 class Turn(Steps):
-    """One conversation request from its count to the answer relayed: compaction, a refusal's retry, usage."""
+    """One conversation request, from its count until the answer is relayed: compaction, a retry after a refusal,
+    and usage."""
 
     def __init__(self, pipeline: Pipeline, counted: Counted, options: Options) -> None:
         self.pipeline = pipeline
@@ -159,8 +166,8 @@ class Turn(Steps):
         self.sent: PreparedBody | None = None  # the body of the latest request sent upstream
 
     def answered_usage(self, prompt_tokens: int | None, output_tokens: int | None) -> None:
-        """The upstream's count of the prompt sent and of its reply: calibrates the estimates, and says the
-        window held that prompt. An estimate made from samples calibrates nothing."""
+        """Learn from the upstream's count of the prompt and the reply: calibrate the estimates, and record that the
+        window held that prompt. An estimate made from samples is not used for calibration."""
         sent = self.sent
         if prompt_tokens is None or sent is None or sent.approximate:
             return
@@ -189,13 +196,13 @@ class Turn(Steps):
         keepalive = pipeline.keepalive_after(counted.model) if counted.streams and self._compacts() else None
         prepared = yield from self._prepare(keepalive_after=keepalive)
         while True:
-            hold = self._compacts() and prepared.too_long is None  # a retry could shrink it no further
+            hold = self._compacts() and prepared.too_long is None  # too_long: a retry could not shrink it further
             answer = yield self._send(prepared, hold=hold)
             assert isinstance(answer, Answered)
             if not hold:
                 break
             if answer.refusal is None and self._refuses_server_compaction(answer):
-                # Once: inflight does the request's context management from now on, for this model.
+                # Happens once per model: from now on inflight does this model's context management itself.
                 pipeline.learn_no_server_compaction(counted.model)
                 self._fields["context_management"] = "refused"
                 if pipeline.discovers(counted.model):
@@ -211,7 +218,7 @@ class Turn(Steps):
         yield Relay(prepared, archived=(counted, self.accounting, options))
 
     def _retry(self, refusal: Refusal, refused: PreparedBody) -> Generator[Command, Event, PreparedBody]:
-        """Once: the original request compacted again against what the refusal taught us."""
+        """Compact the original request again, using what the refusal told us; done at most once."""
         aim = self.pipeline.learn(self.counted, self.accounting, refusal, refused, tenant=self.options.tenant)
         self._fields.update({"refused_by": refusal.upstream, "retry_limit": aim.limit})
         if aim.blind:
@@ -230,14 +237,15 @@ class Turn(Steps):
         self.report = prepared.turn_report(self.accounting)
         self._fields.update(prepared.fields)
         if prepared.too_long is not None:
-            # Fail open: our count may be wrong, and only the upstream knows. Its answer is the client's.
+            # Send it anyway: our count may be wrong and only the upstream knows. The client gets its answer.
             log.warning("[compaction] %s", prepared.too_long)
             self._fields["fits"] = "no"
         return prepared
 
     def _send(self, prepared: PreparedBody, *, hold: bool) -> Send:
         self.sent = prepared
-        # A report of what inflight did in the upstream's place is written into the answer: it must come unencoded.
+        # A report of the context management inflight did for the upstream is written into the answer, so the
+        # answer must come uncompressed.
         identity = prepared.report is not None
         return Send(prepared.body, prepared.rewritten, hold=hold, identity=identity, event_stream=self.counted.streams)
 
@@ -249,7 +257,7 @@ class Turn(Steps):
         return self.pipeline.compacts(self.counted, self.options)
 
     def _refuses_server_compaction(self, answer: Answered) -> bool:
-        """The upstream refused the request's `context_management` compaction, which inflight did not take over."""
+        """Whether the upstream refused the request's `context_management` compaction (which inflight left to it)."""
         counted = self.counted
         if not counted.request.server_managed or self.pipeline.takes_over_server_compaction(counted):
             return False
