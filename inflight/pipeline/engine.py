@@ -180,18 +180,18 @@ class Pipeline:
         """The window of the model that summarizes `model`'s conversations (see `parts.summarizer_window`)."""
         return await summarizer_window(self._summarizers, self._registry, settings, model, ask=ask)
 
-    def scheduled_by_cost(self, counted: Counted, settings: Compaction) -> bool:
+    def _scheduled_by_cost(self, counted: Counted, settings: Compaction) -> bool:
         """Whether this request's compactions are scheduled by cost (`compaction.schedule: cost`).
 
         Not when the client named its own compaction point: inflight then summarizes there."""
-        return settings.schedule == "cost" and self.client_compact_at(counted) is None
+        return settings.schedule == "cost" and self._client_compact_at(counted) is None
 
-    def client_compact_at(self, counted: Counted) -> int | None:
+    def _client_compact_at(self, counted: Counted) -> int | None:
         """The compaction point the client named (`context_management`'s `compact_threshold`), if inflight does
         the client's context management instead of the upstream; else None."""
         return counted.request.compact_at if self.takes_over_server_compaction(counted) else None
 
-    def prices(self, counted: Counted) -> Prices:
+    def _prices(self, counted: Counted) -> Prices:
         """What the upstream bills for this request's prompt tokens (`pricing:`, by its format and model)."""
         return self.settings.pricing.for_request(counted.wire.spec.name, counted.model)
 
@@ -218,7 +218,7 @@ class Pipeline:
             return None
         choice = self.encoding_for(request.model)
         try:
-            exact_tokens = None if exact else self.exact_tokens(request.model)
+            exact_tokens = None if exact else self._exact_tokens(request.model)
             count = self._counter.count_request(request.view, choice.name, exact_tokens=exact_tokens)
         except Exception as exc:  # e.g. nested deeper than orjson writes (254) though it reads it (1024)
             log.warning(
@@ -230,7 +230,7 @@ class Pipeline:
             return None
         return Counted(raw, payload, wire, request, choice, count)
 
-    def exact_tokens(self, model: str) -> int:
+    def _exact_tokens(self, model: str) -> int:
         """How many of a request's newest tokens to count exactly: the model's currently known window (without
         discovery) times EXACT_MARGIN.
 
@@ -255,9 +255,9 @@ class Pipeline:
         model = counted.model
         limits = self._registry.resolve(model)
         settings = self.model_settings(model).compaction
-        budget = self.budget(counted, limits.context_window, tenant=tenant)
+        budget = self._prompt_budget(counted, limits.context_window, tenant=tenant)
         ratios = Ratios() if counted.encoding.exact else self._calibration.ratios(model, tenant=tenant)
-        compact_at = self.client_compact_at(counted)
+        compact_at = self._client_compact_at(counted)
         if compact_at is not None:  # inflight summarizes where the client wants its context compacted
             budget = min(budget, int(compact_at / settings.summarize_at))
         return Accounting(
@@ -274,7 +274,7 @@ class Pipeline:
             fixed_ratio=ratios.fixed,
         )
 
-    def budget(self, counted: Counted, context_window: int, *, tenant: str = "") -> int:
+    def _prompt_budget(self, counted: Counted, context_window: int, *, tenant: str = "") -> int:
         """The prompt's budget in `context_window`: the window minus the reply's reserve.
 
         It is capped at the largest prompt answered when a refusal gave no numbers (`inflight.policy.bracket`).
@@ -301,7 +301,7 @@ class Pipeline:
         config = self.settings.messages
         if counted.wire.spec.exact_count is None or config.count_tokens != "near" or accounting.exact:
             return False
-        if self.shadows(counted, options):
+        if self._shadows(counted, options):
             return False
         settings = self.model_settings(counted.model).compaction
         points = [settings.prune_at, settings.summarize_at, 1.0, settings.summarize.background_at]
@@ -317,7 +317,7 @@ class Pipeline:
         self._calibration.record(accounting.model, estimate=estimate, actual=tokens, fixed=fixed, tenant=tenant)
         return accounting.counted_as(tokens)
 
-    def spender_of(self, options: Options) -> str:
+    def _spender_of(self, options: Options) -> str:
         """Whose summarizer budget a request spends: its key, or its address.
 
         The key counts only if the proxy checks it (`access.keys`) or it pays upstream (the proxy holds no key).
@@ -337,7 +337,7 @@ class Pipeline:
         lacking = self._model_key(counted.model) in self._servers_lacking
         return self.settings.manages_context(counted.wire.spec.name) or lacking
 
-    async def take_over(
+    async def _take_over(
         self, counted: Counted, accounting: Accounting, *, tenant: str
     ) -> tuple[Counted, dict[str, Any] | None]:
         """Do here what the request asks of the upstream's context management (the format's own edits), and remove
@@ -371,14 +371,14 @@ class Pipeline:
 
     def compacts(self, counted: Counted, options: Options) -> bool:
         """Whether this request may be rewritten and retried."""
-        return self.plans(counted, options) and not self.shadows(counted, options)
+        return self._plans(counted, options) and not self._shadows(counted, options)
 
-    def plans(self, counted: Counted, options: Options) -> bool:
+    def _plans(self, counted: Counted, options: Options) -> bool:
         """Whether this request's compaction is planned, either to be sent or only reported (`shadows`)."""
         enabled = self.model_settings(counted.model).compaction.enabled
         return enabled and options.mode != Mode.OFF and counted.request.compactable
 
-    def shadows(self, counted: Counted, options: Options) -> bool:
+    def _shadows(self, counted: Counted, options: Options) -> bool:
         """Whether this request's compaction is planned and recorded but not sent.
 
         True if the client asks for it (`x-inflight-compaction: shadow`), or if the model's config does
@@ -401,10 +401,10 @@ class Pipeline:
         A `retry` aim replaces the accounted budget.
         """
         # In shadow mode the request's own context management field goes upstream as the client sent it.
-        taken_over = self.takes_over_server_compaction(counted) and not self.shadows(counted, options)
+        taken_over = self.takes_over_server_compaction(counted) and not self._shadows(counted, options)
         report = None
         if taken_over:  # the upstream must not see a field it cannot serve: compaction writes the body without it
-            counted, report = await self.take_over(counted, accounting, tenant=options.tenant)
+            counted, report = await self._take_over(counted, accounting, tenant=options.tenant)
         prepared = await self._prepare(counted, accounting, options, retry=retry)
         if counted.request.expanded and not prepared.rewritten:
             prepared = translated(counted, prepared)  # the upstream cannot read the format's expanded form
@@ -421,10 +421,10 @@ class Pipeline:
     ) -> Prepared:
         limit = retry.limit if retry is not None else accounting.budget
         untouched = as_sent(counted, accounting, limit=limit)
-        shadow = self.shadows(counted, options)
+        shadow = self._shadows(counted, options)
         if shadow:
             untouched = replace(untouched, shadow=True).noted(shadow="none")
-        if not self.plans(counted, options):
+        if not self._plans(counted, options):
             return untouched
         if accounting.budget <= 0:
             # max_tokens alone fills the window, which compacting the prompt cannot fix. Forward it as sent and
@@ -435,7 +435,7 @@ class Pipeline:
         # Shadow plans are recorded under a key of their own; the archive keeps the conversation's key.
         plan_key = shadow_key(key) if shadow else key
         try:
-            outcome = await self.compact(counted, accounting, options, key=plan_key, retry=retry, shadow=shadow)
+            outcome = await self._compact(counted, accounting, options, key=plan_key, retry=retry, shadow=shadow)
         except Exception as exc:  # a bug of ours must not cost the user the request
             model = self._model_key(accounting.model)
             log.exception("[compaction] failed for %s; forwarding the request unchanged", model)
@@ -446,17 +446,17 @@ class Pipeline:
             return replace(untouched, plan=failed)
         if outcome is None or (outcome.actions == [Action.NONE] and outcome.fits):  # nothing changed
             scheduled = outcome.scheduled if outcome is not None else None
-            return self.cache_figures(replace(untouched, scheduled=scheduled), counted, None, key=plan_key)
+            return self._cache_figures(replace(untouched, scheduled=scheduled), counted, None, key=plan_key)
         if shadow:  # send the client's bytes; report what would have been sent, and measure it for the cache
             planned = replace(shadowed(untouched, accounting, outcome), scheduled=outcome.scheduled)
-            return self.cache_figures(planned, counted, outcome, key=plan_key)
+            return self._cache_figures(planned, counted, outcome, key=plan_key)
         # The body is written from what was kept, which may be megabytes if compaction could not make it fit.
         prepared = await call_sized(
             lambda: rewritten(counted, accounting, outcome, limit=limit, key=key), outcome.tokens_after
         )
-        return self.cache_figures(replace(prepared, scheduled=outcome.scheduled), counted, outcome, key=key)
+        return self._cache_figures(replace(prepared, scheduled=outcome.scheduled), counted, outcome, key=key)
 
-    def cache_figures(self, prepared: Prepared, counted: Counted, outcome: Outcome | None, *, key: str) -> Prepared:
+    def _cache_figures(self, prepared: Prepared, counted: Counted, outcome: Outcome | None, *, key: str) -> Prepared:
         """`prepared`, with a way to measure how much of it the upstream's prompt cache can serve.
 
         It is compared with the conversation's previous request (`inflight.compaction.prefix`); in shadow mode, with
@@ -469,9 +469,9 @@ class Pipeline:
                 return prefixes.observe(key, client)
             return prefixes.observe(key, sent_request(counted, outcome), client)
 
-        return replace(prepared, measured=MeasuredOnce(measure), prices=self.prices(counted))
+        return replace(prepared, measured=MeasuredOnce(measure), prices=self._prices(counted))
 
-    async def compact(
+    async def _compact(
         self,
         counted: Counted,
         accounting: Accounting,
@@ -510,7 +510,7 @@ class Pipeline:
         # Shadow mode makes no request to the summarizer's endpoint on a client's turn, not even for its window.
         summary_window = await self.summarizer_window(settings, accounting.model, ask=due and not shadow)
         # A client over its summarizer budget (or the proxy over its own) is not summarized: the ledger is used.
-        spent = self._budget is not None and due and not self._budget.allows(self.spender_of(options))
+        spent = self._budget is not None and due and not self._budget.allows(self._spender_of(options))
         parts = CompactionParts(
             settings=settings,
             accounting=accounting,
@@ -520,8 +520,8 @@ class Pipeline:
             summarizer_input_tokens=int(summary_window / accounting.ratio),
             wire=counted.wire,
             budget=self._budget,
-            spender=self.spender_of(options),
-            prices=self.prices(counted) if self.scheduled_by_cost(counted, settings) else None,
+            spender=self._spender_of(options),
+            prices=self._prices(counted) if self._scheduled_by_cost(counted, settings) else None,
         )
         # No background job for a retry (the original turn started any needed) or for a request below every threshold.
         wanted = background and due and not retry
@@ -553,7 +553,7 @@ class Pipeline:
             self._output_counted[self._model_key(accounting.model)] = True
         if refusal.context_window:
             self._registry.learn(accounting.model, refusal.context_window)
-            learned_budget = self.budget(counted, refusal.context_window, tenant=tenant)
+            learned_budget = self._prompt_budget(counted, refusal.context_window, tenant=tenant)
         elif not refusal.prompt_tokens and sent:  # no numbers: the window lies between what was answered and this
             self._brackets.refused(accounting.model, sent, tenant=tenant)
         # Calibrate only from a full count, not one estimated from samples.
