@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 from starlette.requests import Request
 
+from inflight.codecs.sse import EventBuffer
 from inflight.config import Limits
 from inflight.errors import ProxyError, UpstreamUnreachable
 from inflight.formats import UsageReader, WireFormat
@@ -32,7 +33,6 @@ from inflight.pipeline.accounting import Accounting, Counted
 from inflight.pipeline.archiving import Archiver
 from inflight.pipeline.engine import CLIENT_MODES, Options, Pipeline
 from inflight.pipeline.outgoing import Prepared
-from inflight.policy.refusals import EventBuffer
 from inflight.policy.retry import RetryAim
 from inflight.policy.windows import FetchModels
 from inflight.upstream.client import UpstreamClient
