@@ -6,7 +6,7 @@ Layers, from the top:
 - the pipeline (`inflight.pipeline`): count, account, compact, send, learn; never the edge;
 - the wire formats (`inflight.formats`) and the upstream transport (`inflight.upstream`): used by the
   pipeline and the edge; a format uses only the core, the transport only its settings and errors;
-- the core (tokens, compaction, policy, records, archive, metrics, config, offload, errors):
+- the core (codecs, tokens, compaction, policy, records, archive, metrics, config, offload, errors):
   imports nothing above it, and no web stack.
 
 Every import counts: module-level, function-local and under `TYPE_CHECKING`.
@@ -35,6 +35,7 @@ LAYER_OF = {
     "inflight.upstream": UPSTREAM,
     "inflight": CORE,  # __version__ only
     "inflight.archive": CORE,
+    "inflight.codecs": CORE,
     "inflight.compaction": CORE,
     "inflight.config": CORE,
     "inflight.errors": CORE,

@@ -36,6 +36,7 @@ from typing import Any
 
 import orjson
 
+from inflight.codecs.sse import event_data
 from inflight.formats.compaction_items import ItemKey, is_ours
 from inflight.formats.seam import (
     OPENAI_ERRORS,
@@ -54,7 +55,7 @@ from inflight.formats.seam import (
     text_of_parts,
     usage_count,
 )
-from inflight.policy.refusals import Refusal, detect, detect_document, event_data
+from inflight.policy.refusals import Refusal, detect, detect_document
 
 log = logging.getLogger("inflight")
 

@@ -1,25 +1,25 @@
 """Read the upstream's prompt and reply counts from a response as it is relayed, for calibration and the reserve.
 
-The body goes to the client byte for byte, while a copy (decompressed if gzip or deflate) is scanned: a
-JSON body once complete (up to `MAX_JSON_BODY`), a stream line by line, parsing only lines that contain
-the format's `usage_marker`. The format says where usage sits (`WireFormat.prompt_tokens`).
+The body goes to the client byte for byte; a copy of what passes (inflated when gzip or deflate)
+is scanned: a JSON body once it is complete (up to `MAX_JSON_BODY`), a stream event by event, and
+only events that carry the format's `usage_marker` are parsed. Where usage sits is the format's
+to say (`WireFormat.prompt_tokens`).
 
-Reading is limited, since the upstream controls what arrives. On a stream line longer than
-`max_event_bytes`, or more than `max_inflate_bytes` decompressed (a 200 KB gzip body can inflate to
-gigabytes), the reader stops reading this response and its usage stays unknown. Decompression runs
-`INFLATE_PIECE` at a time (zlib's `max_length`), so at most a line and a piece are held in memory.
+Reading is bounded, since the upstream decides what comes: a stream event past `max_event_bytes`, or
+more than `max_inflate_bytes` inflated (a 200 KB gzip body can inflate to gigabytes), and the reader
+stops reading this response (its usage is then unknown). Inflating goes a piece at a time
+(`inflight.codecs.inflate`), so no more is ever held than an event and a piece.
 """
 
 from __future__ import annotations
 
-import zlib
-
 import orjson
 
+from inflight.codecs.inflate import InflateError, Inflater, is_identity, is_inflatable
+from inflight.codecs.sse import EventBuffer, event_data
 from inflight.formats.seam import WireFormat
 
 MAX_JSON_BODY = 8 * 1024 * 1024
-INFLATE_PIECE = 64 * 1024
 
 
 class UsageReader:
@@ -37,71 +37,66 @@ class UsageReader:
         self.wire = wire
         self.event_stream = event_stream
         self.max_event_bytes = max_event_bytes
-        self.max_inflate_bytes = max_inflate_bytes
         self.prompt_tokens: int | None = None
-        self.output_tokens: int | None = None  # the reply's count, if the upstream reports it
-        self._inflate = zlib.decompressobj(wbits=47) if content_encoding in (b"gzip", b"deflate") else None
-        self._inflated = 0  # bytes decompressed so far
-        self._unreadable = content_encoding not in (None, b"", b"identity", b"gzip", b"deflate")
-        self._buffer = bytearray()
+        self.output_tokens: int | None = None  # the reply's count, where the upstream says it
+        self._inflater = Inflater(limit=max_inflate_bytes) if is_inflatable(content_encoding) else None
+        self._unreadable = self._inflater is None and not is_identity(content_encoding)
+        self._events = EventBuffer()
+        self._body = bytearray()
 
     def feed(self, chunk: bytes) -> None:
         if self._unreadable:
             return
-        if self._inflate is None:
+        if self._inflater is None:
             self._read(chunk)
             return
-        inflate = self._inflate
-        while chunk and not self._unreadable:
-            budget = self.max_inflate_bytes - self._inflated
-            if budget <= 0:
-                self._stop()
-                return
-            try:
-                piece = inflate.decompress(chunk, min(INFLATE_PIECE, budget))
-            except zlib.error:
-                self._stop()
-                return
-            self._inflated += len(piece)
-            chunk = inflate.unconsumed_tail  # what did not fit in this piece
-            self._read(piece)
-
-    def _read(self, data: bytes) -> None:
-        start = len(self._buffer)
-        self._buffer += data
-        if self.event_stream:
-            self._scan_events(start)
-        elif len(self._buffer) > MAX_JSON_BODY:
+        inflater = self._inflater
+        try:
+            for piece in inflater.feed(chunk):
+                if not self._read(piece):
+                    return
+        except InflateError:
             self._stop()
+            return
+        if inflater.exceeded:
+            self._stop()
+
+    def _read(self, data: bytes) -> bool:
+        """Take `data` in; False once this response is past reading."""
+        if self.event_stream:
+            self._events.add(data)
+            self._scan_events()
+        else:
+            self._body += data
+            if len(self._body) > MAX_JSON_BODY:
+                self._stop()
+        return not self._unreadable
 
     def _stop(self) -> None:
         """Read no more of this response, and discard what is buffered."""
         self._unreadable = True
-        self._buffer = bytearray()
-        self._inflate = None
+        self._events = EventBuffer()
+        self._body = bytearray()
+        self._inflater = None
 
     def finish(self) -> int | None:
         if self._unreadable:
             return None
         if self.event_stream:
-            start = len(self._buffer)
-            self._buffer += b"\n"
-            self._scan_events(start)
+            self._take_event(self._events.pending)  # the last event, which no blank line ended
         else:
-            self._take(bytes(self._buffer))
+            self._take(bytes(self._body))
         return self.prompt_tokens
 
-    def _scan_events(self, start: int) -> None:
-        """Parse the complete lines; only bytes from `start` (the new data) are searched for a line end."""
-        end = self._buffer.rfind(b"\n", start)
-        if end >= 0:
-            lines = bytes(self._buffer[:end]).split(b"\n")
-            del self._buffer[: end + 1]
-            for line in lines:
-                if line.startswith(b"data:") and self.wire.spec.usage_marker in line:
-                    self._take(line[5:])
-        if len(self._buffer) > self.max_event_bytes:
-            self._stop()  # a line over the limit: whatever it is, it is not usage worth the memory
+    def _scan_events(self) -> None:
+        while (event := self._events.next_event()) is not None:
+            self._take_event(event)
+        if len(self._events) > self.max_event_bytes:
+            self._stop()  # an event past the bound: whatever it is, it is not usage worth the memory
+
+    def _take_event(self, event: bytes) -> None:
+        if self.wire.spec.usage_marker in event:
+            self._take(event_data(event))
 
     def _take(self, document: bytes) -> None:
         try:

@@ -8,17 +8,13 @@ stops as soon as the output passes it (a 1 MB gzip bomb costs at most the limit,
 from __future__ import annotations
 
 import asyncio
-import zlib
 from collections.abc import AsyncIterator
 
 from starlette.requests import Request
 
+from inflight.codecs.inflate import InflatedTooLarge, InflateError, encoding_name, inflate, is_identity, is_inflatable
 from inflight.config import Limits
 from inflight.errors import BadRequest, ClientTimeout, RequestTooLarge
-
-GZIP = 31  # zlib window bits: gzip framing
-ZLIB = 15  # zlib framing (HTTP's "deflate")
-RAW_DEFLATE = -15  # what some clients send as "deflate" anyway
 
 
 def too_large(limit: int) -> RequestTooLarge:
@@ -81,37 +77,15 @@ def body_timeout(limits: Limits) -> ClientTimeout:
     )
 
 
-def is_identity(content_encoding: str) -> bool:
-    return content_encoding.strip().lower() in ("", "identity")
-
-
 def decompress(raw: bytes, content_encoding: str, limit: int) -> bytes:
     """Undo the request's Content-Encoding (gzip, deflate or none), never producing more than `limit`."""
     if is_identity(content_encoding):
         return raw
-    encoding = content_encoding.strip().lower()
-    if encoding in ("gzip", "x-gzip"):
-        return _inflate(raw, GZIP, limit, encoding)
-    if encoding == "deflate":
-        try:
-            return _inflate(raw, ZLIB, limit, encoding)
-        except BadRequest:
-            return _inflate(raw, RAW_DEFLATE, limit, encoding)
-    raise BadRequest(f"unsupported request Content-Encoding {content_encoding!r} (use gzip, deflate or none)")
-
-
-def _inflate(raw: bytes, wbits: int, limit: int, encoding: str) -> bytes:
-    out = bytearray()
-    data = raw
+    if not is_inflatable(content_encoding):
+        raise BadRequest(f"unsupported request Content-Encoding {content_encoding!r} (use gzip, deflate or none)")
     try:
-        while data:  # a gzip body may be several members one after another
-            inflater = zlib.decompressobj(wbits)
-            out += inflater.decompress(data, limit + 1 - len(out))
-            if len(out) > limit or inflater.unconsumed_tail:
-                raise too_large(limit)
-            if not inflater.eof:
-                raise BadRequest(f"request body is not valid {encoding} data: it ends early")
-            data = inflater.unused_data
-    except zlib.error as exc:
-        raise BadRequest(f"request body is not valid {encoding} data: {exc}") from exc
-    return bytes(out)
+        return inflate(raw, content_encoding, limit=limit)
+    except InflatedTooLarge:
+        raise too_large(limit) from None
+    except InflateError as exc:
+        raise BadRequest(f"request body is not valid {encoding_name(content_encoding)} data: {exc}") from exc

@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 from starlette.requests import Request
 
+from inflight.codecs.sse import EventBuffer
 from inflight.config import Limits
 from inflight.errors import ProxyError, UpstreamUnreachable
 from inflight.formats import UsageReader, WireFormat
@@ -45,7 +46,6 @@ from inflight.pipeline.turn import (
     Steps,
 )
 from inflight.pipeline.turn import Relay as RelayCommand
-from inflight.policy.refusals import EventBuffer
 from inflight.policy.windows import FetchModels
 from inflight.upstream.client import UpstreamClient
 from inflight.upstream.exceptions import upstream_errors

@@ -14,9 +14,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+from inflight.codecs.sse import EventBuffer
 from inflight.formats import WireFormat
 from inflight.policy.refusals import MAX_BODY as MAX_ERROR_BODY
-from inflight.policy.refusals import EventBuffer, Refusal
+from inflight.policy.refusals import Refusal
 from inflight.upstream.exceptions import upstream_errors
 from inflight.upstream.headers import header_value, is_event_stream
 from inflight.upstream.response import Response as UpstreamResponse

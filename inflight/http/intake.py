@@ -14,9 +14,10 @@ from typing import Any
 
 import orjson
 
+from inflight.codecs.inflate import is_identity
 from inflight.errors import BadRequest
 from inflight.formats import UNROUTED, Target, WireFormat
-from inflight.http.body import decompress, is_identity
+from inflight.http.body import decompress
 from inflight.http.json_pieces import PIECES_FROM_BYTES, parse_in_pieces
 from inflight.offload import HEAVY_BYTES, in_thread
 from inflight.pipeline.accounting import Counted

@@ -21,7 +21,7 @@ from starlette.types import Receive, Scope, Send
 
 from inflight.errors import ProxyError
 from inflight.formats import WireFormat
-from inflight.http.disconnect import disconnected
+from inflight.http.disconnect import on_disconnect
 from inflight.http.error_response import body_of, error_body
 from inflight.http.exchange import Exchange
 from inflight.http.relay import Relay
@@ -46,15 +46,13 @@ class KeepAlive:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         self.exchange.status = 200
         self.exchange.note("keepalive", 1)
-        watcher = asyncio.ensure_future(self._cancel_on_disconnect(receive))
         try:
-            await send({"type": "http.response.start", "status": 200, "headers": HEADERS})
-            while not (await asyncio.wait({self.work}, timeout=self.interval))[0]:
-                await send({"type": "http.response.body", "body": COMMENT, "more_body": True})
+            with on_disconnect(receive, self.work.cancel):
+                await send({"type": "http.response.start", "status": 200, "headers": HEADERS})
+                while not (await asyncio.wait({self.work}, timeout=self.interval))[0]:
+                    await send({"type": "http.response.body", "body": COMMENT, "more_body": True})
         except OSError:
             self.work.cancel()
-        finally:
-            watcher.cancel()
         await self._answer(scope, receive, send)
 
     async def _answer(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -98,7 +96,3 @@ class KeepAlive:
         except OSError:
             self.exchange.note("client_disconnected", 1)
         self.exchange.finish()
-
-    async def _cancel_on_disconnect(self, receive: Receive) -> None:
-        await disconnected(receive)
-        self.work.cancel()

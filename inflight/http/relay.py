@@ -8,13 +8,12 @@ the chunk iterator with `tap`; chunks already read (a retry decision) go first v
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 from starlette.types import Receive, Scope, Send
 
-from inflight.http.disconnect import note_send_timeout
+from inflight.http.disconnect import ClientGone, cancelled_on_disconnect, note_send_timeout
 from inflight.http.exchange import Exchange
 from inflight.upstream.exceptions import STREAM_ERRORS
 from inflight.upstream.headers import RawHeaders, response_headers
@@ -38,28 +37,20 @@ class Relay:
         if not self.streaming:
             await self.send_whole(scope, send)
             return
-        task = asyncio.current_task()
-        assert task is not None
-        state = _RelayState()
-        watcher = asyncio.ensure_future(self._watch_disconnect(receive, task, state))
         try:
-            await self.start(send)
-            async for chunk in self.chunks:
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            state.finished = True
+            async with cancelled_on_disconnect(receive):  # even while a silent upstream is waited on
+                await self.start(send)
+                async for chunk in self.chunks:
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
-        except asyncio.CancelledError:
-            if not state.client_gone:
-                raise
-            task.uncancel()  # our own cancellation: the client went away, nothing is left to do
+        except ClientGone:  # nothing is left to do: the upstream response is closed below
+            self.exchange.note("client_disconnected", 1)
         except STREAM_ERRORS as exc:
             # Headers are out; the only honest signal left is an incomplete response.
             self.exchange.note("upstream_stream_error", type(exc).__name__)
         except OSError:
             self.exchange.note("client_disconnected", 1)
         finally:
-            state.finished = True
-            watcher.cancel()
             await self.close()
             note_send_timeout(scope, self.exchange)
             self.exchange.finish()
@@ -79,23 +70,6 @@ class Relay:
     async def start(self, send: Send) -> None:
         if not self.started:
             await send({"type": "http.response.start", "status": self.status, "headers": self.headers})
-
-    async def _watch_disconnect(self, receive: Receive, task: asyncio.Task[None], state: _RelayState) -> None:
-        """Cancel the relay the moment the client disconnects, even while it waits on a silent upstream."""
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                if not state.finished:
-                    state.client_gone = True
-                    self.exchange.note("client_disconnected", 1)
-                    task.cancel()
-                return
-
-
-@dataclass
-class _RelayState:
-    finished: bool = False
-    client_gone: bool = False
 
 
 def relay(

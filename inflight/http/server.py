@@ -189,6 +189,9 @@ class HeadCork:
         return getattr(self.transport, name)
 
 
+# uvicorn has no public hook for these clocks, so this subclasses its httptools protocol, which is not part of
+# its API: pyproject.toml pins uvicorn to the versions tested, and tests/http/test_uvicorn_protocol.py names
+# what a later uvicorn no longer has.
 class BoundedHttpProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with an idle clock from the first moment, a header clock, a header bound
     and a send clock."""

@@ -9,12 +9,14 @@ and named groups pick out the window and the upstream's own prompt count when th
 from __future__ import annotations
 
 import re
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
+
+from inflight.codecs.inflate import InflateError, Inflater, is_identity, is_inflatable
+from inflight.codecs.sse import event_data
 
 MAX_BODY = 1024 * 1024
 
@@ -182,12 +184,13 @@ def detect_document(document: Any) -> Refusal | None:
 
 
 def parse(body: bytes, content_encoding: bytes | None) -> Any:
-    if content_encoding in (b"gzip", b"deflate"):
+    """An error body as JSON (its first `MAX_BODY` bytes, inflated), else its text as `{"error": text}`."""
+    if is_inflatable(content_encoding):
         try:
-            body = zlib.decompressobj(wbits=47).decompress(body, MAX_BODY)
-        except zlib.error:
+            body = b"".join(Inflater(limit=MAX_BODY).feed(body))
+        except InflateError:
             return None
-    elif content_encoding not in (None, b"", b"identity"):
+    elif not is_identity(content_encoding):
         return None
     try:
         return orjson.loads(body)
@@ -241,57 +244,6 @@ def _numbers(document: Any) -> Iterator[tuple[str, int]]:
 
 def _int(text: str | None) -> int | None:
     return int(text.replace(",", "")) if text else None
-
-
-EVENT_SEPARATOR = re.compile(rb"\n\n|\r\n\r\n")  # the leftmost match is where `first_event` ends
-
-
-class EventBuffer:
-    """Splits a stream into SSE events as its chunks arrive, scanning each byte only once for an event's end.
-
-    Appending chunks to one buffer and calling `first_event` on it from the start after each chunk
-    costs time quadratic in an event's size (a first line of 300 MB with no newline would take
-    minutes); this searches only from where the last search stopped."""
-
-    def __init__(self) -> None:
-        self._buffer = bytearray()
-        self._searched = 0  # bytes at the start of `_buffer` known to hold no separator's start
-
-    def add(self, chunk: bytes) -> None:
-        self._buffer += chunk
-
-    def next_event(self) -> bytes | None:
-        """The next complete event (without its separator), or None until more data arrives."""
-        found = EVENT_SEPARATOR.search(self._buffer, self._searched)
-        if found is None:
-            self._searched = max(0, len(self._buffer) - 3)  # a separator may start in the last 3 bytes
-            return None
-        event = bytes(self._buffer[: found.start()])
-        del self._buffer[: found.end()]
-        self._searched = 0
-        return event
-
-    @property
-    def pending(self) -> bytes:
-        """What came after the last complete event."""
-        return bytes(self._buffer)
-
-    def __len__(self) -> int:
-        return len(self._buffer)
-
-
-def first_event(buffer: bytes) -> tuple[bytes, bytes] | None:
-    """The first complete SSE event in `buffer` and what follows it, or None while it is incomplete."""
-    ends = [(end, len(sep)) for sep in (b"\n\n", b"\r\n\r\n") if (end := buffer.find(sep)) >= 0]
-    if not ends:
-        return None
-    end, length = min(ends)
-    return buffer[:end], buffer[end + length :]
-
-
-def event_data(event: bytes) -> bytes:
-    """The data of an SSE event: its `data:` lines, joined."""
-    return b"\n".join(line[5:].strip() for line in event.splitlines() if line.startswith(b"data:"))
 
 
 def detect_event(event: bytes) -> Refusal | None:

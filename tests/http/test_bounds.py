@@ -16,7 +16,6 @@ import httpx
 import orjson
 
 from inflight.formats import CHAT_COMPLETIONS, UsageReader
-from inflight.policy.refusals import EventBuffer, first_event
 from tests.conftest import ProxyFactory
 from tests.support.raw import raw_upstream, read_post
 from tests.support.upstream import UpstreamApp
@@ -182,7 +181,7 @@ def test_the_usage_reader_gives_up_on_a_line_past_the_bound() -> None:
     reader.feed(b'data: {"usage": {"prompt_tokens": 5}}\n\n')
     for _ in range(64):
         reader.feed(b"x" * 16 * 1024)
-        assert len(reader._buffer) <= 64 * 1024 + 16 * 1024
+        assert len(reader._events) <= 64 * 1024 + 16 * 1024
     reader.feed(b'\n\ndata: {"usage": {"prompt_tokens": 9}}\n\n')
     assert reader.finish() is None
 
@@ -194,24 +193,6 @@ def test_the_usage_reader_still_reads_usage_from_a_gzip_stream() -> None:
     for start in range(0, len(compressed), 1000):
         reader.feed(compressed[start : start + 1000])
     assert reader.finish() == 42
-
-
-def test_the_event_buffer_finds_the_same_events_as_first_event_whatever_the_chunking() -> None:
-    stream = b'data: {"a": 1}\n\n: comment\r\n\r\ndata: x\ndata: y\n\n\n\nevent: e\r\ndata: z\r\n\r\ntail'
-    expected: list[bytes] = []
-    rest = stream
-    while (found := first_event(rest)) is not None:
-        event, rest = found
-        expected.append(event)
-    for size in (1, 2, 3, 5, len(stream)):
-        events = EventBuffer()
-        seen: list[bytes] = []
-        for start in range(0, len(stream), size):
-            events.add(stream[start : start + size])
-            while (complete := events.next_event()) is not None:
-                seen.append(complete)
-        assert seen == expected, size
-        assert events.pending == rest
 
 
 # --- after review: trailers, pipelining ------------------------------------------------------------
