@@ -15,6 +15,7 @@ Every import counts: module-level, function-local and under `TYPE_CHECKING`.
 from __future__ import annotations
 
 import ast
+import importlib.util
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -224,3 +225,10 @@ def test_a_handful_of_modules_at_the_top_and_an_init_with_the_version_only() -> 
     assert assigned == ["__version__"]
     imported = [node for node in init.body if isinstance(node, ast.Import | ast.ImportFrom)]
     assert all(isinstance(node, ast.ImportFrom) and node.module == "__future__" for node in imported)
+
+
+def test_the_package_is_inflight_and_proxy_is_gone() -> None:
+    """`import inflight` works and `import proxy` does not: the old name must not linger as a second package."""
+    assert importlib.util.find_spec("inflight") is not None
+    assert importlib.util.find_spec("proxy") is None
+    assert not (PACKAGE.parent / "proxy").exists()
