@@ -36,7 +36,8 @@ class Exchange:
     path: str
     route: str = ""  # the route it matched, e.g. `/v1/{path}` (a metric label: never the raw path)
     on_finish: Callable[[Exchange], None] | None = field(default=None, repr=False)
-    started: float = field(default_factory=time.perf_counter)
+    clock: Callable[[], float] = field(default=time.perf_counter, repr=False)  # seconds, for its timings
+    started: float = field(default=-1.0)  # when it began, by `clock` (set on creation)
     status: int = 0
     fields: dict[str, str] = field(default_factory=dict)
     report: TurnReport = field(default_factory=TurnReport)  # what the turn did: the x-inflight-* headers, the metrics
@@ -55,6 +56,10 @@ class Exchange:
         """The `x-inflight-*` headers for the client, rendered from the report."""
         return self.report.headers()
 
+    def __post_init__(self) -> None:
+        if self.started < 0:
+            self.started = self.clock()
+
     def note(self, key: str, value: object) -> None:
         self.fields[key] = clean(value)
 
@@ -65,11 +70,11 @@ class Exchange:
     def upstream_sending(self) -> None:
         """A request to the upstream is about to be opened (called before each, a retry's too)."""
         self._waited_before = self.upstream_s
-        self._sent_at = time.perf_counter()
+        self._sent_at = self.clock()
 
     def upstream_answered(self) -> None:
         """The upstream's answer is in: its headers, and again once a held first event is."""
-        now = self.answered_at = time.perf_counter()
+        now = self.answered_at = self.clock()
         if self._sent_at is not None:
             self.upstream_s = self._waited_before + now - self._sent_at
 
@@ -102,7 +107,7 @@ class Exchange:
                 self.note_all(self.report.cache_fields())
             except Exception:  # a bug of ours in a figure must not cost the log line
                 log.exception("the prompt cache's figures could not be worked out")
-        total_ms = (time.perf_counter() - self.started) * 1000
+        total_ms = (self.clock() - self.started) * 1000
         upstream = f"{self.upstream_ms:.1f}" if self.upstream_ms is not None else "-"
         added = self.added_s
         proxy = f"{added * 1000:.1f}" if added is not None else "-"

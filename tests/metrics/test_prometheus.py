@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
+
+import pytest
 
 from inflight.compaction.actions import Action
 from inflight.compaction.background.scheduler import BackgroundSummaries
@@ -46,19 +47,17 @@ def test_an_exchange_is_counted_once_with_what_its_report_says() -> None:
 
 
 def test_the_proxys_time_is_what_the_upstream_requests_did_not_take() -> None:
-    exchange = Exchange("POST", "/v1/chat/completions")
+    # A clock that says what each moment is: 10 ms of the proxy's own work, 30 ms to the upstream's headers and
+    # 30 more to a held first event; then the same for the retry.
+    moments = iter([0.0, 0.01, 0.04, 0.07, 0.08, 0.11, 0.14])
+    exchange = Exchange("POST", "/v1/chat/completions", clock=lambda: next(moments))
     for _ in range(2):  # a refused request, then its retry
-        time.sleep(0.01)  # the proxy's own work
         exchange.upstream_sending()
-        time.sleep(0.03)
         exchange.upstream_answered()  # the headers
-        time.sleep(0.03)
         exchange.upstream_answered()  # a held first event
-    assert exchange.answered_at is not None and exchange.added_s is not None
-    total = exchange.answered_at - exchange.started
-    assert 0.12 <= exchange.upstream_s < total
-    assert exchange.added_s == total - exchange.upstream_s
-    assert 0.02 <= exchange.added_s < exchange.upstream_s
+    assert exchange.answered_at == pytest.approx(0.14)
+    assert exchange.upstream_s == pytest.approx(0.12)  # both requests, each from its sending to its first event
+    assert exchange.added_s == pytest.approx(0.02)  # the proxy's 10 ms before each
 
 
 async def test_background_jobs_report_queued_and_running() -> None:
