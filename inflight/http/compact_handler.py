@@ -60,7 +60,7 @@ class CompactHandler:
         body, rewritten = intake.raw, False
         if counted is not None and counted.request.expanded:  # items of ours: the upstream cannot read them
             body, rewritten = self.wire.write(counted.payload, counted.request, counted.request.messages), True
-        async with cancelled_on_disconnect(request.receive):
+        async with cancelled_on_disconnect(request.scope, request.receive):
             response = await post_upstream(self.upstream, request, exchange, body, rewritten=rewritten)
             if (
                 response.status not in NOT_SERVED

@@ -84,7 +84,7 @@ class ConversationHandler:
         )
         model = intake.payload.get("model")
         exchange.note("model", model if isinstance(model, str) else "-")
-        async with cancelled_on_disconnect(request.receive):  # the body is read: now watch for the client leaving
+        async with cancelled_on_disconnect(request.scope, request.receive):  # the body is in: watch the client leaving
             if intake.counted is None:  # not ours to judge: the upstream answers whatever this is with its own error
                 return relay(await self.send(request, exchange, intake.raw, rewritten=False), exchange)
             options = options_of(request, self.wire)
@@ -333,9 +333,9 @@ async def exact_count(upstream: UpstreamClient, request: Request, counted: Count
 
 def discovery(upstream: UpstreamClient, request: Request) -> FetchModels:
     """Fetches the upstream's model list with this client's credentials (used once per process)."""
-    credentials = upstream.credential_headers(request.scope["headers"])
 
     async def fetch_models() -> bytes:
+        credentials = upstream.credential_headers(request.scope["headers"])
         status, body = await upstream.fetch("/v1/models", headers=credentials)
         if status != 200:
             raise UpstreamUnreachable(f"GET /v1/models answered {status}")
