@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from itertools import accumulate
 
 import xxhash
@@ -163,9 +163,9 @@ class PrefixTracker:
         if client is None:
             if own in self._last:  # compacted before but sent unchanged now: update the client's entry too
                 self._compare(own, self._last.get(own), sent)
-            return replace(turn, client_tokens=turn.tokens, client_cached=turn.cached)
+            return CacheTurn(turn.tokens, turn.cached, turn.rewrite, turn.tokens, turn.cached)
         theirs = self._compare(own, self._last.get(own, previous), client)
-        return replace(turn, client_tokens=theirs.tokens, client_cached=theirs.cached)
+        return CacheTurn(turn.tokens, turn.cached, turn.rewrite, theirs.tokens, theirs.cached)
 
     def _compare(self, key: str, kept: tuple[LastSent, int] | None, sent: SentRequest) -> CacheTurn:
         turn = compare(kept[0] if kept is not None else None, sent)

@@ -65,7 +65,7 @@ class ConversationHandler:
         )
         model = intake.payload.get("model")
         exchange.note("model", model if isinstance(model, str) else "-")
-        async with cancelled_on_disconnect(request.receive):  # the body is read: now watch for the client leaving
+        async with cancelled_on_disconnect(request.scope, request.receive):  # the body is in: watch the client leaving
             if intake.counted is None:  # not ours to judge: the upstream answers whatever this is with its own error
                 response = await post_upstream(self.upstream, request, exchange, intake.raw, rewritten=False)
                 return relay(response, exchange)

@@ -1,9 +1,10 @@
 """A client that leaves while the upstream is still thinking: stop waiting for it at once.
 
-Nothing else tells the handler: the ASGI server only reports the disconnect to whoever awaits
-`receive()`. While the upstream is waited on or relayed, a watcher awaits it and cancels the
-handler's task, so the upstream request is closed and its pool slot given back (a slow upstream
-and clients that give up would otherwise hold every connection until the upstream answers).
+While the upstream is waited on or relayed, the handler's task is cancelled the moment the client
+leaves, so the upstream request is closed and its pool slot given back (a slow upstream and
+clients that give up would otherwise hold every connection until the upstream answers). Our own
+connection (`inflight.http.server`) says so through the request's `Disconnect`; under another ASGI
+server, which reports a disconnect only to whoever awaits `receive()`, a task waits on it.
 
 A client that stays but reads nothing is cut by the connection (`inflight.http.server`, after
 `limits.client_send_timeout_s`), which marks the request's scope so that its log line says why.
@@ -22,6 +23,8 @@ from inflight.http.exchange import Exchange
 
 # The scope's key the connection sets (to the timeout, in seconds) when it cut a client that read nothing.
 SEND_TIMED_OUT = "inflight.client_send_timeout_s"
+# The scope's key of the request's `Disconnect`, which our connection sets.
+DISCONNECT = "inflight.disconnect"
 
 
 class ClientGone(Exception):
@@ -33,17 +36,53 @@ class _Watch:
     gone: bool = False
 
 
-@contextmanager
-def on_disconnect(receive: Receive, callback: Callable[[], object]) -> Iterator[None]:
-    """Run the block; if the client disconnects meanwhile, call `callback` (once, at once).
+class Disconnect:
+    """A request's client leaving, as its connection sees it: whoever listens then is called at once."""
 
-    Only for after the request body has been read: the watcher consumes `receive()` messages.
+    __slots__ = ("_callbacks", "happened")
+
+    def __init__(self) -> None:
+        self.happened = False
+        self._callbacks: list[Callable[[], object]] = []
+
+    def listen(self, callback: Callable[[], object]) -> None:
+        self._callbacks.append(callback)
+
+    def forget(self, callback: Callable[[], object]) -> None:
+        if callback in self._callbacks:
+            self._callbacks.remove(callback)
+
+    def happen(self) -> None:
+        """The connection is gone before the response was complete (called by the connection)."""
+        self.happened = True
+        callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback()
+
+
+@contextmanager
+def on_disconnect(scope: Scope, receive: Receive, callback: Callable[[], object]) -> Iterator[None]:
+    """Run the block; if the client disconnects meanwhile (or did already), call `callback`, once.
+
+    Only for after the request body has been read: under another server, the watcher consumes `receive()`.
     """
-    watcher = asyncio.ensure_future(_call_on_disconnect(receive, callback))
+    disconnect: Disconnect | None = scope.get(DISCONNECT)
+    if disconnect is None:
+        watcher = asyncio.ensure_future(_call_on_disconnect(receive, callback))
+        try:
+            yield
+        finally:
+            watcher.cancel()
+        return
+    # Gone already: called once the block waits, as a watcher would be (not before it starts).
+    told = asyncio.get_running_loop().call_soon(callback) if disconnect.happened else None
+    disconnect.listen(callback)
     try:
         yield
     finally:
-        watcher.cancel()
+        disconnect.forget(callback)
+        if told is not None:
+            told.cancel()
 
 
 async def _call_on_disconnect(receive: Receive, callback: Callable[[], object]) -> None:
@@ -53,7 +92,7 @@ async def _call_on_disconnect(receive: Receive, callback: Callable[[], object]) 
 
 
 @asynccontextmanager
-async def cancelled_on_disconnect(receive: Receive) -> AsyncIterator[None]:
+async def cancelled_on_disconnect(scope: Scope, receive: Receive) -> AsyncIterator[None]:
     """Run the block; if the client disconnects meanwhile, cancel it and raise `ClientGone`."""
     task = asyncio.current_task()
     assert task is not None
@@ -63,7 +102,7 @@ async def cancelled_on_disconnect(receive: Receive) -> AsyncIterator[None]:
         watch.gone = True
         task.cancel()
 
-    with on_disconnect(receive, cancel):
+    with on_disconnect(scope, receive, cancel):
         try:
             yield
         except asyncio.CancelledError:

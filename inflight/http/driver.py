@@ -323,9 +323,9 @@ async def exact_count(upstream: UpstreamClient, request: Request, counted: Count
 
 def discovery(upstream: UpstreamClient, request: Request) -> FetchModels:
     """Fetches the upstream's model list with this client's credentials (used once per process)."""
-    credentials = upstream.credential_headers(request.scope["headers"])
 
     async def fetch_models() -> bytes:
+        credentials = upstream.credential_headers(request.scope["headers"])
         status, body = await upstream.fetch("/v1/models", headers=credentials)
         if status != 200:
             raise UpstreamUnreachable(f"GET /v1/models answered {status}")

@@ -47,7 +47,7 @@ class KeepAlive:
         self.exchange.status = 200
         self.exchange.note("keepalive", 1)
         try:
-            with on_disconnect(receive, self.work.cancel):
+            with on_disconnect(scope, receive, self.work.cancel):
                 await send({"type": "http.response.start", "status": 200, "headers": HEADERS})
                 while not (await asyncio.wait({self.work}, timeout=self.interval))[0]:
                     await send({"type": "http.response.body", "body": COMMENT, "more_body": True})

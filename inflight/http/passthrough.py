@@ -50,7 +50,7 @@ class PassThrough:
         target = upstream.target_for(checked_path(request.scope), request.scope["query_string"])
         exchange.upstream_sending()
         if content is None:  # nothing left to read from the client: watch for it leaving instead
-            async with cancelled_on_disconnect(request.receive):
+            async with cancelled_on_disconnect(request.scope, request.receive):
                 response = await upstream.open(request.method, target, headers=headers, content=None)
         else:
             response = await upstream.open(request.method, target, headers=headers, content=content)

@@ -8,7 +8,7 @@ the chunk iterator with `tap`; chunks already read (a retry decision) go first v
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from starlette.types import Receive, Scope, Send
@@ -38,7 +38,7 @@ class Relay:
             await self.send_whole(scope, send)
             return
         try:
-            async with cancelled_on_disconnect(receive):  # even while a silent upstream is waited on
+            async with cancelled_on_disconnect(scope, receive):  # even while a silent upstream is waited on
                 await self.start(send)
                 async for chunk in self.chunks:
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
@@ -89,7 +89,12 @@ def relay(
     )
 
 
-async def prepend(first: Iterable[bytes], rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+def prepend(first: Sequence[bytes], rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """`first`, then `rest` (itself when nothing was read first: no iterator in between)."""
+    return _chained(first, rest) if first else rest
+
+
+async def _chained(first: Sequence[bytes], rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
     for chunk in first:
         yield chunk
     async for chunk in rest:

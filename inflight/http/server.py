@@ -29,7 +29,9 @@ left bytes in it, the `SendClock` watches whether the client takes any of them; 
 taken none for that long the connection is reset, and the relay, told by the disconnect, closes
 the upstream stream and notes it on the request's log line.
 
-It also refuses WebSocket upgrades before any app sees them (a 501 saying to use HTTP).
+It tells each request's `Disconnect` (`inflight.http.disconnect`) the moment its client leaves, so
+that no task need wait on `receive()` to learn it; and it refuses WebSocket upgrades before any
+app sees them (a 501 saying to use HTTP).
 
 The body's own clock (`limits.client_body_timeout_s`) runs where the body is read (`inflight.http.body`),
 so that its 408 goes through the endpoint like any other error, with its log line.
@@ -54,7 +56,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from inflight import __version__
 from inflight.config import Limits, Settings
 from inflight.config.settings import redacted_url
-from inflight.http.disconnect import SEND_TIMED_OUT
+from inflight.http.disconnect import DISCONNECT, SEND_TIMED_OUT, Disconnect
 from inflight.http.error_response import error_body
 from inflight.http.exchange import clean
 
@@ -245,6 +247,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         super().on_headers_complete()
         if self.cycle is not None:  # its task has not run yet: its answer's head goes out with its body
             self.cycle.transport = HeadCork(self.transport)  # type: ignore[assignment]
+            self.cycle.scope[DISCONNECT] = Disconnect()  # type: ignore[literal-required]
 
     def on_message_complete(self) -> None:
         self.reading_head, self.quiet_bytes = True, 0
@@ -254,6 +257,10 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self.stop_header_clock()
         self.send_clock.stop()
         super().connection_lost(exc)
+        if self.cycle is not None and not self.cycle.response_complete:  # the request uvicorn tells it is gone
+            disconnect = self.cycle.scope.get(DISCONNECT)
+            if isinstance(disconnect, Disconnect):
+                disconnect.happen()
 
     def pause_writing(self) -> None:  # the buffer is over its high-water mark: `send` waits on the client now
         super().pause_writing()
@@ -341,6 +348,7 @@ def bounded_protocol(limits: Limits) -> type[BoundedHttpProtocol]:
     return type("BoundedHttpProtocol", (BoundedHttpProtocol,), bounds)
 
 
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 # Libraries that log a line of their own per HTTP request they make (httpx's "HTTP Request: POST …" at
 # INFO, httpcore's at DEBUG): the log has one line per request, ours, so these speak only of trouble,
 # unless `log_level: debug` asks for everything.
@@ -351,12 +359,13 @@ def prepare_process(settings: Settings) -> None:
     """What a serving process (`inflight serve`, or each of its `--workers`) sets before uvicorn starts.
 
     Its log lines to stderr at `log_level`, one per request (uvicorn's access log is off, and the
-    `CHATTY_LOGGERS` say only warnings); and a short GIL switch interval: counting runs in worker
-    threads, and with Python's default of 5 ms a counting thread could hold up the event loop (and
-    every small request) that long."""
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
-    )
+    `CHATTY_LOGGERS` say only warnings), each with no more looked up than `LOG_FORMAT` shows; and a
+    short GIL switch interval: counting runs in worker threads, and with Python's default of 5 ms a
+    counting thread could hold up the event loop (and every small request) that long."""
+    logging.basicConfig(level=settings.log_level.upper(), format=LOG_FORMAT, stream=sys.stderr)
+    # What the format never shows is not looked up for each line (the logging HOWTO's "Optimization").
+    logging.logThreads, logging.logProcesses, logging.logMultiprocessing = False, False, False
+    logging._srcfile = None
     for name in CHATTY_LOGGERS:
         logging.getLogger(name).setLevel(logging.DEBUG if settings.log_level == "debug" else logging.WARNING)
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)

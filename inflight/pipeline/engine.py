@@ -118,6 +118,8 @@ class Pipeline:
         self._summarizers = summarizers
         self._budget = budget  # the summarizer calls each client may cause (None: no bound)
         self._models: LRUCache[str, ModelSettings] = LRUCache(maxsize=4096)
+        self._last_model: tuple[str, ModelSettings] | None = None  # the model asked last, and its config
+        self._last_prices: tuple[str, str, Prices] | None = None  # the format and model asked last, and their prices
         self._servers_lacking: LRUCache[str, bool] = LRUCache(maxsize=4096)  # models without server compaction
         # Models whose upstream refused a prompt for leaving the reply less than its `max_tokens`.
         self._output_counted: LRUCache[str, bool] = LRUCache(maxsize=4096)
@@ -130,11 +132,16 @@ class Pipeline:
         self._outputs = OutputSizes(self._max_key_chars)
 
     def model_settings(self, model: str) -> ModelSettings:
-        """The config for `model`; cached because matching the globs is slow and it is asked several times a request."""
+        """The config for `model`; cached because matching the globs is slow and it is asked several times a request.
+        The model asked last is kept apart from the cache's bookkeeping: a request asks the same one each time."""
+        last = self._last_model
+        if last is not None and last[0] == model:
+            return last[1]
         key = bounded_key(model, self._max_key_chars)
         found = self._models.get(key)
         if found is None:
             found = self._models[key] = self.settings.for_model(model)
+        self._last_model = (model, found)
         return found
 
     @property
@@ -192,8 +199,15 @@ class Pipeline:
         return counted.request.compact_at if self.takes_over_server_compaction(counted) else None
 
     def _prices(self, counted: Counted) -> Prices:
-        """What the upstream bills for this request's prompt tokens (`pricing:`, by its format and model)."""
-        return self.settings.pricing.for_request(counted.wire.spec.name, counted.model)
+        """What the upstream bills for this request's prompt tokens (`pricing:`, by its format and model); the
+        prices asked last are kept, as they are asked twice a request."""
+        wire, model = counted.wire.spec.name, counted.model
+        last = self._last_prices
+        if last is not None and last[0] == wire and last[1] == model:
+            return last[2]
+        prices = self.settings.pricing.for_request(wire, model)
+        self._last_prices = (wire, model, prices)
+        return prices
 
     def text_tokens(self, model: str, text: str) -> int:
         """`text` counted with `model`'s encoding (estimated from its length if the tokenizer fails)."""
@@ -507,6 +521,8 @@ class Pipeline:
         start_at = int(budget.limit * background_at) if background and background_at is not None else budget.prune_at
         # Below both thresholds no summary is close, so the summarizer's window need not be asked.
         due = force or conversation.tokens > min(budget.prune_at, start_at)
+        if not due and not self._compactions.recorded(key):  # what `ConversationCompactions.compact` would answer
+            return None
         # Shadow mode makes no request to the summarizer's endpoint on a client's turn, not even for its window.
         summary_window = await self.summarizer_window(settings, accounting.model, ask=due and not shadow)
         # A client over its summarizer budget (or the proxy over its own) is not summarized: the ledger is used.

@@ -51,11 +51,14 @@ class ConnectionPool:
         """The response with its body unread; closing it (`aclose()`) gives the connection back."""
         if self._slots is None:
             self._slots = asyncio.Semaphore(self.max_connections)
-        try:
-            async with asyncio.timeout(timeouts.pool):
-                await self._slots.acquire()
-        except TimeoutError as exc:
-            raise PoolTimeout(f"all {self.max_connections} upstream connections are busy") from exc
+        if self._slots.locked():  # else a slot is taken at once: no clock needed
+            try:
+                async with asyncio.timeout(timeouts.pool):
+                    await self._slots.acquire()
+            except TimeoutError as exc:
+                raise PoolTimeout(f"all {self.max_connections} upstream connections are busy") from exc
+        else:
+            await self._slots.acquire()
         try:
             return await self._send(outgoing, timeouts)
         except BaseException:

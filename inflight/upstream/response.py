@@ -44,11 +44,7 @@ class Response:
         self._wakeup: asyncio.Future[None] | None = None
 
     async def wait_for_headers(self) -> None:
-        try:
-            async with asyncio.timeout(self.read_timeout):
-                await self._headers_ready
-        except TimeoutError as exc:
-            raise ReadTimeout("the upstream sent no response headers in time") from exc
+        await waited(self._headers_ready, self.read_timeout, "the upstream sent no response headers in time")
 
     async def aiter_raw(self) -> AsyncIterator[bytes]:
         """The body as it came off the wire (still content-encoded, no transfer encoding)."""
@@ -65,11 +61,7 @@ class Response:
             if self.complete:
                 return
             self._wakeup = asyncio.get_running_loop().create_future()
-            try:
-                async with asyncio.timeout(self.read_timeout):
-                    await self._wakeup
-            except TimeoutError as exc:
-                raise ReadTimeout("the upstream went silent mid-body") from exc
+            await waited(self._wakeup, self.read_timeout, "the upstream went silent mid-body")
 
     async def aread(self) -> bytes:
         return b"".join([chunk async for chunk in self.aiter_raw()])
@@ -104,3 +96,23 @@ class Response:
     def _wake(self) -> None:
         if self._wakeup is not None and not self._wakeup.done():
             self._wakeup.set_result(None)
+
+
+async def waited(future: asyncio.Future[None], timeout: float | None, silence: str) -> None:
+    """`future`'s result, or `ReadTimeout(silence)` once `timeout` has passed without it.
+
+    A timer of the loop's rather than `asyncio.timeout` (a context, and a cancellation of the task to undo):
+    a stream waits once for each of its chunks."""
+    if timeout is None or future.done():
+        await future
+        return
+    timer = asyncio.get_running_loop().call_later(timeout, _time_out, future, silence)
+    try:
+        await future
+    finally:
+        timer.cancel()
+
+
+def _time_out(future: asyncio.Future[None], silence: str) -> None:
+    if not future.done():
+        future.set_exception(ReadTimeout(silence))

@@ -8,7 +8,10 @@ from urllib.parse import urlsplit
 
 import httpx
 import orjson
+import pytest
+from starlette.types import Message
 
+from inflight.http.disconnect import DISCONNECT, ClientGone, Disconnect, cancelled_on_disconnect, on_disconnect
 from tests.conftest import ProxyFactory
 from tests.support.upstream import UpstreamApp
 
@@ -51,3 +54,56 @@ def test_clients_that_leave_before_the_headers_release_their_upstream_slots(
                 durations.append(time.monotonic() - started)
                 assert response.status_code == 200, response.text
     assert max(durations) < 2.0, durations  # none waited out the pool (2 s) for a slot a departed client held
+
+
+async def never_answered() -> None:
+    await asyncio.sleep(3600)
+
+
+async def test_the_connection_that_tells_of_the_disconnect_cancels_the_block_at_once() -> None:
+    disconnect = Disconnect()
+    scope = {DISCONNECT: disconnect}
+
+    async def receive() -> Message:
+        raise AssertionError("no task waits on receive() when the connection tells")
+
+    async def answer() -> None:
+        async with cancelled_on_disconnect(scope, receive):
+            await never_answered()
+
+    task = asyncio.ensure_future(answer())
+    await asyncio.sleep(0)
+    disconnect.happen()
+    with pytest.raises(ClientGone):
+        await task
+
+
+async def test_a_client_gone_before_the_block_cancels_it_once_it_waits() -> None:
+    disconnect = Disconnect()
+    disconnect.happen()
+    with pytest.raises(ClientGone):
+        async with cancelled_on_disconnect({DISCONNECT: disconnect}, never_called):
+            await never_answered()
+
+
+async def test_under_another_server_a_task_waits_on_receive() -> None:
+    messages: asyncio.Queue[Message] = asyncio.Queue()
+    with pytest.raises(ClientGone):
+        async with cancelled_on_disconnect({}, messages.get):
+            messages.put_nowait({"type": "http.request", "body": b"", "more_body": False})
+            messages.put_nowait({"type": "http.disconnect"})
+            await never_answered()
+
+
+async def test_after_the_block_a_disconnect_calls_nobody() -> None:
+    disconnect = Disconnect()
+    called: list[int] = []
+    with on_disconnect({DISCONNECT: disconnect}, never_called, lambda: called.append(1)):
+        await asyncio.sleep(0)
+    disconnect.happen()
+    await asyncio.sleep(0)
+    assert called == []
+
+
+async def never_called() -> Message:
+    raise AssertionError("receive() is not awaited when the connection tells of the disconnect")
