@@ -34,7 +34,7 @@ from inflight.http.intake import read_request
 from inflight.http.relay import Relay, relay
 from inflight.pipeline.engine import Pipeline
 from inflight.upstream.client import UpstreamClient
-from inflight.upstream.exceptions import upstream_errors
+from inflight.upstream.exceptions import UpstreamErrors
 from inflight.upstream.headers import response_headers
 from inflight.upstream.response import Response
 
@@ -124,7 +124,7 @@ async def read_short(response: Response, host: str) -> bytes:
     chunks: list[bytes] = []
     try:
         size = 0
-        async with upstream_errors(host):
+        with UpstreamErrors(host):
             async for chunk in response.aiter_raw():
                 chunks.append(chunk)
                 size += len(chunk)
