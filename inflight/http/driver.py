@@ -48,7 +48,7 @@ from inflight.pipeline.turn import (
 from inflight.pipeline.turn import Relay as RelayCommand
 from inflight.policy.windows import FetchModels
 from inflight.upstream.client import UpstreamClient
-from inflight.upstream.exceptions import upstream_errors
+from inflight.upstream.exceptions import UpstreamErrors
 from inflight.upstream.headers import header_value, is_event_stream, response_headers
 from inflight.upstream.response import Response
 
@@ -229,7 +229,7 @@ async def read_short(response: Response, host: str) -> bytes:
     chunks: list[bytes] = []
     try:
         size = 0
-        async with upstream_errors(host):
+        with UpstreamErrors(host):
             async for chunk in response.aiter_raw():
                 chunks.append(chunk)
                 size += len(chunk)

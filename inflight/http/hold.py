@@ -18,7 +18,7 @@ from inflight.codecs.sse import EventBuffer
 from inflight.formats import WireFormat
 from inflight.policy.refusals import MAX_BODY as MAX_ERROR_BODY
 from inflight.policy.refusals import Refusal
-from inflight.upstream.exceptions import upstream_errors
+from inflight.upstream.exceptions import UpstreamErrors
 from inflight.upstream.headers import header_value, is_event_stream
 from inflight.upstream.response import Response as UpstreamResponse
 
@@ -47,7 +47,7 @@ async def hold_until_known(
     encoding = header_value(response.headers, b"content-encoding")
     if response.status >= 400:
         size = 0
-        async with upstream_errors(host):
+        with UpstreamErrors(host):
             async for chunk in rest:
                 chunks.append(chunk)
                 size += len(chunk)
@@ -60,7 +60,7 @@ async def hold_until_known(
     events = EventBuffer()
     held = 0
     passed = False  # events that said nothing yet (the Responses API's `response.created`) went by
-    async with upstream_errors(host):
+    with UpstreamErrors(host):
         async for chunk in rest:
             chunks.append(chunk)
             events.add(chunk)

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 from inflight.config import Upstream as UpstreamSettings
 from inflight.errors import UpstreamTimeout, UpstreamUnreachable
 from inflight.upstream.connection import Outgoing
-from inflight.upstream.exceptions import upstream_errors
+from inflight.upstream.exceptions import UpstreamErrors
 from inflight.upstream.headers import IDENTITY_HEADERS, RawHeaders, filter_headers, key_headers, request_headers
 from inflight.upstream.pool import ConnectionPool, Timeouts
 from inflight.upstream.reader import ResponseHeadersTooLarge
@@ -108,7 +108,7 @@ class UpstreamClient:
     async def read_whole(self, response: Response) -> tuple[int, bytes]:
         """The response's status and whole body; the response closed."""
         try:
-            async with upstream_errors(self.host):
+            with UpstreamErrors(self.host):
                 return response.status, await response.aread()
         finally:
             await response.aclose()
@@ -127,7 +127,7 @@ class UpstreamClient:
         if isinstance(content, bytes) and not any(name == b"content-length" for name, _ in headers):
             headers = [*headers, (b"content-length", str(len(content)).encode())]
         outgoing = Outgoing(method.encode(), target, headers, content)
-        async with upstream_errors(self.host):
+        with UpstreamErrors(self.host):
             try:
                 return await self.pool.request(outgoing, timeouts or self.timeouts)
             except ResponseHeadersTooLarge as exc:

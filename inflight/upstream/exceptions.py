@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-
 from inflight.errors import UpstreamTimeout, UpstreamUnreachable
 
 
@@ -52,11 +49,21 @@ class PoolTimeout(NetworkTimeout):
 STREAM_ERRORS = (NetworkError,)
 
 
-@asynccontextmanager
-async def upstream_errors(host: str) -> AsyncIterator[None]:
-    try:
-        yield
-    except NetworkTimeout as exc:
-        raise UpstreamTimeout(f"upstream {host} timed out ({type(exc).__name__})") from exc
-    except NetworkError as exc:
-        raise UpstreamUnreachable(f"upstream {host} is unreachable ({type(exc).__name__}: {exc})") from exc
+class UpstreamErrors:
+    """`with UpstreamErrors(host):` what goes wrong talking to `host` in the block leaves it as a proxy error.
+
+    A plain context manager (it needs no `await`): one is entered for every request sent."""
+
+    __slots__ = ("host",)
+
+    def __init__(self, host: str) -> None:
+        self.host = host
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, traceback: object) -> None:
+        if isinstance(exc, NetworkTimeout):
+            raise UpstreamTimeout(f"upstream {self.host} timed out ({type(exc).__name__})") from exc
+        if isinstance(exc, NetworkError):
+            raise UpstreamUnreachable(f"upstream {self.host} is unreachable ({type(exc).__name__}: {exc})") from exc

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import httpx
 
 from inflight import __version__
 from inflight.config import load_settings
-from inflight.http.server import state_warning
+from inflight.http.server import LOG_FORMAT, LineFormatter, state_warning
 from tests.http.test_background import TOOLS, conversation_at
 from tests.support.processes import fake_upstream, inflight_process
 from tests.support.servers import free_port
@@ -96,3 +97,12 @@ def test_a_sqlite_state_in_a_missing_directory_is_said_at_startup(tmp_path: Path
 def test_a_writable_state_directory_is_not_warned_about(tmp_path: Path) -> None:
     settings = load_settings(None, overrides={"state": {"url": f"sqlite:///{tmp_path}/inflight.db"}})
     assert state_warning(settings) is None and state_warning(load_settings(None)) is None
+
+
+def test_the_log_lines_read_as_loggings_own_formatter_writes_them() -> None:
+    plain, ours = logging.Formatter(LOG_FORMAT), LineFormatter(LOG_FORMAT)
+    for step in range(2000):  # seconds go by, a few lines in each
+        record = logging.LogRecord("inflight", logging.INFO, __file__, 1, "POST %s %d", ("/v1/x", 200), None)
+        record.created = 1_700_000_000 + step * 0.37
+        record.msecs = (record.created - int(record.created)) * 1000
+        assert ours.format(record) == plain.format(record)
