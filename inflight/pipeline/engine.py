@@ -434,18 +434,15 @@ class Pipeline:
         self, counted: Counted, accounting: Accounting, options: Options, *, retry: RetryAim | None
     ) -> Prepared:
         limit = retry.limit if retry is not None else accounting.budget
-        untouched = as_sent(counted, accounting, limit=limit)
         shadow = self._shadows(counted, options)
-        if shadow:
-            untouched = replace(untouched, shadow=True).noted(shadow="none")
-        if not self._plans(counted, options):
-            return untouched
-        if accounting.budget <= 0:
-            # max_tokens alone fills the window, which compacting the prompt cannot fix. Forward it as sent and
-            # let the upstream answer (or clamp max_tokens) as it sees fit.
-            return untouched.noted(budget="none")
+        planned = self._plans(counted, options)
+        if not planned or accounting.budget <= 0:
+            untouched = as_sent(counted, accounting, limit=limit, shadow=shadow)
+            # Where the budget is nothing, max_tokens alone fills the window, which compacting the prompt cannot
+            # fix: forward it as sent, and let the upstream answer (or clamp max_tokens) as it sees fit.
+            return untouched.noted(budget="none") if planned else untouched
         key = key_of(counted, options, max_chars=self._max_key_chars)
-        untouched = replace(untouched, key=key)
+        untouched = as_sent(counted, accounting, limit=limit, shadow=shadow, key=key)
         # Shadow plans are recorded under a key of their own; the archive keeps the conversation's key.
         plan_key = shadow_key(key) if shadow else key
         try:
@@ -458,19 +455,21 @@ class Pipeline:
             if shadow:
                 return replace(untouched, shadow_plan=failed).noted(shadow=Action.ERROR)
             return replace(untouched, plan=failed)
+        scheduled = outcome.scheduled if outcome is not None else None
         if outcome is None or (outcome.actions == [Action.NONE] and outcome.fits):  # nothing changed
-            scheduled = outcome.scheduled if outcome is not None else None
-            return self._cache_figures(replace(untouched, scheduled=scheduled), counted, None, key=plan_key)
+            return self._cache_figures(untouched, counted, None, key=plan_key, scheduled=scheduled)
         if shadow:  # send the client's bytes; report what would have been sent, and measure it for the cache
-            planned = replace(shadowed(untouched, accounting, outcome), scheduled=outcome.scheduled)
-            return self._cache_figures(planned, counted, outcome, key=plan_key)
+            plan = shadowed(untouched, accounting, outcome)
+            return self._cache_figures(plan, counted, outcome, key=plan_key, scheduled=scheduled)
         # The body is written from what was kept, which may be megabytes if compaction could not make it fit.
         prepared = await call_sized(
             lambda: rewritten(counted, accounting, outcome, limit=limit, key=key), outcome.tokens_after
         )
-        return self._cache_figures(replace(prepared, scheduled=outcome.scheduled), counted, outcome, key=key)
+        return self._cache_figures(prepared, counted, outcome, key=key, scheduled=scheduled)
 
-    def _cache_figures(self, prepared: Prepared, counted: Counted, outcome: Outcome | None, *, key: str) -> Prepared:
+    def _cache_figures(
+        self, prepared: Prepared, counted: Counted, outcome: Outcome | None, *, key: str, scheduled: Budget | None
+    ) -> Prepared:
         """`prepared`, with a way to measure how much of it the upstream's prompt cache can serve.
 
         It is compared with the conversation's previous request (`inflight.compaction.prefix`); in shadow mode, with
@@ -483,7 +482,7 @@ class Pipeline:
                 return prefixes.observe(key, client)
             return prefixes.observe(key, sent_request(counted, outcome), client)
 
-        return replace(prepared, measured=MeasuredOnce(measure), prices=self._prices(counted))
+        return replace(prepared, measured=MeasuredOnce(measure), prices=self._prices(counted), scheduled=scheduled)
 
     async def _compact(
         self,

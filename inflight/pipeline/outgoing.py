@@ -105,11 +105,23 @@ class Prepared:
             self.outcome.previous = refused.outcome.previous
 
 
-def as_sent(counted: Counted, accounting: Accounting, *, limit: int) -> Prepared:
-    """The client's own bytes, reported as untouched."""
+def as_sent(counted: Counted, accounting: Accounting, *, limit: int, shadow: bool = False, key: str = "") -> Prepared:
+    """The client's own bytes, reported as untouched (in shadow mode, with nothing planned yet)."""
     plan = Plan.untouched(accounting.calibrated(counted.count.total))
     total, fixed, approximate = counted.count.total, counted.count.fixed, bool(counted.count.approximated)
-    return Prepared(counted.raw, False, total, limit, plan, approximate=approximate, sent_fixed=fixed)
+    fields: dict[str, object] = {"shadow": "none"} if shadow else {}
+    return Prepared(
+        counted.raw,
+        False,
+        total,
+        limit,
+        plan,
+        fields,
+        key=key,
+        approximate=approximate,
+        sent_fixed=fixed,
+        shadow=shadow,
+    )
 
 
 def translated(counted: Counted, untouched: Prepared) -> Prepared:
