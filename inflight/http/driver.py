@@ -145,7 +145,9 @@ class Driver:
 
     async def _prepare(self, command: Prepare) -> Prepared:
         counted, accounting, options = command.counted, command.accounting, command.options
-        return Prepared(await self.pipeline.prepare(counted, accounting, options, retry=command.retry))
+        prepared = await self.pipeline.prepare(counted, accounting, options, retry=command.retry)
+        self.exchange.cache_figures = prepared.cache_figures  # worked out when the log line is written
+        return Prepared(prepared)
 
     async def _send(self, command: Send) -> Answered:
         await self._close()

@@ -53,6 +53,9 @@ class KeepAlive:
                     await send({"type": "http.response.body", "body": COMMENT, "more_body": True})
         except OSError:
             self.work.cancel()
+        except BaseException:  # cancelled (the client left as the stream began): the rest of the request goes too
+            self.work.cancel()
+            raise
         await self._answer(scope, receive, send)
 
     async def _answer(self, scope: Scope, receive: Receive, send: Send) -> None:

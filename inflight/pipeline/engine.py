@@ -441,20 +441,17 @@ class Pipeline:
             # Where the budget is nothing, max_tokens alone fills the window, which compacting the prompt cannot
             # fix: forward it as sent, and let the upstream answer (or clamp max_tokens) as it sees fit.
             return untouched.noted(budget="none") if planned else untouched
-        key = key_of(counted, options, max_chars=self._max_key_chars)
+        try:
+            key = key_of(counted, options, max_chars=self._max_key_chars)
+        except Exception as exc:  # a bug of ours must not cost the user the request
+            return self._failed(as_sent(counted, accounting, limit=limit, shadow=shadow), exc, accounting.model)
         untouched = as_sent(counted, accounting, limit=limit, shadow=shadow, key=key)
         # Shadow plans are recorded under a key of their own; the archive keeps the conversation's key.
         plan_key = shadow_key(key) if shadow else key
         try:
             outcome = await self._compact(counted, accounting, options, key=plan_key, retry=retry, shadow=shadow)
         except Exception as exc:  # a bug of ours must not cost the user the request
-            model = self._model_key(accounting.model)
-            log.exception("[compaction] failed for %s; forwarding the request unchanged", model)
-            failed = replace(untouched.plan, actions=(Action.ERROR,))
-            untouched = untouched.noted(compaction_error=type(exc).__name__)
-            if shadow:
-                return replace(untouched, shadow_plan=failed).noted(shadow=Action.ERROR)
-            return replace(untouched, plan=failed)
+            return self._failed(untouched, exc, accounting.model)
         scheduled = outcome.scheduled if outcome is not None else None
         if outcome is None or (outcome.actions == [Action.NONE] and outcome.fits):  # nothing changed
             return self._cache_figures(untouched, counted, None, key=plan_key, scheduled=scheduled)
@@ -466,6 +463,15 @@ class Pipeline:
             lambda: rewritten(counted, accounting, outcome, limit=limit, key=key), outcome.tokens_after
         )
         return self._cache_figures(prepared, counted, outcome, key=key, scheduled=scheduled)
+
+    def _failed(self, untouched: Prepared, exc: Exception, model: str) -> Prepared:
+        """The client's bytes, sent as they came because compaction failed: logged, and said as `error`."""
+        log.exception("[compaction] failed for %s; forwarding the request unchanged", self._model_key(model))
+        failed = replace(untouched.plan, actions=(Action.ERROR,))
+        untouched = untouched.noted(compaction_error=type(exc).__name__)
+        if untouched.shadow:
+            return replace(untouched, shadow_plan=failed).noted(shadow=Action.ERROR)
+        return replace(untouched, plan=failed)
 
     def _cache_figures(
         self, prepared: Prepared, counted: Counted, outcome: Outcome | None, *, key: str, scheduled: Budget | None
