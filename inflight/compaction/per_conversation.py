@@ -57,9 +57,10 @@ class ConversationCompactions:
         self._recorded: LRUCache[bytes, bool] = LRUCache(maxsize=100_000)
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
-    def recorded(self, key: str) -> bool:
-        """Whether this process saved a record under `key` (a request under every threshold needs none else)."""
-        return key_digest(key) in self._recorded
+    def needs_nothing(self, key: str, tokens: int, start_at: int) -> bool:
+        """Whether a request of `tokens` goes as it came without asking the store: under `start_at`, the first
+        threshold at which any work could start, and this process never saved a record under `key`."""
+        return tokens <= start_at and key_digest(key) not in self._recorded
 
     async def compact(
         self,
@@ -83,7 +84,7 @@ class ConversationCompactions:
             self.jobs.touch(key)
         if not force and conversation.tokens <= budget.prune_at:
             start_at = ahead.start_at if ahead is not None else budget.prune_at
-            if conversation.tokens <= start_at and not self.recorded(key):
+            if self.needs_nothing(key, conversation.tokens, start_at):
                 return None
             record = best_record(await self.records.load(key), conversation.digests)
             if record is None or record.bare:  # otherwise `run` loads the record again and counts that lookup

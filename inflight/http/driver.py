@@ -180,7 +180,6 @@ class Driver:
         prepared = command.prepared
         if prepared is None:  # not a request inflight counted: as it came
             return relay(response, exchange, chunks=chunks)
-        exchange.cache_figures = prepared.cache_figures  # worked out after the answer, off the request's path
         if self.archive is not None and command.archived is not None:
             self.archive.turn(*command.archived, prepared, status=response.status)
         if response.status != 200:

@@ -51,9 +51,7 @@ class Relay:
         except OSError:
             self.exchange.note("client_disconnected", 1)
         finally:
-            await self.close()
-            note_send_timeout(scope, self.exchange)
-            self.exchange.finish()
+            await self._done(scope)
 
     async def send_whole(self, scope: Scope, send: Send) -> None:
         try:
@@ -63,9 +61,13 @@ class Relay:
         except OSError:
             self.exchange.note("client_disconnected", 1)
         finally:
-            await self.close()
-            note_send_timeout(scope, self.exchange)
-            self.exchange.finish()
+            await self._done(scope)
+
+    async def _done(self, scope: Scope) -> None:
+        """The upstream's answer closed and the request's log line written, however the relay ended."""
+        await self.close()
+        note_send_timeout(scope, self.exchange)
+        self.exchange.finish()
 
     async def start(self, send: Send) -> None:
         if not self.started:

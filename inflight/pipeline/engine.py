@@ -524,9 +524,11 @@ class Pipeline:
         background_at = settings.summarize.background_at
         background = background and (background_at is not None or shadow)  # shadow mode never waits for a summary
         start_at = int(budget.limit * background_at) if background and background_at is not None else budget.prune_at
-        # Below both thresholds no summary is close, so the summarizer's window need not be asked.
-        due = force or conversation.tokens > min(budget.prune_at, start_at)
-        if not due and not self._compactions.recorded(key):  # what `ConversationCompactions.compact` would answer
+        # Below both thresholds no summary is close, so the summarizer's window need not be asked; and a
+        # conversation never compacted here needs nothing else either.
+        first_at = min(budget.prune_at, start_at)
+        due = force or conversation.tokens > first_at
+        if not due and self._compactions.needs_nothing(key, conversation.tokens, first_at):
             return None
         # Shadow mode makes no request to the summarizer's endpoint on a client's turn, not even for its window.
         summary_window = await self.summarizer_window(settings, accounting.model, ask=due and not shadow)

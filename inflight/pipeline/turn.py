@@ -163,6 +163,7 @@ class Turn(Steps):
         self.options = options
         self.accounting: Accounting = pipeline.account(counted, tenant=options.tenant)
         super().__init__(TurnReport(window=self.accounting.window()))
+        self.compacts = pipeline.compacts(counted, options)  # may be rewritten and retried at all
         self.sent: PreparedBody | None = None  # the body of the latest request sent upstream
 
     def answered_usage(self, prompt_tokens: int | None, output_tokens: int | None) -> None:
@@ -190,13 +191,12 @@ class Turn(Steps):
             tokens = answer.tokens if isinstance(answer, ExactCount) else None
             self._fields["exact_count"] = tokens if tokens is not None else "failed"
             if tokens is not None:
-                self.accounting = pipeline.with_exact_count(self.accounting, tokens, tenant=options.tenant)
-                self.report = TurnReport(window=self.accounting.window())
+                self._accounted(pipeline.with_exact_count(self.accounting, tokens, tenant=options.tenant))
         self._fields.update(self.accounting.log_fields())
-        keepalive = pipeline.keepalive_after(counted.model) if counted.streams and self._compacts() else None
+        keepalive = pipeline.keepalive_after(counted.model) if counted.streams and self.compacts else None
         prepared = yield from self._prepare(keepalive_after=keepalive)
         while True:
-            hold = self._compacts() and prepared.too_long is None  # too_long: a retry could not shrink it further
+            hold = self.compacts and prepared.too_long is None  # too_long: a retry could not shrink it further
             answer = yield self._send(prepared, hold=hold)
             assert isinstance(answer, Answered)
             if not hold:
@@ -250,11 +250,12 @@ class Turn(Steps):
         return Send(prepared.body, prepared.rewritten, hold=hold, identity=identity, event_stream=self.counted.streams)
 
     def _account(self) -> None:
-        self.accounting = self.pipeline.account(self.counted, tenant=self.options.tenant)
-        self.report = TurnReport(window=self.accounting.window())
+        self._accounted(self.pipeline.account(self.counted, tenant=self.options.tenant))
 
-    def _compacts(self) -> bool:
-        return self.pipeline.compacts(self.counted, self.options)
+    def _accounted(self, accounting: Accounting) -> None:
+        """The request measured anew (its window discovered, or counted by the upstream): the report says so."""
+        self.accounting = accounting
+        self.report = TurnReport(window=accounting.window())
 
     def _refuses_server_compaction(self, answer: Answered) -> bool:
         """Whether the upstream refused the request's `context_management` compaction (which inflight left to it)."""
