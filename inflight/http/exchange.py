@@ -37,7 +37,7 @@ class Exchange:
     route: str = ""  # the route it matched, e.g. `/v1/{path}` (a metric label: never the raw path)
     on_finish: Callable[[Exchange], None] | None = field(default=None, repr=False)
     clock: Callable[[], float] = field(default=time.perf_counter, repr=False)  # seconds, for its timings
-    started: float = field(default=-1.0)  # when it began, by `clock` (set on creation)
+    started: float = field(init=False)  # when it began, by `clock`
     status: int = 0
     fields: dict[str, str] = field(default_factory=dict)
     report: TurnReport = field(default_factory=TurnReport)  # what the turn did: the x-inflight-* headers, the metrics
@@ -57,8 +57,7 @@ class Exchange:
         return self.report.headers()
 
     def __post_init__(self) -> None:
-        if self.started < 0:
-            self.started = self.clock()
+        self.started = self.clock()
 
     def note(self, key: str, value: object) -> None:
         self.fields[key] = clean(value)
