@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import gc
 import hashlib
 import logging
 import os
@@ -71,6 +72,9 @@ def create_app(settings: Settings, *, formats: Sequence[WireFormat] | None = Non
     async def lifespan(app: object) -> AsyncIterator[None]:
         # Building an encoding takes about a second: do it before the first request, off the event loop.
         await asyncio.to_thread(load_encoding, FALLBACK_ENCODING)
+        # What exists now (settings, tables, the encoding) lives as long as the process: left out of the
+        # collector's full passes, which would otherwise walk it again and again under load.
+        gc.freeze()
         try:
             yield
         finally:

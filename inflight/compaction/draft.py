@@ -14,7 +14,7 @@ from inflight.compaction.record import Precomputed, Record, Replacement, prefix_
 from inflight.config import Compaction
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Budget:
     """The request's budget and the thresholds derived from it, in tokens."""
 
@@ -43,7 +43,7 @@ class Budget:
 ViewItem = tuple[Message, int, int | None]
 
 
-@dataclass
+@dataclass(slots=True)
 class Draft:
     """A record being built: which prefix a summary replaces, and which later messages are replaced."""
 

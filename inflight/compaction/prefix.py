@@ -35,7 +35,7 @@ ENTRY_OVERHEAD_BYTES = 600  # memory per conversation besides its messages: obje
 ID_BYTES = 16  # a message's identity: its digest (xxh3-128 of its canonical JSON), or that of its replacement
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SentRequest:
     """One request as the prompt cache sees it: its messages' identities and the running token total."""
 
@@ -52,7 +52,7 @@ class SentRequest:
         return self.ends[-1] if self.ends else 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LastSent:
     """What is kept of a conversation's last request: identities, token totals and a digest of the client's history.
 
@@ -75,7 +75,7 @@ class LastSent:
         return len(self.ids) + self.ends.itemsize * len(self.ends) + len(key) + ENTRY_OVERHEAD_BYTES
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CacheTurn:
     """How the cache treats one request compared with the previous one in its conversation.
 
@@ -176,7 +176,7 @@ class PrefixTracker:
         return turn
 
 
-@dataclass
+@dataclass(slots=True)
 class CacheFigures:
     """Totals over a conversation's (or a replay's) turns: rewrites per 100 turns, the cached share, and the
     estimated cost of what was sent next to what the client's own requests would have cost."""

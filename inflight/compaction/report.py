@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from inflight.compaction.actions import NOT_COMPACTIONS, Action
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Window:
     """The request measured against its model's window: the prompt, the window, and the prompt's budget."""
 
@@ -28,7 +28,7 @@ class Window:
         return headers
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Plan:
     """What a compaction did to a request (or, in shadow mode, would have done), in the upstream's tokens."""
 
@@ -53,7 +53,7 @@ class Plan:
         return ",".join(self.actions)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CacheFigures:
     """What the upstream's prompt cache serves of the request, and what it costs (`inflight.compaction.prefix`)."""
 
@@ -63,7 +63,7 @@ class CacheFigures:
     cost_client: int | None = None  # the same for the client's own request, as if inflight were not there
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TurnReport:
     """Everything a request's handling says about itself: in the headers, the log line, the metrics, the archive."""
 

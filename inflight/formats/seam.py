@@ -102,7 +102,7 @@ class TakenOver:
     edited: bool = False  # the conversation changed (not only the field removed), so it must be counted again
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CoreRequest:
     """A request body in the core's format-neutral form (see the module docstring)."""
 
@@ -152,7 +152,7 @@ class Route:
     stream: bool | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Target:
     """What a request's path says, for `read`: the route it matched and that route's path parameters."""
 

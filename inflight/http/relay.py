@@ -20,7 +20,7 @@ from inflight.upstream.headers import RawHeaders, response_headers
 from inflight.upstream.response import Response as UpstreamResponse
 
 
-@dataclass
+@dataclass(slots=True)
 class Relay:
     status: int
     headers: RawHeaders

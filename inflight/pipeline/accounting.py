@@ -19,7 +19,7 @@ from inflight.policy.windows import ModelLimits
 from inflight.tokens import EncodingChoice, RequestCount
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Counted:
     """A request we can count: the client's bytes and parsed body, its wire format, its format-neutral form
     (`request`), its encoding and its count."""
@@ -41,7 +41,7 @@ class Counted:
         return self.payload.get("stream") is True
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Accounting:
     model: str
     encoding: str

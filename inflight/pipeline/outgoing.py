@@ -40,7 +40,7 @@ class MeasuredOnce:
         return self._turn
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Prepared:
     """The body to send upstream and what the proxy reports about it."""
 

@@ -24,19 +24,19 @@ from inflight.policy.retry import RetryAim
 log = logging.getLogger("inflight")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Discover:
     """Read the context windows from the upstream's model list, then send `Discovered()`."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CountExactly:
     """Ask the upstream to count the prompt (its format's `count_path`), then send `ExactCount`."""
 
     counted: Counted
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Prepare:
     """Build the body to send (`Pipeline.prepare`, which may wait for a summary), then send `Prepared`.
 
@@ -49,7 +49,7 @@ class Prepare:
     keepalive_after: float | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Send:
     """POST `body` upstream, then send `Answered`.
 
@@ -63,13 +63,13 @@ class Send:
     event_stream: bool = False  # the client asked for a stream: with `hold`, read the answer up to its first event
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ReadAnswer:
     """Read the whole of the latest answer (a short one, such as an upstream's "no such route"), close it, then
     send `AnswerRead`."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Relay:
     """Relay the latest answer to the client; always the final command.
 
@@ -80,7 +80,7 @@ class Relay:
     archived: tuple[Counted, Accounting, Options] | None = None  # the turn, for the archive
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Answer:
     """Answer the client with inflight's own JSON body (or an upstream answer read in full); a final command."""
 
@@ -91,27 +91,27 @@ class Answer:
 Command = Discover | CountExactly | Prepare | Send | ReadAnswer | Relay | Answer
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Discovered:
     pass
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ExactCount:
     tokens: int | None  # None: the upstream gave no count
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Prepared:
     prepared: PreparedBody
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class AnswerRead:
     body: bytes
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Answered:
     """The upstream's answer: its status, the start of the body read with `hold` (empty if none), and the
     context refusal it contains, if any."""

@@ -43,7 +43,7 @@ TEXT_PRIOR_WEIGHT = 10.0
 SLOPE_PRIOR_WEIGHT = 0.005
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Ratios:
     """The upstream's tokens per token of ours, for message text and for the fixed part."""
 
@@ -66,10 +66,15 @@ def fit(samples: Sequence[Sample]) -> Ratios:
     if not samples:
         return Ratios()
     count = len(samples)
-    share = sum(s for s, _ in samples) / count
-    ratio = sum(r for _, r in samples) / count
-    spread = sum((s - share) ** 2 for s, _ in samples)
-    covariance = sum((s - share) * (r - ratio) for s, r in samples)
+    share_sum = ratio_sum = share_squares = products = 0.0
+    for s, r in samples:  # one pass: this runs after every answer
+        share_sum += s
+        ratio_sum += r
+        share_squares += s * s
+        products += s * r
+    share, ratio = share_sum / count, ratio_sum / count
+    spread = max(0.0, share_squares - share_sum * share)
+    covariance = products - share_sum * ratio
     slope = (covariance + SLOPE_PRIOR_WEIGHT * prior_slope(share, ratio)) / (spread + SLOPE_PRIOR_WEIGHT)
     text = clamp(ratio + slope * (1 - share), RATIO_BOUNDS)
     fixed = ratio - slope * share if share >= 1 else (ratio - text * share) / (1 - share)
@@ -128,8 +133,11 @@ class Calibration:
         learned = self._learned.get(key)
         if learned is None:
             learned = self._learned[key] = _Learned(deque(maxlen=self.window))
-        learned.samples.append((share, ratio))
-        learned.ratios = fit(learned.samples)
+        samples, sample = learned.samples, (share, ratio)
+        unchanged = len(samples) == samples.maxlen and samples[0] == sample  # it replaces its equal: same fit
+        samples.append(sample)
+        if not unchanged:
+            learned.ratios = fit(samples)
         if log.isEnabledFor(logging.DEBUG):
             text, fixed_ratio, count = learned.ratios.text, learned.ratios.fixed, len(learned.samples)
             log.debug("[context] calibration %s: %.3f, fixed %.3f, over %d responses", key[1], text, fixed_ratio, count)

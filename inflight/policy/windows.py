@@ -27,7 +27,7 @@ log = logging.getLogger("inflight")
 Source = Literal["config", "learned", "discovered", "builtin", "default"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ModelLimits:
     context_window: int
     max_output_tokens: int | None

@@ -43,7 +43,7 @@ LOCK_BATCH = 128  # cache lookups per lock hold, so the event loop counting a sm
 ESTIMATED_FROM_BYTES = 1 << 20
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RequestCount:
     total: int
     messages: tuple[int, ...]

@@ -114,7 +114,7 @@ def load_encoding(name: str) -> tiktoken.Encoding:
     return encoding
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class EncodingChoice:
     name: str
     exact: bool  # False: another tokenizer's model, counted with o200k_base as an estimate
