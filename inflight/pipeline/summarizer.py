@@ -110,9 +110,10 @@ class Summarizers:
     At the upstream (the one for the request's format, `upstreams.<format>`), the key is
     `compaction.summarize.api_key`, else that upstream's own key (or its URL's `user:password`), sent
     the way that upstream expects. At a separate `summarize.base_url`, it is that URL's
-    `user:password`, else `summarize.api_key`. With none of these, the client's `Authorization` or
-    `x-api-key` is used (the summary is spent on the client's behalf), unless the proxy checks keys of
-    its own (`access.keys`): the client's key is then one of the proxy's and is never passed on.
+    `user:password`, else `summarize.api_key`, else nothing: a client's key goes only to the upstream its
+    request was for. At the upstream with none of these, the client's `Authorization` or `x-api-key` is
+    used (the summary is spent on the client's behalf), unless the proxy checks keys of its own
+    (`access.keys`): the client's key is then one of the proxy's and is never passed on.
     """
 
     def __init__(
@@ -189,16 +190,20 @@ class Summarizers:
         summarizer = Summarizer(client, timeout_s=summarize.timeout_s, wire=shape, observer=self.observer)
         models = [summarize.model or model, *summarize.fallback_models]
         own: RawHeaders
-        if summarize.base_url is not None:
+        if summarize.base_url is not None:  # another host: the client's credentials are not its to see
             authorization = own_authorization(options, client)
-            own = [(b"authorization", authorization.encode("latin-1"))] if authorization else []
-        elif summarize.api_key:
+            credentials = [(b"authorization", authorization.encode("latin-1"))] if authorization else []
+            return self._runner(summarizer, models, credentials)
+        if summarize.api_key:
             own = key_headers(summarize.api_key, "", client.key_header)
         else:
             own = client.own_credentials()
         # With access.keys the client's key is one of the proxy's own, so it is never passed on.
         credentials = own or ([] if self.settings.access.keys else list(client_credentials))
+        return self._runner(summarizer, models, credentials)
 
+    @staticmethod
+    def _runner(summarizer: Summarizer, models: list[str], credentials: RawHeaders) -> Summarize:
         async def run(job: SummaryJob) -> str:
             return await summarizer(job, models=models, credentials=credentials)
 
