@@ -144,9 +144,7 @@ def guarded(
         app = AccessGuard(app, settings.access, client_keys=client_keys, routes=routes, on_refused=metrics.refused)
     # We hold a key for anyone who can reach us, so only pages from our own address may call, never another
     # origin's.
-    return (
-        OriginGuard(app, settings, routes=routes) if settings.holds_upstream_key and not settings.access.keys else app
-    )
+    return OriginGuard(app, settings, routes=routes) if settings.holds_key and not settings.access.keys else app
 
 
 def upstream_clients(

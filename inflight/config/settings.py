@@ -126,7 +126,9 @@ class Access(Section):
     """Who may use the proxy: client keys for `/v1`, admin keys for `/inflight/*` (`/healthz` stays open)."""
 
     keys: tuple[str, ...] = ()
-    admin_keys: tuple[str, ...] | None = None  # None: the same as `keys`
+    # Keys for `/inflight/*` and `/metrics`, never the client keys: a tenant's key must not read every tenant's
+    # archive. None: with `keys`, those paths are closed to all; without, open (the archive to localhost only).
+    admin_keys: tuple[str, ...] | None = None
     allow_anonymous: bool = False  # inject `upstream.api_key` for anyone who can reach a public address
     # Browser origins allowed to call the proxy while it holds a key and has no `keys` (else 403).
     cors_origins: tuple[str, ...] = ()
@@ -141,7 +143,7 @@ class Access(Section):
 
     @property
     def admin(self) -> tuple[str, ...]:
-        return self.keys if self.admin_keys is None else self.admin_keys
+        return self.admin_keys or ()
 
 
 DATA_DIR = "data_dir"  # the validation context's key for the directory relative paths resolve under
@@ -328,9 +330,26 @@ class Settings(Section):
         return section.context_management == "inflight"
 
     @property
-    def holds_upstream_key(self) -> bool:
-        """Whether the proxy sends a key of its own to any upstream (then anyone who reaches it spends it)."""
-        return any(u.api_key for u in (self.upstream, *self.upstreams.values()))
+    def held_keys(self) -> tuple[str, ...]:
+        """The keys the proxy holds and sends on its own, by where the config sets them: an upstream's `api_key`
+        or `user:password`, and a summarizer's (`compaction.summarize`, `models.<glob>.compaction.summarize`).
+        Anyone who reaches the proxy spends them."""
+        upstreams = (("upstream", self.upstream), *((f"upstreams.{k}", u) for k, u in self.upstreams.items()))
+        held = [f"{name}.api_key" for name, u in upstreams if u.api_key or u.basic_auth]
+        summarizers = (
+            ("compaction", self.compaction),
+            *((f"models.{k}.compaction", c) for k, c in self._compactions.items()),
+        )
+        for name, compaction in summarizers:
+            summarize = compaction.summarize
+            if summarize.api_key or (summarize.base_url is not None and "@" in urlsplit(summarize.base_url).netloc):
+                held.append(f"{name}.summarize.api_key")
+        return tuple(dict.fromkeys(held))
+
+    @property
+    def holds_key(self) -> bool:
+        """Whether the proxy sends a key of its own anywhere (then anyone who reaches it spends it)."""
+        return bool(self.held_keys)
 
     @model_validator(mode="after")
     def _model_overrides_valid(self) -> Settings:

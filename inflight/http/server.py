@@ -432,13 +432,13 @@ def access_summary(settings: Settings) -> str:
     access = settings.access
     if access.keys:
         clients = "keys required"
-    elif settings.holds_upstream_key:
+    elif settings.holds_key:
         clients = "no keys (upstream.api_key is spent for any client)"
     else:
         clients = "no keys (each client's own key goes upstream)"
     if not access.admin:
-        return f"{clients}, no admin keys"
-    return f"{clients}, admin keys required" + (" (the same)" if access.admin_keys is None else "")
+        return f"{clients}, " + ("no admin keys (/inflight/* and /metrics closed)" if access.keys else "no admin keys")
+    return f"{clients}, admin keys required"
 
 
 def uvicorn_options(settings: Settings) -> dict[str, Any]:

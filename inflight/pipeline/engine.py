@@ -337,7 +337,7 @@ class Pipeline:
         The key counts only if the proxy checks it (`access.keys`) or it pays upstream (the proxy holds no key).
         Otherwise a client could invent a new key for each request, so its address is used instead."""
         tenant = options.tenant
-        if tenant and (self.settings.access.keys or not self.settings.holds_upstream_key):
+        if tenant and (self.settings.access.keys or not self.settings.holds_key):
             return f"key:{tenant}"
         return f"address:{options.client}"
 

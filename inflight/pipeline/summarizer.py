@@ -189,25 +189,23 @@ class Summarizers:
         shape = wire if wire is not None and summarize.base_url is None else CHAT_COMPLETIONS
         summarizer = Summarizer(client, timeout_s=summarize.timeout_s, wire=shape, observer=self.observer)
         models = [summarize.model or model, *summarize.fallback_models]
-        own: RawHeaders
-        if summarize.base_url is not None:  # another host: the client's credentials are not its to see
-            authorization = own_authorization(options, client)
-            credentials = [(b"authorization", authorization.encode("latin-1"))] if authorization else []
-            return self._runner(summarizer, models, credentials)
-        if summarize.api_key:
-            own = key_headers(summarize.api_key, "", client.key_header)
-        else:
-            own = client.own_credentials()
-        # With access.keys the client's key is one of the proxy's own, so it is never passed on.
-        credentials = own or ([] if self.settings.access.keys else list(client_credentials))
-        return self._runner(summarizer, models, credentials)
+        credentials = self._credentials(options, client, client_credentials)
 
-    @staticmethod
-    def _runner(summarizer: Summarizer, models: list[str], credentials: RawHeaders) -> Summarize:
         async def run(job: SummaryJob) -> str:
             return await summarizer(job, models=models, credentials=credentials)
 
         return run
+
+    def _credentials(self, options: Compaction, client: UpstreamClient, client_credentials: RawHeaders) -> RawHeaders:
+        """What the summarizer is sent as its key (see the class's docstring)."""
+        summarize = options.summarize
+        if summarize.base_url is not None:  # another host: a client's key is not its to see
+            authorization = own_authorization(options, client)
+            return [(b"authorization", authorization.encode("latin-1"))] if authorization else []
+        if summarize.api_key:
+            return key_headers(summarize.api_key, "", client.key_header)
+        # With access.keys the client's key is one of the proxy's own, so it is never passed on.
+        return client.own_credentials() or ([] if self.settings.access.keys else list(client_credentials))
 
 
 def own_authorization(options: Compaction, client: UpstreamClient) -> str | None:

@@ -6,6 +6,7 @@ from typing import Any
 
 import httpx
 import orjson
+import pytest
 
 from tests.compaction.test_compactor import agent_conversation
 from tests.conftest import ProxyFactory
@@ -135,13 +136,27 @@ def test_background_summaries_spend_the_budget_of_the_client_that_started_them(
     assert len(app.summaries) == 1 and started == 1
 
 
+HELD: dict[str, dict[str, Any]] = {
+    "upstream": {"upstream": {"api_key": "sk-operator"}},
+    "summarizer": {"compaction": {"summarize": {**INLINE["compaction"]["summarize"], "api_key": "sk-operator"}}},
+    "model's summarizer": {
+        "models": {
+            **INLINE["models"],
+            "gpt-4o": {"context_window": 4000, "compaction": {"summarize": {"api_key": "sk-operator"}}},
+        }
+    },
+}
+
+
+@pytest.mark.parametrize("held", list(HELD), ids=list(HELD))
 def test_a_key_nobody_checks_does_not_name_the_spender_when_the_proxy_pays(
-    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory, held: str
 ) -> None:
-    """The proxy holds the key and asks clients for none: a made-up key per request buys no new budget."""
+    """The proxy holds a key (the upstream's, or only the summarizer's) and asks clients for none: a made-up key
+    per request buys no new budget, the client's address is budgeted."""
     app, url = upstream
     limits = {"summarizer": {"calls_per_minute": 1, "global_calls_per_minute": 0}}
-    with start_proxy(url, **INLINE, limits=limits, upstream={"api_key": "sk-operator"}) as proxy_url:
+    with start_proxy(url, **{**INLINE, **HELD[held]}, limits=limits) as proxy_url:
         responses = [post(proxy_url, variant(n), key=f"sk-made-up-{n}") for n in range(4)]
     assert "summarize" in actions(responses[0])
     assert all(actions(r)[-1] == "summary-budget" for r in responses[1:])
