@@ -25,6 +25,10 @@ class ConfigError(ValueError):
     """A configuration problem, worded for the person who edits the YAML."""
 
 
+OPENAI_HOST = "api.openai.com"
+ANTHROPIC_API = "https://api.anthropic.com/v1"  # where Messages requests go when the default upstream is OpenAI's
+
+
 class Listen(Section):
     host: str = "127.0.0.1"
     port: int = Field(8787, ge=0, le=65535)
@@ -303,6 +307,9 @@ class Settings(Section):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     # Each `models.<glob>.compaction` merged over the global block once, here, not on every request.
     _compactions: dict[str, Compaction] = PrivateAttr(default_factory=dict)
+    # Each wire format's own upstream: `upstreams`, plus Anthropic's API for the Messages API when the default
+    # upstream is OpenAI's (which has none), set once, here.
+    _format_upstreams: dict[str, Upstream] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="after")
     def _keys_need_an_upstream_key(self) -> Settings:
@@ -319,10 +326,39 @@ class Settings(Section):
                 )
         return self
 
+    @model_validator(mode="after")
+    def _messages_go_to_anthropic(self) -> Settings:
+        """With no `upstreams.messages` and the default upstream OpenAI's, which has no Messages API, `/v1/messages`
+        goes to Anthropic's, with the client's own key; with `access.keys` the proxy has no Anthropic key to send,
+        so it goes nowhere (`unserved_formats` says why)."""
+        for name, own in self.upstreams.items():
+            self._format_upstreams[name] = own
+        if "messages" in self.upstreams or urlsplit(self.upstream.base_url).hostname != OPENAI_HOST or self.access.keys:
+            return self
+        self._format_upstreams["messages"] = self.upstream.model_copy(
+            update={"base_url": ANTHROPIC_API, "api_key": "", "auth": None, "basic_auth": ""}
+        )
+        return self
+
+    @property
+    def format_upstreams(self) -> dict[str, Upstream]:
+        """The wire formats that have an upstream of their own (`upstreams`, or Anthropic's API for Messages)."""
+        return self._format_upstreams
+
+    def unserved(self, wire: str) -> str | None:
+        """Why the proxy cannot forward a wire format's requests anywhere (None: it can)."""
+        openai = urlsplit(self.upstream.base_url).hostname == OPENAI_HOST
+        if wire != "messages" or wire in self._format_upstreams or not openai:
+            return None
+        return (
+            f"the Messages API has no upstream: upstream.base_url is OpenAI's ({self.upstream.base_url}), which has "
+            f"none, and access.keys is set, so clients' keys are not Anthropic's; set upstreams.messages.base_url "
+            f"({ANTHROPIC_API}) and upstreams.messages.api_key"
+        )
+
     def upstream_for(self, wire: str) -> Upstream:
-        """The upstream of a wire format (`upstreams.<name>`, else `upstream`)."""
-        found: Upstream | None = self.upstreams.get(wire)  # type: ignore[call-overload]
-        return found if found is not None else self.upstream
+        """The upstream of a wire format (`format_upstreams`, else `upstream`)."""
+        return self._format_upstreams.get(wire, self.upstream)
 
     def manages_context(self, wire: str) -> bool:
         """Inflight always does what a request of `wire` asks of the upstream's context management."""

@@ -400,7 +400,9 @@ def startup_line(settings: Settings, *, workers: int) -> str:
     listen = settings.listen
     host = f"[{listen.host}]" if ":" in listen.host else listen.host
     upstream = redacted_url(settings.upstream.base_url)
-    upstreams = "".join(f", {name} -> {redacted_url(own.base_url)}" for name, own in settings.upstreams.items())
+    upstreams = "".join(f", {name} -> {redacted_url(own.base_url)}" for name, own in settings.format_upstreams.items())
+    if settings.unserved("messages") is not None:
+        upstreams += ", messages -> none (set upstreams.messages)"
     compaction = settings.compaction.mode if settings.compaction.enabled else "off"  # `models:` may override it
     return (
         f"inflight {__version__} listening on http://{host}:{listen.port}/v1 -> {upstream}"

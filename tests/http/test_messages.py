@@ -430,3 +430,24 @@ def test_near_a_threshold_the_upstreams_exact_count_decides_when_asked(
     )
     [line, *_] = log_lines(caplog, "POST /v1/messages")
     assert f" exact_count={exact} " in line and f" tokens={exact}/" in line  # decided on the upstream's count
+
+
+def test_with_client_keys_and_no_messages_upstream_claude_clients_are_told_what_to_set() -> None:
+    """With `access.keys` the clients' keys are the proxy's, so none can go to Anthropic: the Messages API
+    answers 502 in Anthropic's shape, naming `upstreams.messages`, and nothing is forwarded."""
+    from inflight.app import create_app
+    from inflight.config import load_settings
+    from inflight.http.server import startup_line
+
+    overrides = {"access": {"keys": ["sk-proxy"]}, "upstream": {"api_key": "sk-openai", "connect_timeout_s": 0.5}}
+    settings = load_settings(None, overrides=overrides)
+    with serve(create_app(settings)) as url, client_for(url, key="sk-proxy") as client:
+        with pytest.raises(anthropic.APIStatusError) as refused:
+            client.messages.create(model=MODEL, max_tokens=10, messages=[{"role": "user", "content": "hi"}])
+        with pytest.raises(anthropic.APIStatusError) as counted:
+            client.messages.count_tokens(model=MODEL, messages=[{"role": "user", "content": "hi"}])
+    for error in (refused.value, counted.value):
+        body = error.response.json()
+        assert error.status_code == 502 and body["type"] == "error"
+        assert "upstreams.messages" in body["error"]["message"]
+    assert "messages -> none (set upstreams.messages)" in startup_line(settings, workers=1)
