@@ -451,3 +451,35 @@ def test_with_client_keys_and_no_messages_upstream_claude_clients_are_told_what_
         assert error.status_code == 502 and body["type"] == "error"
         assert "upstreams.messages" in body["error"]["message"]
     assert "messages -> none (set upstreams.messages)" in startup_line(settings, workers=1)
+
+
+def test_an_unknown_key_in_a_clients_context_management_is_its_own_400(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    """Anthropic refuses a key inside the field ("context_management.edits.0.bogus: Extra inputs are not
+    permitted"): that client gets the 400, and every client's valid edits still go to the upstream, which does them."""
+    from tests.support.upstream import Scripted
+
+    app, url = upstream
+    unknown = {
+        "type": "error",
+        "error": {
+            "type": "invalid_request_error",
+            "message": "context_management.edits.0.bogus: Extra inputs are not permitted",
+        },
+    }
+    app.script.append(Scripted(status=400, body=unknown))
+    body = {"model": MODEL, "max_tokens": 100, "messages": agent_messages(3), "context_management": {"edits": EDITS}}
+    bad = {**body, "context_management": {"edits": [{**EDITS[0], "bogus": 1}]}}
+    good = orjson.dumps(body)
+    headers = {"content-type": "application/json", "anthropic-version": "2023-06-01"}
+    with start_proxy(url) as proxy_url:
+        refused = httpx.post(f"{proxy_url}/messages", json=bad, headers={**headers, "x-api-key": "sk-a"})
+        answers = [
+            httpx.post(f"{proxy_url}/messages", content=good, headers={**headers, "x-api-key": key})
+            for key in ("sk-b", "sk-a")
+        ]
+    assert refused.status_code == 400 and refused.json() == unknown and "x-inflight-retried" not in refused.headers
+    assert all(answer.status_code == 200 for answer in answers)
+    _, *forwarded = app.messages_requests()
+    assert [request.body for request in forwarded] == [good, good]  # as sent: the upstream does the edits
