@@ -333,13 +333,15 @@ class Pipeline:
         self._calibration.record(accounting.model, estimate=estimate, actual=tokens, fixed=fixed, tenant=tenant)
         return accounting.counted_as(tokens)
 
-    def _spender_of(self, options: Options) -> str:
+    def _spender_of(self, options: Options, settings: Compaction) -> str:
         """Whose summarizer budget a request spends: its key, or its address.
 
-        The key counts only if the proxy checks it (`access.keys`) or it pays upstream (the proxy holds no key).
-        Otherwise a client could invent a new key for each request, so its address is used instead."""
+        The key counts only if the proxy checks it (`access.keys`) or it pays for the summaries (the proxy holds no
+        key, and the summarizer is the upstream, which gets the client's key). Otherwise a client could invent a new
+        key for each request, so its address is used instead."""
         tenant = options.tenant
-        if tenant and (self.settings.access.keys or not self.settings.holds_key):
+        pays = not self.settings.holds_key and settings.summarize.base_url is None
+        if tenant and (self.settings.access.keys or pays):
             return f"key:{tenant}"
         return f"address:{options.client}"
 
@@ -538,7 +540,7 @@ class Pipeline:
         # Shadow mode makes no request to the summarizer's endpoint on a client's turn, not even for its window.
         summary_window = await self.summarizer_window(settings, accounting.model, ask=due and not shadow)
         # A client over its summarizer budget (or the proxy over its own) is not summarized: the ledger is used.
-        spent = self._budget is not None and due and not self._budget.allows(self._spender_of(options))
+        spent = self._budget is not None and due and not self._budget.allows(self._spender_of(options, settings))
         parts = CompactionParts(
             settings=settings,
             accounting=accounting,
@@ -548,7 +550,7 @@ class Pipeline:
             summarizer_input_tokens=int(summary_window / accounting.ratio),
             wire=counted.wire,
             budget=self._budget,
-            spender=self._spender_of(options),
+            spender=self._spender_of(options, settings),
             prices=self._prices(counted) if self._scheduled_by_cost(counted, settings, tenant=options.tenant) else None,
         )
         # No background job for a retry (the original turn started any needed) or for a request below every threshold.

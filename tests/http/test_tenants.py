@@ -139,6 +139,9 @@ def test_background_summaries_spend_the_budget_of_the_client_that_started_them(
 HELD: dict[str, dict[str, Any]] = {
     "upstream": {"upstream": {"api_key": "sk-operator"}},
     "summarizer": {"compaction": {"summarize": {**INLINE["compaction"]["summarize"], "api_key": "sk-operator"}}},
+    "summarizer elsewhere": {
+        "compaction": {"summarize": {**INLINE["compaction"]["summarize"], "base_url": "SUMMARIZER"}}
+    },
     "model's summarizer": {
         "models": {
             **INLINE["models"],
@@ -152,11 +155,12 @@ HELD: dict[str, dict[str, Any]] = {
 def test_a_key_nobody_checks_does_not_name_the_spender_when_the_proxy_pays(
     upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory, held: str
 ) -> None:
-    """The proxy holds a key (the upstream's, or only the summarizer's) and asks clients for none: a made-up key
-    per request buys no new budget, the client's address is budgeted."""
+    """The proxy holds a key (the upstream's, or only the summarizer's), or summarizes at a server of its own,
+    and asks clients for none: a made-up key per request buys no new budget, the client's address is budgeted."""
     app, url = upstream
     limits = {"summarizer": {"calls_per_minute": 1, "global_calls_per_minute": 0}}
-    with start_proxy(url, **{**INLINE, **HELD[held]}, limits=limits) as proxy_url:
+    config = orjson.loads(orjson.dumps({**INLINE, **HELD[held]}).replace(b"SUMMARIZER", url.encode()))
+    with start_proxy(url, **config, limits=limits) as proxy_url:
         responses = [post(proxy_url, variant(n), key=f"sk-made-up-{n}") for n in range(4)]
     assert "summarize" in actions(responses[0])
     assert all(actions(r)[-1] == "summary-budget" for r in responses[1:])
