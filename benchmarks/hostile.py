@@ -6,7 +6,8 @@ then runs the probe while another process polls `GET /healthz` every 10 ms and a
 the proxy's RSS (`/proc/PID/status`). Prints one table: what the proxy answered, its RSS before,
 its growth (one second after the probe) and its peak, and the `/healthz` p99 over the two seconds
 before the probe compared with while it runs. The goal: growth under 64 MB, p99 within 20 ms of
-idle. It asserts nothing.
+idle. Issue 41's probes (L to Z) read only an answer: what one tenant could do to another, and the
+operator's traps, each with the proxy and the fake upstream in this process. It asserts nothing.
 
     python -m benchmarks.hostile
 """

@@ -434,8 +434,8 @@ def access_summary(settings: Settings) -> str:
     access = settings.access
     if access.keys:
         clients = "keys required"
-    elif settings.holds_key:
-        clients = "no keys (upstream.api_key is spent for any client)"
+    elif settings.held_keys:
+        clients = f"no keys ({', '.join(settings.held_keys)} spent for any client)"
     else:
         clients = "no keys (each client's own key goes upstream)"
     if not access.admin:

@@ -189,20 +189,30 @@ class Summarizers:
         shape = wire if wire is not None and summarize.base_url is None else CHAT_COMPLETIONS
         summarizer = Summarizer(client, timeout_s=summarize.timeout_s, wire=shape, observer=self.observer)
         models = [summarize.model or model, *summarize.fallback_models]
-        credentials = self._credentials(options, client, client_credentials)
+        credentials = self._credentials(options, client, client_credentials, wire=wire)
 
         async def run(job: SummaryJob) -> str:
             return await summarizer(job, models=models, credentials=credentials)
 
         return run
 
-    def _credentials(self, options: Compaction, client: UpstreamClient, client_credentials: RawHeaders) -> RawHeaders:
+    def _credentials(
+        self, options: Compaction, client: UpstreamClient, client_credentials: RawHeaders, *, wire: WireFormat | None
+    ) -> RawHeaders:
         """What the summarizer is sent as its key (see the class's docstring)."""
         summarize = options.summarize
         if summarize.base_url is not None:  # another host: a client's key is not its to see
             authorization = own_authorization(options, client)
             return [(b"authorization", authorization.encode("latin-1"))] if authorization else []
-        if summarize.api_key:
+        # Anthropic's API for the Messages API, which the config did not name (`Settings.format_upstreams`), is not
+        # where `summarize.api_key` was meant to go.
+        settings = self.settings
+        implied = (
+            wire is not None
+            and wire.spec.name not in settings.upstreams
+            and wire.spec.name in settings.format_upstreams
+        )
+        if summarize.api_key and not implied:
             return key_headers(summarize.api_key, "", client.key_header)
         # With access.keys the client's key is one of the proxy's own, so it is never passed on.
         return client.own_credentials() or ([] if self.settings.access.keys else list(client_credentials))
