@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import fnmatch
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import PurePath
@@ -330,7 +331,7 @@ class Settings(Section):
     def _messages_go_to_anthropic(self) -> Settings:
         """With no `upstreams.messages` and the default upstream OpenAI's, which has no Messages API, `/v1/messages`
         goes to Anthropic's, with the client's own key; with `access.keys` the proxy has no Anthropic key to send,
-        so it goes nowhere (`unserved_formats` says why)."""
+        so it goes nowhere (`unserved` says why)."""
         for name, own in self.upstreams.items():
             self._format_upstreams[name] = own
         if "messages" in self.upstreams or urlsplit(self.upstream.base_url).hostname != OPENAI_HOST or self.access.keys:
@@ -365,22 +366,28 @@ class Settings(Section):
         section = self.messages if wire == "messages" else self.responses
         return section.context_management == "inflight"
 
-    @property
+    @functools.cached_property
     def held_keys(self) -> tuple[str, ...]:
         """The keys the proxy holds and sends on its own, by where the config sets them: an upstream's `api_key`
         or `user:password`, and a summarizer's (`compaction.summarize`, `models.<glob>.compaction.summarize`).
         Anyone who reaches the proxy spends them."""
-        upstreams = (("upstream", self.upstream), *((f"upstreams.{k}", u) for k, u in self.upstreams.items()))
-        held = [f"{name}.api_key" for name, u in upstreams if u.api_key or u.basic_auth]
+        held: list[str] = []
+        for name, upstream in (
+            ("upstream", self.upstream),
+            *((f"upstreams.{k}", u) for k, u in self.upstreams.items()),
+        ):
+            held += [f"{name}.api_key"] if upstream.api_key else []
+            held += [f"{name}.base_url's user:password"] if upstream.basic_auth else []
         summarizers = (
             ("compaction", self.compaction),
             *((f"models.{k}.compaction", c) for k, c in self._compactions.items()),
         )
         for name, compaction in summarizers:
             summarize = compaction.summarize
-            if summarize.api_key or (summarize.base_url is not None and "@" in urlsplit(summarize.base_url).netloc):
-                held.append(f"{name}.summarize.api_key")
-        return tuple(dict.fromkeys(held))
+            held += [f"{name}.summarize.api_key"] if summarize.api_key else []
+            if summarize.base_url is not None and "@" in urlsplit(summarize.base_url).netloc:
+                held.append(f"{name}.summarize.base_url's user:password")
+        return tuple(held)
 
     @property
     def holds_key(self) -> bool:

@@ -202,7 +202,7 @@ class Turn(Steps):
             if not hold:
                 break
             if answer.refusal is None and self._refuses_server_compaction(answer):
-                # Happens once per model: from now on inflight does this model's context management itself.
+                # Happens once per client and model: from now on inflight does that context management itself.
                 pipeline.learn_no_server_compaction(counted.model, tenant=options.tenant)
                 self._fields["context_management"] = "refused"
                 if pipeline.discovers(counted.model):

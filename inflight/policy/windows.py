@@ -1,9 +1,9 @@
 """Find how big a model's context window is: configured, learned, discovered, built in, or assumed.
 
 The first source that answers wins: (1) the YAML `models:` entry, (2) a window learned from the
-upstream's own context-length refusal to this client (per tenant), (3) the upstream's `GET /v1/models` (vLLM/SGLang
-`max_model_len`, llama.cpp `meta.n_ctx`, OpenRouter `context_length`), (4) the built-in table
-below, (5) `default_context_window`.
+upstream's own context-length refusal to this client (its tenant), (3) the upstream's `GET /v1/models`
+(vLLM/SGLang `max_model_len`, llama.cpp `meta.n_ctx`, OpenRouter `context_length`), (4) the built-in
+table below, (5) `default_context_window`.
 """
 
 from __future__ import annotations
@@ -193,8 +193,8 @@ class ContextRegistry:
         return ModelLimits(self.settings.default_context_window, max_output, "default")
 
     def discovers(self, model: str) -> bool:
-        """Whether `model`'s window should be asked of the upstream's model list before it is resolved: neither
-        configured nor learned, discovery on, and the list not fetched yet (nor failed within the last minute)."""
+        """Whether `model`'s window should be asked of the upstream's model list before it is resolved: not
+        configured, discovery on, and the list not fetched yet (nor failed within the last minute)."""
         if not self.settings.discover_context_window or self.resolve(model).source == "config":
             return False
         return self._discovered is None and time.monotonic() - self._discovery_failed_at >= DISCOVERY_RETRY_S

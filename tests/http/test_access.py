@@ -128,13 +128,13 @@ def test_an_archive_on_a_public_address_needs_admin_keys_or_consent(
         ({"compaction": {"summarize": {"api_key": "sk-sum"}}}, "compaction.summarize.api_key"),
         (
             {"compaction": {"summarize": {"base_url": "https://user:pw@summarizer.example/v1"}}},
-            "compaction.summarize.api_key",
+            "compaction.summarize.base_url's user:password",
         ),
         (
             {"models": {"m*": {"compaction": {"summarize": {"api_key": "sk"}}}}},
             "models.m*.compaction.summarize.api_key",
         ),
-        ({"upstream": {"base_url": "https://user:pw@gateway.example/v1"}}, "upstream.api_key"),
+        ({"upstream": {"base_url": "https://user:pw@gateway.example/v1"}}, "upstream.base_url's user:password"),
     ],
     ids=["upstreams", "summarizer", "summarizer-url", "model-summarizer", "upstream-url"],
 )
