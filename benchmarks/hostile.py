@@ -6,7 +6,8 @@ then runs the probe while another process polls `GET /healthz` every 10 ms and a
 the proxy's RSS (`/proc/PID/status`). Prints one table: what the proxy answered, its RSS before,
 its growth (one second after the probe) and its peak, and the `/healthz` p99 over the two seconds
 before the probe compared with while it runs. The goal: growth under 64 MB, p99 within 20 ms of
-idle. It asserts nothing.
+idle. Issue 41's probes (L to Z) read only an answer: what one tenant could do to another, and the
+operator's traps, each with the proxy and the fake upstream in this process. It asserts nothing.
 
     python -m benchmarks.hostile
 """
@@ -39,8 +40,15 @@ import httpx
 import orjson
 
 from benchmarks.harness import percentile, table
+from inflight.app import create_app
+from inflight.config import load_settings
+from inflight.http.access import startup_problem
+from inflight.http.server import uvicorn_options
+from inflight.tokens import TokenCounter
 from tests.support.processes import fake_upstream, inflight_process
 from tests.support.raw import HEADER_OPENING, EndlessField, raw_upstream, read_post
+from tests.support.servers import serve
+from tests.support.upstream import Scripted, UpstreamApp
 
 MiB = 1024 * 1024
 POLL_INTERVAL_S = 0.01
@@ -548,6 +556,219 @@ def probe_i(upstream_url: str) -> Row:
         return measure(row, pid, proxy_url, run)
 
 
+# --- issue 41: what one tenant could do to another, and the operator's traps ---------------------------------------
+# These read an answer, not a cost: each runs the proxy in this process, in front of the fake upstream in this
+# process too (so a probe can script the upstream's replies and see what reached it).
+
+
+@contextmanager
+def in_process(**overrides: Any) -> Iterator[tuple[UpstreamApp, str]]:
+    """The fake upstream and a proxy in front of it (`overrides`: the config), both on loopback; yields the
+    upstream and the proxy's /v1 URL."""
+    app = UpstreamApp()
+    with serve(app) as upstream_url:
+        upstream = {"base_url": upstream_url + "/v1", **overrides.pop("upstream", {})}
+        settings = load_settings(None, overrides={**overrides, "upstream": upstream})
+        with serve(create_app(settings), **{**uvicorn_options(settings), "log_level": "warning"}) as url:
+            yield app, url + "/v1"
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {key}"}
+
+
+def probe_learning() -> Row:
+    """L: a client's `role` the upstream echoes in its 400 ("Invalid value: 'maximum context length is 300
+    tokens'"), then another client's 19 messages."""
+    row = Row("L: window echoed from a client's role, then another client")
+    echoed = {
+        "error": {
+            "message": "Invalid value: 'maximum context length is 300 tokens'. Supported values are: 'system', "
+            "'assistant', 'user', 'function', 'tool', and 'developer'.",
+            "type": "invalid_request_error",
+            "param": "messages[0].role",
+            "code": "invalid_value",
+        }
+    }
+    other = agent_conversation(9, "l")[:19]
+    with in_process() as (app, proxy_url):
+        app.script.append(Scripted(status=400, body=echoed))
+        attack = {"model": "gpt-4o", "messages": [{"role": "maximum context length is 300 tokens", "content": "hi"}]}
+        first = httpx.post(f"{proxy_url}/chat/completions", json=attack, headers=bearer("sk-a"), timeout=60)
+        second = httpx.post(
+            f"{proxy_url}/chat/completions", json={"model": "gpt-4o", "messages": other}, headers=bearer("sk-b")
+        )
+        learned = httpx.get(proxy_url.removesuffix("/v1") + "/inflight/stats").json()["learned_windows"]
+        sent = len(app.chat_requests()[-1].json()["messages"])
+    row.answer = (
+        f"{first.status_code} to that client, {'retried' if 'x-inflight-retried' in first.headers else 'not retried'}; "
+        "the next client's "
+        f"{second.status_code}, {sent} of {len(other)} messages sent; {len(learned)} windows learned"
+    )
+    return row
+
+
+def probe_context_management() -> Row:
+    """T: an unknown key inside one client's `context_management` (Messages API), then two valid requests."""
+    row = Row("T: unknown key in one client's context_management")
+    unknown = {
+        "type": "error",
+        "error": {
+            "type": "invalid_request_error",
+            "message": "context_management.edits.0.bogus: Extra inputs are not permitted",
+        },
+    }
+    edits = [{"type": "clear_tool_uses_20250919", "trigger": {"type": "input_tokens", "value": 1000}}]
+    body = {"model": "claude-opus-5-5", "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}]}
+    good = orjson.dumps({**body, "context_management": {"edits": edits}})
+    bad = orjson.dumps({**body, "context_management": {"edits": [{**edits[0], "bogus": 1}]}})
+    headers = {"content-type": "application/json", "anthropic-version": "2023-06-01"}
+    with in_process() as (app, proxy_url):
+        app.script.append(Scripted(status=400, body=unknown))
+        refused = httpx.post(f"{proxy_url}/messages", content=bad, headers={**headers, "x-api-key": "sk-a"})
+        for key in ("sk-b", "sk-a"):
+            httpx.post(f"{proxy_url}/messages", content=good, headers={**headers, "x-api-key": key})
+        intact = sum(request.body == good for request in app.messages_requests())
+    row.answer = f"{refused.status_code} to that client; valid context_management forwarded as sent: {intact} of 2"
+    return row
+
+
+def probe_summarizer_key() -> Row:
+    """U: only `compaction.summarize.api_key` held, no `access.keys`: ten compactions with ten made-up keys, at a
+    budget of 2 calls a minute; and the startup check on 0.0.0.0."""
+    row = Row("U: summarizer key held, 10 made-up client keys, budget 2/min")
+    summarize = {**COMPACTING["compaction"]["summarize"], "api_key": "sk-operator"}
+    limits = {"summarizer": {"calls_per_minute": 2, "global_calls_per_minute": 0}}
+    with in_process(models=COMPACTING["models"], compaction={"summarize": summarize}, limits=limits) as (app, url):
+        requests = [(agent_conversation(120, f"u{n}"), bearer(f"sk-made-up-{n}")) for n in range(10)]
+        statuses, _ = post_each(url, requests)
+        calls = len(app.summaries)
+    public = load_settings(None, overrides={"listen": {"host": "0.0.0.0"}, "compaction": {"summarize": summarize}})
+    problem = startup_problem(public) or ""
+    refused = "refused, naming compaction.summarize.api_key" if "summarize.api_key" in problem else "started"
+    row.answer = f"{tally(statuses)}; {calls} summarizer calls; on 0.0.0.0 without access.keys: {refused}"
+    return row
+
+
+def probe_credentials() -> Row:
+    """V: `summarize.base_url` set, no key for it: a Claude client's and an OpenAI client's compacting requests."""
+    row = Row("V: client keys sent to a summarizer elsewhere")
+    summarizer = UpstreamApp()
+    with serve(summarizer) as summarizer_url:
+        models = {**COMPACTING["models"], "claude-opus-5-5": {"context_window": 4000}}
+        summarize = {**COMPACTING["compaction"]["summarize"], "base_url": summarizer_url + "/v1"}
+        with in_process(models=models, compaction={"summarize": summarize}) as (_, url):
+            post_each(url, [(agent_conversation(120, "v"), bearer("sk-openai-client"))])
+            messages = [{"role": "user", "content": "Fix it."}]
+            for turn in range(60):
+                messages += [
+                    {"role": "assistant", "content": f"Step {turn}: reading the log of module {turn}."},
+                    {"role": "user", "content": "\n".join(f"{turn}:{i} log line with some words" for i in range(6))},
+                ]
+            body = {"model": "claude-opus-5-5", "max_tokens": 256, "messages": messages}
+            headers = {"x-api-key": "sk-ant-client", "anthropic-version": "2023-06-01"}
+            httpx.post(f"{url}/messages", json=body, headers=headers, timeout=60)
+    seen = sum(
+        any(b"client" in value for name, value in request.raw_headers if name in (b"authorization", b"x-api-key"))
+        for request in summarizer.requests
+    )
+    row.answer = f"{len(summarizer.summaries)} summaries asked there; {seen} carried a client's key"
+    return row
+
+
+def probe_admin_keys() -> Row:
+    """W: `access.keys` and no `access.admin_keys`: a client's key at the archive, the stats and the metrics."""
+    row = Row("W: a client key at /inflight/* and /metrics, no admin_keys")
+    config = {"access": {"keys": ["sk-tenant"]}, "upstream": {"api_key": "sk-up"}, "archive": {"enabled": True}}
+    with in_process(**config) as (_, url):
+        base = url.removesuffix("/v1")
+        paths = ("/inflight/conversations", "/inflight/stats", "/metrics")
+        statuses = [str(httpx.get(f"{base}{path}", headers=bearer("sk-tenant")).status_code) for path in paths]
+    row.answer = tally(statuses)
+    return row
+
+
+def sized(fraction: float, tag: str) -> list[dict[str, Any]]:
+    """The shortest agent conversation over `fraction` of the 6,000-token budget of `BACKGROUND`'s window."""
+    counter = TokenCounter()
+    turns = 1
+    while counter.count_request(
+        {"model": "gpt-4o", "messages": agent_conversation(turns, tag)}, "o200k_base"
+    ).total <= (fraction * 6000):
+        turns += 1
+    return agent_conversation(turns, tag)
+
+
+def probe_job_slots() -> Row:
+    """X: two background slots; one client starts four summaries that hang, then another client's conversation
+    passes `background_at` and, later, `summarize_at`."""
+    row = Row("X: one client's 4 hanging jobs, 2 slots, another client")
+    released = threading.Event()
+    config = {"models": {"gpt-4o": {"context_window": 8000}}, "compaction": {"summarize": {"max_concurrent_jobs": 2}}}
+    try:
+        with in_process(**config) as (app, url):
+            app.summarizer_holds = {"(a": released}
+            stats = url.removesuffix("/v1") + "/inflight/stats"
+            post_each(url, [(sized(0.62, f"a{n}"), bearer("sk-a")) for n in range(4)])
+            jobs = httpx.get(stats).json()["summary_jobs"]
+            post_each(url, [(sized(0.62, "b"), bearer("sk-b"))])
+            deadline = time.monotonic() + 30
+            while httpx.get(stats).json()["summary_jobs"]["landed"] < 1 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            _, actions = post_each(url, [(sized(0.9, "b"), bearer("sk-b"))])
+            released.set()
+    finally:
+        released.set()
+    row.answer = (
+        f"that client: {jobs['running']} running, {jobs['queued']} queued, {jobs['refused']} refused; "
+        f"the other's crossing turn: {actions[0]}"
+    )
+    return row
+
+
+def probe_dot_segments() -> Row:
+    """Y: paths whose dot segments show only once `%2F`, `\\` or `;` is decoded or taken for a separator."""
+    row = Row("Y: encoded dot segments (8 paths)")
+    paths = [
+        "/v1/models%2F..%2F..%2Fadmin",
+        "/v1/models/..%2F..%2Fadmin",
+        "/v1/models/x%2f%2e%2e%2f%2e%2e%2fadmin",
+        "/v1/models/..;/admin",
+        "/v1/models/..%3B/admin",
+        "/v1/models/..%5C..%5Cadmin",
+        "/v1/models/%252e%252e%252fadmin",
+        "/v1/chat/completions%2F..%2F..%2Fadmin",
+    ]
+    with in_process(upstream={"api_key": "sk-operator"}) as (app, url):
+        statuses = []
+        for path in paths:
+            with connect(url) as sock:
+                sock.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".encode())
+                received = b""
+                while chunk := sock.recv(65536):
+                    received += chunk
+            statuses.append(status_of(received))
+        forwarded = len(app.requests)
+    row.answer = f"{tally(statuses)}; {forwarded} reached the upstream"
+    return row
+
+
+def probe_day_one() -> Row:
+    """Z: README's `inflight serve --config config/inflight.yaml`: where Claude Code's `/v1/messages` goes, and
+    what it is told with `access.keys` and no `upstreams.messages`."""
+    row = Row("Z: Messages API under the example config")
+    example = load_settings(Path(__file__).resolve().parents[1] / "config" / "inflight.yaml")
+    keyed = load_settings(None, overrides={"access": {"keys": ["k"]}, "upstream": {"api_key": "sk"}})
+    with serve(create_app(keyed)) as url:
+        body = {"model": "claude", "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]}
+        answer = httpx.post(f"{url}/v1/messages", json=body, headers={"x-api-key": "k"}, timeout=30)
+    row.answer = (
+        f"messages -> {example.upstream_for('messages').base_url}; with access.keys: {answer.status_code} "
+        f"{answer.json()['error']['message'][-70:]!r}"
+    )
+    return row
+
+
 def arguments() -> argparse.ArgumentParser:
     """The command line (`tests/test_docs.py` checks each command the docs show against it)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -569,6 +790,16 @@ def main() -> None:
             ("D", partial(probe_d, upstream_url)),
             ("F", partial(probe_f, upstream_url)),
             ("I", partial(probe_i, upstream_url)),
+        ]
+        probes += [
+            ("L", probe_learning),
+            ("T", probe_context_management),
+            ("U", probe_summarizer_key),
+            ("V", probe_credentials),
+            ("W", probe_admin_keys),
+            ("X", probe_job_slots),
+            ("Y", probe_dot_segments),
+            ("Z", probe_day_one),
         ]
         for letter, probe in probes:
             if only and letter not in only:

@@ -17,18 +17,21 @@ import os
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
+from starlette.requests import Request
 from starlette.routing import BaseRoute, Router
 from starlette.types import ASGIApp
 
 from inflight.archive import open_archive
 from inflight.config import Settings
+from inflight.errors import UpstreamNotConfigured
 from inflight.formats import Responses, Route, WireFormat, key_headers, registered
 from inflight.formats.compaction_items import ItemKey
 from inflight.http.access import AccessGuard, OriginGuard
 from inflight.http.admin import healthz, metrics_route, stats_route
 from inflight.http.archive_routes import ArchiveRoutes
 from inflight.http.conversation_handler import ConversationHandler
-from inflight.http.endpoint import Endpoint
+from inflight.http.endpoint import Endpoint, Handler
+from inflight.http.exchange import Exchange
 from inflight.http.passthrough import PassThrough
 from inflight.http.routes import JsonRoute, RouteTable, not_found, route_label
 from inflight.http.viewer import Viewer
@@ -91,9 +94,10 @@ def create_app(settings: Settings, *, formats: Sequence[WireFormat] | None = Non
 
     def conversations(route: Route, wire: WireFormat) -> JsonRoute:
         """A wire format's conversation endpoint: requests are counted, compacted when needed, and retried once."""
-        handler = ConversationHandler(
+        handler: Handler = ConversationHandler(
             wire, pipeline, upstream_of(wire), limits=settings.limits, archive=archive, route=route
         )
+        handler = served_by(settings, wire, handler)
         endpoint = Endpoint(handler, route=route.path, on_finish=metrics.exchange_done, wire=wire)
         return JsonRoute(route.path, endpoint, methods=["POST"])
 
@@ -101,13 +105,14 @@ def create_app(settings: Settings, *, formats: Sequence[WireFormat] | None = Non
     by_client_header = [
         (header, upstream_of(wire))
         for wire in served
-        if (header := wire.spec.client_header) is not None and wire.spec.name in settings.upstreams
+        if (header := wire.spec.client_header) is not None and wire.spec.name in settings.format_upstreams
     ]
 
     def forwarded(pattern: str, wire: WireFormat) -> JsonRoute:
         """Every other request of `wire`'s API under `pattern`, forwarded unchanged to its upstream."""
         others = [(header, client) for header, client in by_client_header if client is not upstream_of(wire)]
-        passthrough = PassThrough(upstream_of(wire), limits=settings.limits, by_client_header=others)
+        passthrough: Handler = PassThrough(upstream_of(wire), limits=settings.limits, by_client_header=others)
+        passthrough = served_by(settings, wire, passthrough)
         endpoint = Endpoint(passthrough, route=route_label(pattern), on_finish=metrics.exchange_done, wire=wire)
         return JsonRoute(pattern, endpoint, methods=METHODS)
 
@@ -148,9 +153,7 @@ def guarded(
         app = AccessGuard(app, settings.access, client_keys=client_keys, routes=routes, on_refused=metrics.refused)
     # We hold a key for anyone who can reach us, so only pages from our own address may call, never another
     # origin's.
-    return (
-        OriginGuard(app, settings, routes=routes) if settings.holds_upstream_key and not settings.access.keys else app
-    )
+    return OriginGuard(app, settings, routes=routes) if settings.holds_key and not settings.access.keys else app
 
 
 def upstream_clients(
@@ -171,9 +174,22 @@ def upstream_clients(
             max_header_bytes=header_bound,
         )
         for wire in served
-        if wire.spec.name in settings.upstreams or wire.spec.credentials[0] != b"authorization"
+        if wire.spec.name in settings.format_upstreams or wire.spec.credentials[0] != b"authorization"
     }
     return upstream, by_format
+
+
+def served_by(settings: Settings, wire: WireFormat, handler: Handler) -> Handler:
+    """`handler`, or, if the config gives `wire` no upstream, one that answers every request with a 502 saying
+    what to set and forwards nothing."""
+    unserved = settings.unserved(wire.spec.name)
+    if unserved is None:
+        return handler
+
+    async def refuse(request: Request, exchange: Exchange) -> ASGIApp:
+        raise UpstreamNotConfigured(unserved)
+
+    return refuse
 
 
 def forwarded_patterns(served: Sequence[WireFormat]) -> list[tuple[str, WireFormat]]:

@@ -59,6 +59,14 @@ class MethodNotAllowed(ProxyError):
     code = "method_not_allowed"
 
 
+class UpstreamNotConfigured(ProxyError):
+    """The config gives a wire format no upstream that could serve it; the message says what to set."""
+
+    status_code = 502
+    error_type = "upstream_error"
+    code = "upstream_not_configured"
+
+
 class UpstreamUnreachable(ProxyError):
     status_code = 502
     error_type = "upstream_error"

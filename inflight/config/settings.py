@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import fnmatch
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import PurePath
@@ -23,6 +24,10 @@ from inflight.config.section import Section
 
 class ConfigError(ValueError):
     """A configuration problem, worded for the person who edits the YAML."""
+
+
+OPENAI_HOST = "api.openai.com"
+ANTHROPIC_API = "https://api.anthropic.com/v1"  # where Messages requests go when the default upstream is OpenAI's
 
 
 class Listen(Section):
@@ -126,7 +131,9 @@ class Access(Section):
     """Who may use the proxy: client keys for `/v1`, admin keys for `/inflight/*` (`/healthz` stays open)."""
 
     keys: tuple[str, ...] = ()
-    admin_keys: tuple[str, ...] | None = None  # None: the same as `keys`
+    # Keys for `/inflight/*` and `/metrics`, never the client keys: a tenant's key must not read every tenant's
+    # archive. None: with `keys`, those paths are closed to all; without, open (the archive to localhost only).
+    admin_keys: tuple[str, ...] | None = None
     allow_anonymous: bool = False  # inject `upstream.api_key` for anyone who can reach a public address
     # Browser origins allowed to call the proxy while it holds a key and has no `keys` (else 403).
     cors_origins: tuple[str, ...] = ()
@@ -141,7 +148,7 @@ class Access(Section):
 
     @property
     def admin(self) -> tuple[str, ...]:
-        return self.keys if self.admin_keys is None else self.admin_keys
+        return self.admin_keys or ()
 
 
 DATA_DIR = "data_dir"  # the validation context's key for the directory relative paths resolve under
@@ -301,6 +308,9 @@ class Settings(Section):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     # Each `models.<glob>.compaction` merged over the global block once, here, not on every request.
     _compactions: dict[str, Compaction] = PrivateAttr(default_factory=dict)
+    # Each wire format's own upstream: `upstreams`, plus Anthropic's API for the Messages API when the default
+    # upstream is OpenAI's (which has none), set once, here.
+    _format_upstreams: dict[str, Upstream] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="after")
     def _keys_need_an_upstream_key(self) -> Settings:
@@ -317,20 +327,72 @@ class Settings(Section):
                 )
         return self
 
+    @model_validator(mode="after")
+    def _messages_go_to_anthropic(self) -> Settings:
+        """With no `upstreams.messages` and the default upstream OpenAI's, which has no Messages API, `/v1/messages`
+        goes to Anthropic's, with the client's own key; with `access.keys` the proxy has no Anthropic key to send,
+        so it goes nowhere (`unserved` says why)."""
+        for name, own in self.upstreams.items():
+            self._format_upstreams[name] = own
+        if "messages" in self.upstreams or urlsplit(self.upstream.base_url).hostname != OPENAI_HOST or self.access.keys:
+            return self
+        self._format_upstreams["messages"] = self.upstream.model_copy(
+            update={"base_url": ANTHROPIC_API, "api_key": "", "auth": None, "basic_auth": ""}
+        )
+        return self
+
+    @property
+    def format_upstreams(self) -> dict[str, Upstream]:
+        """The wire formats that have an upstream of their own (`upstreams`, or Anthropic's API for Messages)."""
+        return self._format_upstreams
+
+    def unserved(self, wire: str) -> str | None:
+        """Why the proxy cannot forward a wire format's requests anywhere (None: it can)."""
+        openai = urlsplit(self.upstream.base_url).hostname == OPENAI_HOST
+        if wire != "messages" or wire in self._format_upstreams or not openai:
+            return None
+        return (
+            f"the Messages API has no upstream: upstream.base_url is OpenAI's ({self.upstream.base_url}), which has "
+            f"none, and access.keys is set, so clients' keys are not Anthropic's; set upstreams.messages.base_url "
+            f"({ANTHROPIC_API}) and upstreams.messages.api_key"
+        )
+
     def upstream_for(self, wire: str) -> Upstream:
-        """The upstream of a wire format (`upstreams.<name>`, else `upstream`)."""
-        found: Upstream | None = self.upstreams.get(wire)  # type: ignore[call-overload]
-        return found if found is not None else self.upstream
+        """The upstream of a wire format (`format_upstreams`, else `upstream`)."""
+        return self._format_upstreams.get(wire, self.upstream)
 
     def manages_context(self, wire: str) -> bool:
         """Inflight always does what a request of `wire` asks of the upstream's context management."""
         section = self.messages if wire == "messages" else self.responses
         return section.context_management == "inflight"
 
+    @functools.cached_property
+    def held_keys(self) -> tuple[str, ...]:
+        """The keys the proxy holds and sends on its own, by where the config sets them: an upstream's `api_key`
+        or `user:password`, and a summarizer's (`compaction.summarize`, `models.<glob>.compaction.summarize`).
+        Anyone who reaches the proxy spends them."""
+        held: list[str] = []
+        for name, upstream in (
+            ("upstream", self.upstream),
+            *((f"upstreams.{k}", u) for k, u in self.upstreams.items()),
+        ):
+            held += [f"{name}.api_key"] if upstream.api_key else []
+            held += [f"{name}.base_url's user:password"] if upstream.basic_auth else []
+        summarizers = (
+            ("compaction", self.compaction),
+            *((f"models.{k}.compaction", c) for k, c in self._compactions.items()),
+        )
+        for name, compaction in summarizers:
+            summarize = compaction.summarize
+            held += [f"{name}.summarize.api_key"] if summarize.api_key else []
+            if summarize.base_url is not None and "@" in urlsplit(summarize.base_url).netloc:
+                held.append(f"{name}.summarize.base_url's user:password")
+        return tuple(held)
+
     @property
-    def holds_upstream_key(self) -> bool:
-        """Whether the proxy sends a key of its own to any upstream (then anyone who reaches it spends it)."""
-        return any(u.api_key for u in (self.upstream, *self.upstreams.values()))
+    def holds_key(self) -> bool:
+        """Whether the proxy sends a key of its own anywhere (then anyone who reaches it spends it)."""
+        return bool(self.held_keys)
 
     @model_validator(mode="after")
     def _model_overrides_valid(self) -> Settings:

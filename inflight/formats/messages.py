@@ -227,7 +227,7 @@ class Messages:
     def rejects_server_compaction(self, status: int, body: bytes) -> bool:
         """Whether the upstream does not know `context_management` or the beta it needs (a gateway's "Extra
         inputs are not permitted", vLLM's "Unrecognized request argument")."""
-        return refuses_field(status, body, (b"context_management", b"context-management"))
+        return refuses_field(status, body, "context_management", beta="context-management-")
 
     def summary_request(
         self, messages: list[Message], *, model: str, max_tokens: int, tools: object = None

@@ -247,7 +247,7 @@ class Responses(OpenAIShape):
         return {**without, "context_management": others} if others else without
 
     def rejects_server_compaction(self, status: int, body: bytes) -> bool:
-        return refuses_field(status, body, (b"context_management",))
+        return refuses_field(status, body, "context_management")
 
     def summary_request(
         self, messages: list[Message], *, model: str, max_tokens: int, tools: object = None

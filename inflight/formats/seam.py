@@ -87,7 +87,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from inflight.policy.refusals import Refusal
+from inflight.policy.refusals import Refusal, messages_of, parse
 
 Message = dict[str, Any]
 
@@ -294,8 +294,26 @@ def openai_error(message: str, *, error_type: str, param: str | None = None, cod
     return orjson.dumps({"error": {"message": message, "type": error_type, "param": param, "code": code}})
 
 
-UNKNOWN_FIELD = re.compile(
-    rb"unrecognized|unknown|extra (inputs|fields)|not permitted|unsupported|not supported|unexpected"
+# How servers say a request's top-level field is unknown, each the whole of an error message; `field` must then be
+# the field itself, not a key inside it ("context_management.edits.0.x: Extra inputs are not permitted" is the
+# client's mistake, not the upstream lacking the feature).
+UNKNOWN_FIELD_WORDINGS = tuple(
+    re.compile(pattern, re.IGNORECASE)
+    for pattern in (
+        # vLLM: "Unrecognized request argument supplied: context_management" (several: comma-separated)
+        r"\s*Unrecognized request arguments? supplied: (?P<fields>[\w\-]+(?:, ?[\w\-]+)*)\.?\s*",
+        # OpenAI: "Unknown parameter: 'context_management'."
+        r"\s*Unknown parameter: '(?P<fields>[\w\-]+)'\.?\s*",
+        # Anthropic, pydantic gateways: "context_management: Extra inputs are not permitted"
+        r"\s*(?:body\.)?(?P<fields>[\w\-]+): Extra (?:inputs|fields) (?:are )?not permitted\.?\s*",
+        r"\s*(?:Unknown|Unexpected|Unsupported|Unrecognized) (?:field|parameter|argument|key|property): "
+        r"[`'\"]?(?P<fields>[\w\-]+)[`'\"]?\.?\s*",
+    )
+)
+# Anthropic, for a beta it does not know: "Unexpected value(s) `context-management-2025-06-27` for the
+# `anthropic-beta` header. ..."
+UNKNOWN_BETA = re.compile(
+    r"\s*Unexpected value\(s\) `(?P<fields>[\w\-]+)` for the `anthropic-beta` header\..*", re.DOTALL
 )
 MAX_ERROR_SCAN = 64 * 1024
 
@@ -312,14 +330,42 @@ def usage_count(document: object, key: str, *, envelope: str | None = None) -> i
     return tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None
 
 
-def refuses_field(status: int, body: bytes, names: tuple[bytes, ...]) -> bool:
-    """Whether an error says the upstream does not know a field (or beta) named in `names`.
+def refuses_field(status: int, body: bytes, field: str, *, beta: str | None = None) -> bool:
+    """Whether an error says the upstream does not know the request's top-level `field`, or the `beta` (a prefix of
+    the beta's name, which ends in its date) that enables it.
 
     Examples: vLLM's "Unrecognized request argument supplied: context_management", or a pydantic gateway's
-    (422) "context_management: Extra inputs are not permitted". A refused value of the field does not count."""
-    text = body[:MAX_ERROR_SCAN].lower()
-    named = any(name in text for name in names)
-    return status in (400, 422) and named and UNKNOWN_FIELD.search(text) is not None
+    (422) "context_management: Extra inputs are not permitted", each the whole message. A refused value of the
+    field, or an unknown key inside it, does not count: that is the client's mistake."""
+    if status not in (400, 422) or len(body) > MAX_ERROR_SCAN:
+        return False
+    document = parse(body, None)
+    for message in messages_of(document):
+        for wording in UNKNOWN_FIELD_WORDINGS:
+            found = wording.fullmatch(message)
+            if found and field in re.split(r", ?", found["fields"]):
+                return True
+        unknown_beta = UNKNOWN_BETA.fullmatch(message)
+        if (
+            beta is not None
+            and unknown_beta
+            and re.fullmatch(rf"{re.escape(beta)}\d{{4}}-\d{{2}}-\d{{2}}", unknown_beta["fields"])
+        ):
+            return True
+    return any(_extra_field(entry, field) for entry in _details(document))
+
+
+def _details(document: Any) -> list[Any]:
+    """A pydantic validation error's entries (FastAPI's 422 `{"detail": [...]}`), else none."""
+    details = document.get("detail") if isinstance(document, dict) else None
+    return details if isinstance(details, list) else []
+
+
+def _extra_field(entry: Any, field: str) -> bool:
+    """Whether a pydantic error entry says the body's own `field` is not allowed."""
+    if not isinstance(entry, dict) or entry.get("type") != "extra_forbidden":
+        return False
+    return entry.get("loc") in (["body", field], [field])
 
 
 def text_of_parts(parts: object) -> str:

@@ -79,6 +79,12 @@ class AccessGuard:
         if scope["type"] == "http" and not is_open(scope["path"]):
             admin = scope["path"].startswith("/inflight/") or scope["path"] == "/metrics"
             keys = self.access.admin if admin else self.access.keys
+            if admin and not keys and self.access.keys:  # client keys are tenants' keys: none opens these paths
+                message = "this proxy has no admin keys: set access.admin_keys to reach its archive, stats and metrics"
+                await render(Forbidden(message), wire=DEFAULT_SHAPE)(scope, receive, send)
+                if self.on_refused is not None:
+                    self.on_refused(self.routes.label(scope["path"]))
+                return
             if keys and not accepted(presented_key(scope, self.client_keys), keys):
                 kind = "an admin key" if admin else "one of the proxy's keys"
                 others = "".join(
@@ -157,17 +163,19 @@ def startup_problem(settings: Settings) -> str | None:
     access, host = settings.access, settings.listen.host
     if access.allow_anonymous or is_loopback(host):
         return None
-    if settings.holds_upstream_key and not access.keys:
+    held = settings.held_keys
+    if held and not access.keys:
+        named = " and ".join(held)
         return (
-            f"upstream.api_key is set and the proxy would listen on {host}, so anyone who can reach "
-            "it would spend that key. Set access.keys (the keys clients must send), or listen on 127.0.0.1, or set "
-            "access.allow_anonymous: true if that is really what you want."
+            f"{named} {'is' if len(held) == 1 else 'are'} set and the proxy would listen on {host}, so anyone who "
+            "can reach it would spend that key. Set access.keys (the keys clients must send), or listen on "
+            "127.0.0.1, or set access.allow_anonymous: true if that is really what you want."
         )
     if settings.archive.enabled and not access.admin:
         return (
-            f"archive.enabled keeps what clients send, and with no access.admin_keys (nor access.keys) anyone who "
-            f"can reach {host} could read it at /inflight/conversations. Set access.admin_keys, or listen on "
-            "127.0.0.1, or set access.allow_anonymous: true if that is really what you want."
+            f"archive.enabled keeps what clients send, and with no access.admin_keys anyone who can reach {host} "
+            "could read it at /inflight/conversations (or, with access.keys, no one could). Set access.admin_keys, "
+            "or listen on 127.0.0.1, or set access.allow_anonymous: true if that is really what you want."
         )
     return None
 

@@ -400,7 +400,9 @@ def startup_line(settings: Settings, *, workers: int) -> str:
     listen = settings.listen
     host = f"[{listen.host}]" if ":" in listen.host else listen.host
     upstream = redacted_url(settings.upstream.base_url)
-    upstreams = "".join(f", {name} -> {redacted_url(own.base_url)}" for name, own in settings.upstreams.items())
+    upstreams = "".join(f", {name} -> {redacted_url(own.base_url)}" for name, own in settings.format_upstreams.items())
+    if settings.unserved("messages") is not None:
+        upstreams += ", messages -> none (set upstreams.messages)"
     compaction = settings.compaction.mode if settings.compaction.enabled else "off"  # `models:` may override it
     return (
         f"inflight {__version__} listening on http://{host}:{listen.port}/v1 -> {upstream}"
@@ -432,13 +434,13 @@ def access_summary(settings: Settings) -> str:
     access = settings.access
     if access.keys:
         clients = "keys required"
-    elif settings.holds_upstream_key:
-        clients = "no keys (upstream.api_key is spent for any client)"
+    elif settings.held_keys:
+        clients = f"no keys ({', '.join(settings.held_keys)} spent for any client)"
     else:
         clients = "no keys (each client's own key goes upstream)"
     if not access.admin:
-        return f"{clients}, no admin keys"
-    return f"{clients}, admin keys required" + (" (the same)" if access.admin_keys is None else "")
+        return f"{clients}, " + ("no admin keys (/inflight/* and /metrics closed)" if access.keys else "no admin keys")
+    return f"{clients}, admin keys required"
 
 
 def uvicorn_options(settings: Settings) -> dict[str, Any]:

@@ -32,10 +32,10 @@ from inflight.pipeline.outgoing import MeasuredOnce, Prepared, as_sent, rewritte
 from inflight.pipeline.parts import CompactionParts, SummarizerFactory, summarizer_window
 from inflight.policy.bracket import WindowBrackets
 from inflight.policy.calibration import Calibration, Ratios
-from inflight.policy.refusals import Refusal
+from inflight.policy.refusals import Refusal, agrees
 from inflight.policy.reserve import OutputSizes
 from inflight.policy.retry import RetryAim, retry_limit
-from inflight.policy.tenants import BUDGET_ACTION, SummaryBudget, bounded_key, tenant_of
+from inflight.policy.tenants import BUDGET_ACTION, SummaryBudget, bounded_key, tenant_model_key, tenant_of
 from inflight.policy.windows import ContextRegistry, FetchModels, budget_for, reserve_for
 from inflight.records import open_record_store
 from inflight.tokens import EncodingChoice, TokenCounter, choose_encoding
@@ -120,8 +120,9 @@ class Pipeline:
         self._models: LRUCache[str, ModelSettings] = LRUCache(maxsize=4096)
         self._last_model: tuple[str, ModelSettings] | None = None  # the model asked last, and its config
         self._last_prices: tuple[str, str, Prices] | None = None  # the format and model asked last, and their prices
-        self._servers_lacking: LRUCache[str, bool] = LRUCache(maxsize=4096)  # models without server compaction
-        # Models whose upstream refused a prompt for leaving the reply less than its `max_tokens`.
+        # Per client and model: the upstream refused the request's own context management field.
+        self._servers_lacking: LRUCache[str, bool] = LRUCache(maxsize=4096)
+        # Per client and model: the upstream refused a prompt for leaving the reply less than its `max_tokens`.
         self._output_counted: LRUCache[str, bool] = LRUCache(maxsize=4096)
         # Each conversation's request sent last, to tell what the next one's prompt cache serves.
         self._prefixes = PrefixTracker(settings.compaction.cache.max_bytes // PREFIX_SHARE)
@@ -187,16 +188,16 @@ class Pipeline:
         """The window of the model that summarizes `model`'s conversations (see `parts.summarizer_window`)."""
         return await summarizer_window(self._summarizers, self._registry, settings, model, ask=ask)
 
-    def _scheduled_by_cost(self, counted: Counted, settings: Compaction) -> bool:
+    def _scheduled_by_cost(self, counted: Counted, settings: Compaction, *, tenant: str) -> bool:
         """Whether this request's compactions are scheduled by cost (`compaction.schedule: cost`).
 
         Not when the client named its own compaction point: inflight then summarizes there."""
-        return settings.schedule == "cost" and self._client_compact_at(counted) is None
+        return settings.schedule == "cost" and self._client_compact_at(counted, tenant=tenant) is None
 
-    def _client_compact_at(self, counted: Counted) -> int | None:
+    def _client_compact_at(self, counted: Counted, *, tenant: str) -> int | None:
         """The compaction point the client named (`context_management`'s `compact_threshold`), if inflight does
         the client's context management instead of the upstream; else None."""
-        return counted.request.compact_at if self.takes_over_server_compaction(counted) else None
+        return counted.request.compact_at if self.takes_over_server_compaction(counted, tenant=tenant) else None
 
     def _prices(self, counted: Counted) -> Prices:
         """What the upstream bills for this request's prompt tokens (`pricing:`, by its format and model); the
@@ -267,11 +268,11 @@ class Pipeline:
     def account(self, counted: Counted, *, tenant: str = "") -> Accounting:
         """The request's window, budget and calibration (the client `tenant`'s own), from what is known so far."""
         model = counted.model
-        limits = self._registry.resolve(model)
+        limits = self._registry.resolve(model, tenant=tenant)
         settings = self.model_settings(model).compaction
         budget = self._prompt_budget(counted, limits.context_window, tenant=tenant)
         ratios = Ratios() if counted.encoding.exact else self._calibration.ratios(model, tenant=tenant)
-        compact_at = self._client_compact_at(counted)
+        compact_at = self._client_compact_at(counted, tenant=tenant)
         if compact_at is not None:  # inflight summarizes where the client wants its context compacted
             budget = min(budget, int(compact_at / settings.summarize_at))
         return Accounting(
@@ -297,7 +298,8 @@ class Pipeline:
         the model have needed (`OutputSizes`), at most the configured reserve."""
         reserve_tokens = self.model_settings(counted.model).compaction.reserve_tokens
         asked = counted.request.output_limit
-        binding = counted.request.output_limit_binding or self._model_key(counted.model) in self._output_counted
+        counted_output = self._tenant_key(counted.model, tenant) in self._output_counted
+        binding = counted.request.output_limit_binding or counted_output
         if asked is None or not binding:  # we choose the reply's room: the configured reserve, or what was needed
             reserve = reserve_for(None, reserve_tokens=reserve_tokens, context_window=context_window)
             needed = self._outputs.reserve(counted.model, tenant=tenant)
@@ -331,24 +333,26 @@ class Pipeline:
         self._calibration.record(accounting.model, estimate=estimate, actual=tokens, fixed=fixed, tenant=tenant)
         return accounting.counted_as(tokens)
 
-    def _spender_of(self, options: Options) -> str:
+    def _spender_of(self, options: Options, settings: Compaction) -> str:
         """Whose summarizer budget a request spends: its key, or its address.
 
-        The key counts only if the proxy checks it (`access.keys`) or it pays upstream (the proxy holds no key).
-        Otherwise a client could invent a new key for each request, so its address is used instead."""
+        The key counts only if the proxy checks it (`access.keys`) or it pays for the summaries (the proxy holds no
+        key, and the summarizer is the upstream, which gets the client's key). Otherwise a client could invent a new
+        key for each request, so its address is used instead."""
         tenant = options.tenant
-        if tenant and (self.settings.access.keys or not self.settings.holds_upstream_key):
+        pays = not self.settings.holds_key and settings.summarize.base_url is None
+        if tenant and (self.settings.access.keys or pays):
             return f"key:{tenant}"
         return f"address:{options.client}"
 
-    def takes_over_server_compaction(self, counted: Counted) -> bool:
+    def takes_over_server_compaction(self, counted: Counted, *, tenant: str) -> bool:
         """Whether the request asks the upstream to compact or edit its context and inflight does it instead.
 
         It does when the config says so (`responses.context_management` or `messages.context_management` set to
-        `inflight`), or when this model's upstream has refused the field."""
+        `inflight`), or when this model's upstream has refused the field to this client `tenant`."""
         if not counted.request.server_managed:
             return False
-        lacking = self._model_key(counted.model) in self._servers_lacking
+        lacking = self._tenant_key(counted.model, tenant) in self._servers_lacking
         return self.settings.manages_context(counted.wire.spec.name) or lacking
 
     async def _take_over(
@@ -375,9 +379,10 @@ class Pipeline:
         recounted = await call_sized(lambda: self.count(raw, taken.payload, wire, tenant=tenant), counted.count.total)
         return (recounted or replace(counted, payload=taken.payload)), taken.report
 
-    def learn_no_server_compaction(self, model: str) -> None:
-        """Note that `model`'s upstream refused server-side compaction, so inflight does it from now on."""
-        self._servers_lacking[self._model_key(model)] = True
+    def learn_no_server_compaction(self, model: str, *, tenant: str) -> None:
+        """Note that `model`'s upstream refused server-side compaction to the client `tenant`, so inflight does that
+        client's from now on."""
+        self._servers_lacking[self._tenant_key(model, tenant)] = True
 
     def keepalive_after(self, model: str) -> float | None:
         """`model`'s `summarize.keepalive_after_s`: how long a streaming request may wait without sending anything."""
@@ -415,7 +420,9 @@ class Pipeline:
         A `retry` aim replaces the accounted budget.
         """
         # In shadow mode the request's own context management field goes upstream as the client sent it.
-        taken_over = self.takes_over_server_compaction(counted) and not self._shadows(counted, options)
+        taken_over = self.takes_over_server_compaction(counted, tenant=options.tenant) and not self._shadows(
+            counted, options
+        )
         report = None
         if taken_over:  # the upstream must not see a field it cannot serve: compaction writes the body without it
             counted, report = await self._take_over(counted, accounting, tenant=options.tenant)
@@ -533,7 +540,7 @@ class Pipeline:
         # Shadow mode makes no request to the summarizer's endpoint on a client's turn, not even for its window.
         summary_window = await self.summarizer_window(settings, accounting.model, ask=due and not shadow)
         # A client over its summarizer budget (or the proxy over its own) is not summarized: the ledger is used.
-        spent = self._budget is not None and due and not self._budget.allows(self._spender_of(options))
+        spent = self._budget is not None and due and not self._budget.allows(self._spender_of(options, settings))
         parts = CompactionParts(
             settings=settings,
             accounting=accounting,
@@ -543,8 +550,8 @@ class Pipeline:
             summarizer_input_tokens=int(summary_window / accounting.ratio),
             wire=counted.wire,
             budget=self._budget,
-            spender=self._spender_of(options),
-            prices=self._prices(counted) if self._scheduled_by_cost(counted, settings) else None,
+            spender=self._spender_of(options, settings),
+            prices=self._prices(counted) if self._scheduled_by_cost(counted, settings, tenant=options.tenant) else None,
         )
         # No background job for a retry (the original turn started any needed) or for a request below every threshold.
         wanted = background and due and not retry
@@ -564,18 +571,27 @@ class Pipeline:
             outcome.actions.append(BUDGET_ACTION)
         return outcome
 
+    def believes(
+        self, counted: Counted, accounting: Accounting, refusal: Refusal, prepared: Prepared, *, tenant: str = ""
+    ) -> bool:
+        """Whether a refusal's numbers agree with the request it refused and with what this client `tenant` had
+        answered (`inflight.policy.refusals.agrees`), so that it may be learned from and retried."""
+        sent = accounting.calibrated(prepared.sent_tokens)
+        answered = self._brackets.largest_answered(accounting.model, tenant=tenant)
+        return agrees(refusal, sent=sent, output_limit=counted.request.output_limit, answered=answered)
+
     def learn(
         self, counted: Counted, accounting: Accounting, refusal: Refusal, prepared: Prepared, *, tenant: str = ""
     ) -> RetryAim:
         """Learn from a context-too-long refusal and return the (calibrated) budget to compact the retry to.
 
-        A token count in the refusal calibrates the client `tenant`'s ratio."""
+        What it teaches (the window, that the reply's room counts, a calibration) is the client `tenant`'s alone."""
         learned_budget = None
         sent = accounting.calibrated(prepared.sent_tokens)
         if refusal.counts_output:  # this upstream counts the whole output limit: reserve all of it from now on
-            self._output_counted[self._model_key(accounting.model)] = True
+            self._output_counted[self._tenant_key(accounting.model, tenant)] = True
         if refusal.context_window:
-            self._registry.learn(accounting.model, refusal.context_window)
+            self._registry.learn(accounting.model, refusal.context_window, tenant=tenant)
             learned_budget = self._prompt_budget(counted, refusal.context_window, tenant=tenant)
         elif not refusal.prompt_tokens and sent:  # no numbers: the window lies between what was answered and this
             self._brackets.refused(accounting.model, sent, tenant=tenant)
@@ -594,6 +610,9 @@ class Pipeline:
 
     def _model_key(self, model: str) -> str:
         return bounded_key(model, self._max_key_chars)
+
+    def _tenant_key(self, model: str, tenant: str) -> str:
+        return tenant_model_key(model, tenant, self._max_key_chars)
 
 
 def build_pipeline(

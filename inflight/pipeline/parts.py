@@ -131,6 +131,7 @@ class CompactionParts:
             in_place_model=self.accounting.model if own_model else None,
             tools=tools,
             spacing=self.spacing(summaries_ahead=True),
+            tenant=self.spender,
         )
 
 

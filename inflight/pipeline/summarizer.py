@@ -110,9 +110,10 @@ class Summarizers:
     At the upstream (the one for the request's format, `upstreams.<format>`), the key is
     `compaction.summarize.api_key`, else that upstream's own key (or its URL's `user:password`), sent
     the way that upstream expects. At a separate `summarize.base_url`, it is that URL's
-    `user:password`, else `summarize.api_key`. With none of these, the client's `Authorization` or
-    `x-api-key` is used (the summary is spent on the client's behalf), unless the proxy checks keys of
-    its own (`access.keys`): the client's key is then one of the proxy's and is never passed on.
+    `user:password`, else `summarize.api_key`, else nothing: a client's key goes only to the upstream its
+    request was for. At the upstream with none of these, the client's `Authorization` or `x-api-key` is
+    used (the summary is spent on the client's behalf), unless the proxy checks keys of its own
+    (`access.keys`): the client's key is then one of the proxy's and is never passed on.
     """
 
     def __init__(
@@ -188,21 +189,33 @@ class Summarizers:
         shape = wire if wire is not None and summarize.base_url is None else CHAT_COMPLETIONS
         summarizer = Summarizer(client, timeout_s=summarize.timeout_s, wire=shape, observer=self.observer)
         models = [summarize.model or model, *summarize.fallback_models]
-        own: RawHeaders
-        if summarize.base_url is not None:
-            authorization = own_authorization(options, client)
-            own = [(b"authorization", authorization.encode("latin-1"))] if authorization else []
-        elif summarize.api_key:
-            own = key_headers(summarize.api_key, "", client.key_header)
-        else:
-            own = client.own_credentials()
-        # With access.keys the client's key is one of the proxy's own, so it is never passed on.
-        credentials = own or ([] if self.settings.access.keys else list(client_credentials))
+        credentials = self._credentials(options, client, client_credentials, wire=wire)
 
         async def run(job: SummaryJob) -> str:
             return await summarizer(job, models=models, credentials=credentials)
 
         return run
+
+    def _credentials(
+        self, options: Compaction, client: UpstreamClient, client_credentials: RawHeaders, *, wire: WireFormat | None
+    ) -> RawHeaders:
+        """What the summarizer is sent as its key (see the class's docstring)."""
+        summarize = options.summarize
+        if summarize.base_url is not None:  # another host: a client's key is not its to see
+            authorization = own_authorization(options, client)
+            return [(b"authorization", authorization.encode("latin-1"))] if authorization else []
+        # Anthropic's API for the Messages API, which the config did not name (`Settings.format_upstreams`), is not
+        # where `summarize.api_key` was meant to go.
+        settings = self.settings
+        implied = (
+            wire is not None
+            and wire.spec.name not in settings.upstreams
+            and wire.spec.name in settings.format_upstreams
+        )
+        if summarize.api_key and not implied:
+            return key_headers(summarize.api_key, "", client.key_header)
+        # With access.keys the client's key is one of the proxy's own, so it is never passed on.
+        return client.own_credentials() or ([] if self.settings.access.keys else list(client_credentials))
 
 
 def own_authorization(options: Compaction, client: UpstreamClient) -> str | None:

@@ -202,8 +202,8 @@ class Turn(Steps):
             if not hold:
                 break
             if answer.refusal is None and self._refuses_server_compaction(answer):
-                # Happens once per model: from now on inflight does this model's context management itself.
-                pipeline.learn_no_server_compaction(counted.model)
+                # Happens once per client and model: from now on inflight does that context management itself.
+                pipeline.learn_no_server_compaction(counted.model, tenant=options.tenant)
                 self._fields["context_management"] = "refused"
                 if pipeline.discovers(counted.model):
                     yield Discover()
@@ -211,7 +211,11 @@ class Turn(Steps):
                 self._fields.update(self.accounting.log_fields())
                 prepared = yield from self._prepare()
                 continue
-            if answer.refusal is not None:
+            if answer.refusal is not None and not pipeline.believes(
+                counted, self.accounting, answer.refusal, prepared, tenant=options.tenant
+            ):  # its numbers do not fit what was sent: not learned from, and relayed as the upstream wrote it
+                self._fields["refusal"] = "disbelieved"
+            elif answer.refusal is not None:
                 prepared = yield from self._retry(answer.refusal, prepared)
                 yield self._send(prepared, hold=False)
             break
@@ -260,6 +264,7 @@ class Turn(Steps):
     def _refuses_server_compaction(self, answer: Answered) -> bool:
         """Whether the upstream refused the request's `context_management` compaction (which inflight left to it)."""
         counted = self.counted
-        if not counted.request.server_managed or self.pipeline.takes_over_server_compaction(counted):
+        tenant = self.options.tenant
+        if not counted.request.server_managed or self.pipeline.takes_over_server_compaction(counted, tenant=tenant):
             return False
         return counted.wire.rejects_server_compaction(answer.status, answer.held)

@@ -70,6 +70,11 @@ class WindowBrackets:
             bracket.accepted = 0
         self._brackets[key] = bracket
 
+    def largest_answered(self, model: str, *, tenant: str = "") -> int:
+        """The largest prompt `model` answered for this client (0: none known)."""
+        bracket = self._brackets.get(tenant_model_key(model, tenant, self._max_key_chars))
+        return bracket.accepted if bracket is not None else 0
+
     def ceiling(self, model: str, *, tenant: str = "") -> int | None:
         """The largest prompt to send `model` for this client; None when no refusal without numbers is in force."""
         bracket = self._brackets.get(tenant_model_key(model, tenant, self._max_key_chars))

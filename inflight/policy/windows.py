@@ -1,9 +1,9 @@
 """Find how big a model's context window is: configured, learned, discovered, built in, or assumed.
 
 The first source that answers wins: (1) the YAML `models:` entry, (2) a window learned from the
-upstream's own context-length refusal, (3) the upstream's `GET /v1/models` (vLLM/SGLang
-`max_model_len`, llama.cpp `meta.n_ctx`, OpenRouter `context_length`), (4) the built-in table
-below, (5) `default_context_window`.
+upstream's own context-length refusal to this client (its tenant), (3) the upstream's `GET /v1/models`
+(vLLM/SGLang `max_model_len`, llama.cpp `meta.n_ctx`, OpenRouter `context_length`), (4) the built-in
+table below, (5) `default_context_window`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import orjson
 from cachetools import LRUCache
 
 from inflight.config import Settings
-from inflight.policy.tenants import bounded_key
+from inflight.policy.tenants import bounded_key, tenant_model_key
 
 log = logging.getLogger("inflight")
 
@@ -96,7 +96,7 @@ BUILTIN: tuple[tuple[str, int, int | None], ...] = (
 )
 
 DISCOVERY_RETRY_S = 60.0
-MAX_MODELS = 4096  # how many models' learned windows and resolved limits are kept (least recently used dropped)
+MAX_MODELS = 4096  # how many (client, model) learned windows and models' limits are kept (least recently used dropped)
 DISCOVERY_TIMEOUT_S = 5.0
 
 # Fetches the upstream's /v1/models body (with the client's credentials); raises on failure.
@@ -155,34 +155,37 @@ class ContextRegistry:
         # Resolving walks the config's globs and the table, so results are cached per model and cleared on any change.
         self._resolved: LRUCache[str, ModelLimits] = LRUCache(maxsize=MAX_MODELS)
 
-    def learn(self, model: str, context_window: int) -> None:
-        """Record the window an upstream told us in a refusal; it overrides discovery and the table."""
-        key = bounded_key(model, self.max_key_chars)
+    def learn(self, model: str, context_window: int, *, tenant: str = "") -> None:
+        """Record the window an upstream told the client `tenant` in a refusal; it overrides discovery and the table
+        for that client's requests only, so no client can shrink another's window."""
+        key = tenant_model_key(model, tenant, self.max_key_chars)
         if self._learned.get(key) != context_window:
             log.info("[context] learned window for %s: %d tokens", key, context_window)
-            self._resolved.clear()
         self._learned[key] = context_window
 
     def learned(self) -> dict[str, int]:
+        """The windows learned, by `tenant:model`."""
         return dict(self._learned)
 
-    def resolve(self, model: str) -> ModelLimits:
-        """The model's limits from what is known now, without any I/O (see `resolve_async` for discovery)."""
+    def resolve(self, model: str, *, tenant: str = "") -> ModelLimits:
+        """The model's limits for the client `tenant` from what is known now, without any I/O (see `resolve_async`
+        for discovery)."""
         key = bounded_key(model, self.max_key_chars)
         limits = self._resolved.get(key)
         if limits is None:
-            limits = self._resolved[key] = self._resolve(model, key)
-        return limits
+            limits = self._resolved[key] = self._resolve(model)
+        if limits.source == "config":
+            return limits
+        learned = self._learned.get(tenant_model_key(model, tenant, self.max_key_chars))
+        return limits if learned is None else ModelLimits(learned, limits.max_output_tokens, "learned")
 
-    def _resolve(self, model: str, key: str) -> ModelLimits:
+    def _resolve(self, model: str) -> ModelLimits:
+        """The model's limits from the config, discovery, the table or the default (a learned window aside)."""
         entry = self.settings.model_entry(model)
         table = builtin_limits(model)
         max_output = entry.max_output_tokens if entry and entry.max_output_tokens else (table[1] if table else None)
         if entry is not None and entry.context_window:
             return ModelLimits(entry.context_window, max_output, "config")
-        learned = self._learned.get(key)
-        if learned is not None:
-            return ModelLimits(learned, max_output, "learned")
         if self._discovered and model in self._discovered:
             return ModelLimits(self._discovered[model], max_output, "discovered")
         if table is not None:
@@ -190,9 +193,9 @@ class ContextRegistry:
         return ModelLimits(self.settings.default_context_window, max_output, "default")
 
     def discovers(self, model: str) -> bool:
-        """Whether `model`'s window should be asked of the upstream's model list before it is resolved: neither
-        configured nor learned, discovery on, and the list not fetched yet (nor failed within the last minute)."""
-        if not self.settings.discover_context_window or self.resolve(model).source in ("config", "learned"):
+        """Whether `model`'s window should be asked of the upstream's model list before it is resolved: not
+        configured, discovery on, and the list not fetched yet (nor failed within the last minute)."""
+        if not self.settings.discover_context_window or self.resolve(model).source == "config":
             return False
         return self._discovered is None and time.monotonic() - self._discovery_failed_at >= DISCOVERY_RETRY_S
 

@@ -33,6 +33,24 @@ def test_example_config_loads(monkeypatch: pytest.MonkeyPatch) -> None:
     assert settings.state.url == "sqlite:///inflight.db" and settings.compaction.summarize.background_at == 0.6
 
 
+def test_the_example_config_sends_claude_clients_to_anthropic(monkeypatch: pytest.MonkeyPatch) -> None:
+    """README's `inflight serve --config config/inflight.yaml` with `ANTHROPIC_BASE_URL` pointed at it: the
+    Messages API goes to Anthropic's, with the client's own key (never the OpenAI key the proxy may hold)."""
+    from inflight.http.server import startup_line
+
+    monkeypatch.setenv("INFLIGHT_STATE_URL", "memory://")
+    settings = load_settings(ROOT / "config" / "inflight.yaml")
+    held = load_settings(None, overrides={"upstream": {"api_key": "sk-openai"}})
+    for each in (settings, held):
+        messages = each.upstream_for("messages")
+        assert messages.base_url == "https://api.anthropic.com/v1" and not messages.api_key
+        assert each.upstream_for("chat_completions").base_url == "https://api.openai.com/v1"
+        assert each.unserved("messages") is None
+    assert ", messages -> https://api.anthropic.com/v1;" in startup_line(settings, workers=1)
+    elsewhere = load_settings(None, overrides={"upstream": {"base_url": "http://127.0.0.1:8080/v1"}})
+    assert elsewhere.upstream_for("messages").base_url == "http://127.0.0.1:8080/v1"  # llama.cpp serves both
+
+
 def test_env_interpolation_with_defaults() -> None:
     env = {"KEY": "sk-1", "EMPTY": ""}
     assert interpolate_env("a: ${KEY}", env) == "a: sk-1"

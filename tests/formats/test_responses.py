@@ -144,4 +144,14 @@ def test_comments_are_pending_and_only_an_unknown_field_counts_as_refused() -> N
     assert RESPONSES.rejects_server_compaction(422, b'{"detail": "context_management: Extra inputs are not permitted"}')
     assert RESPONSES.rejects_server_compaction(400, b"Unrecognized request argument supplied: context_management")
     assert not RESPONSES.rejects_server_compaction(400, b"context_management.compact_threshold must be positive")
+    unknown = b'{"error": {"message": "Unknown parameter: \'%s\'.", "type": "invalid_request_error", "code": null}}'
+    assert RESPONSES.rejects_server_compaction(400, unknown % b"context_management")
+    assert not RESPONSES.rejects_server_compaction(400, unknown % b"context_management[0].bogus")  # the client's key
+    assert not RESPONSES.rejects_server_compaction(400, b"context_management.x: Extra inputs are not permitted")
+    detail = b'{"detail": [{"type": "extra_forbidden", "loc": %s, "msg": "Extra inputs are not permitted"}]}'
+    assert RESPONSES.rejects_server_compaction(422, detail % b'["body", "context_management"]')
+    assert not RESPONSES.rejects_server_compaction(422, detail % b'["body", "context_management", "x"]')
+    # Words of the refusal inside text the client sent: not the upstream's
+    echoed = b"Invalid value: 'Unrecognized request argument supplied: context_management'."
+    assert not RESPONSES.rejects_server_compaction(400, echoed)
     assert RESPONSES.read({"model": "m", "input": "hi", "conversation": "conv_1"}).compactable is False  # type: ignore[union-attr]

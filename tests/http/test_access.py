@@ -106,7 +106,7 @@ def test_an_injected_key_on_a_public_address_needs_keys_or_consent(
         ("0.0.0.0", {}, True),
         ("127.0.0.1", {}, False),
         ("0.0.0.0", {"admin_keys": ["a"]}, False),
-        ("0.0.0.0", {"keys": ["k"]}, False),  # the admin keys are the client keys then
+        ("0.0.0.0", {"keys": ["k"]}, True),  # a client key is a tenant's, never an admin's
         ("0.0.0.0", {"keys": ["k"], "admin_keys": []}, True),  # explicitly none
         ("0.0.0.0", {"allow_anonymous": True}, False),
     ],
@@ -119,6 +119,51 @@ def test_an_archive_on_a_public_address_needs_admin_keys_or_consent(
     problem = startup_problem(load_settings(None, overrides=overrides))
     assert (problem is not None) == refused
     assert problem is None or "archive.enabled" in problem
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        ({"upstreams": {"messages": {"api_key": "sk-ant"}}}, "upstreams.messages.api_key"),
+        ({"compaction": {"summarize": {"api_key": "sk-sum"}}}, "compaction.summarize.api_key"),
+        (
+            {"compaction": {"summarize": {"base_url": "https://user:pw@summarizer.example/v1"}}},
+            "compaction.summarize.base_url's user:password",
+        ),
+        (
+            {"models": {"m*": {"compaction": {"summarize": {"api_key": "sk"}}}}},
+            "models.m*.compaction.summarize.api_key",
+        ),
+        ({"upstream": {"base_url": "https://user:pw@gateway.example/v1"}}, "upstream.base_url's user:password"),
+    ],
+    ids=["upstreams", "summarizer", "summarizer-url", "model-summarizer", "upstream-url"],
+)
+def test_every_key_the_proxy_holds_needs_keys_on_a_public_address(overrides: dict[str, object], named: str) -> None:
+    problem = startup_problem(load_settings(None, overrides={"listen": {"host": "0.0.0.0"}, **overrides}))
+    assert problem is not None and named in problem and "access.keys" in problem
+    assert startup_problem(load_settings(None, overrides={"listen": {"host": "127.0.0.1"}, **overrides})) is None
+
+
+def test_client_keys_never_open_the_admin_paths(upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory) -> None:
+    """With `access.keys` and no `access.admin_keys`, a tenant's key reads no archive, stats or metrics."""
+    _, url = upstream
+    config = {"access": {"keys": ["sk-tenant"]}, "upstream": {"api_key": "sk-up"}, "archive": {"enabled": True}}
+    with start_proxy(url, **config) as proxy_url:
+        base = proxy_url.removesuffix("/v1")
+        bearer = {"authorization": "Bearer sk-tenant"}
+        answers = [
+            httpx.get(f"{base}{path}", headers=bearer)
+            for path in ("/inflight/conversations", "/inflight/stats", "/metrics")
+        ]
+        chat = httpx.post(f"{proxy_url}/chat/completions", json=BODY, headers=bearer)
+        viewer = httpx.get(f"{base}/inflight/ui")
+    for answer in answers:
+        assert answer.status_code == 403
+        assert (
+            answer.json()["error"]["type"] == "permission_error"
+            and "access.admin_keys" in answer.json()["error"]["message"]
+        )
+    assert chat.status_code == 200 and viewer.status_code == 200  # the page holds no data
 
 
 def test_serve_refuses_to_start_as_an_open_relay(tmp_path: Path) -> None:

@@ -229,3 +229,34 @@ def test_a_forced_compaction_is_replayed_on_the_next_plain_turn(
     first, second = (request.json()["messages"] for request in app.chat_requests())
     assert first != small and second[: len(first)] == first
     assert "summary-cached" in after.headers["x-inflight-actions"]
+
+
+def test_one_tenant_cannot_take_every_background_slot(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    """Two slots: one tenant starts four jobs whose summaries hang; it runs one and queues one, and another
+    tenant's job still runs, so that tenant's crossing turn gets its summary, not the ledger."""
+    app, url = upstream
+    released = threading.Event()
+    app.summarizer_holds = {"tenant A's task": released}
+    early, crossing = conversation_at(0.62), conversation_at(0.9)
+
+    def of_a(n: int) -> list[dict[str, Any]]:
+        task = {**early[1], "content": f"Fix the failing test in src/app.py (tenant A's task {n})."}
+        return [early[0], task, *early[2:]]
+
+    config = {**CONFIG, "compaction": {"summarize": {"max_concurrent_jobs": 2}}}
+    try:
+        with start_proxy(url, **config) as proxy_url:
+            for n in range(4):
+                assert post(proxy_url, of_a(n), authorization="Bearer sk-a").status_code == 200
+            wait_until(lambda: jobs(proxy_url)["running"] == 1)
+            held = jobs(proxy_url)
+            assert post(proxy_url, early, authorization="Bearer sk-b").status_code == 200
+            wait_until(lambda: jobs(proxy_url)["landed"] == 1)
+            second = post(proxy_url, crossing, authorization="Bearer sk-b")
+            released.set()
+    finally:
+        released.set()
+    assert held["queued"] == 1 and held["refused"] == 2  # its share: one running, one queued
+    assert "summary-precomputed" in second.headers["x-inflight-actions"].split(",")

@@ -430,3 +430,56 @@ def test_near_a_threshold_the_upstreams_exact_count_decides_when_asked(
     )
     [line, *_] = log_lines(caplog, "POST /v1/messages")
     assert f" exact_count={exact} " in line and f" tokens={exact}/" in line  # decided on the upstream's count
+
+
+def test_with_client_keys_and_no_messages_upstream_claude_clients_are_told_what_to_set() -> None:
+    """With `access.keys` the clients' keys are the proxy's, so none can go to Anthropic: the Messages API
+    answers 502 in Anthropic's shape, naming `upstreams.messages`, and nothing is forwarded."""
+    from inflight.app import create_app
+    from inflight.config import load_settings
+    from inflight.http.server import startup_line
+
+    overrides = {"access": {"keys": ["sk-proxy"]}, "upstream": {"api_key": "sk-openai", "connect_timeout_s": 0.5}}
+    settings = load_settings(None, overrides=overrides)
+    with serve(create_app(settings)) as url, client_for(url, key="sk-proxy") as client:
+        with pytest.raises(anthropic.APIStatusError) as refused:
+            client.messages.create(model=MODEL, max_tokens=10, messages=[{"role": "user", "content": "hi"}])
+        with pytest.raises(anthropic.APIStatusError) as counted:
+            client.messages.count_tokens(model=MODEL, messages=[{"role": "user", "content": "hi"}])
+    for error in (refused.value, counted.value):
+        body = error.response.json()
+        assert error.status_code == 502 and body["type"] == "error"
+        assert "upstreams.messages" in body["error"]["message"]
+    assert "messages -> none (set upstreams.messages)" in startup_line(settings, workers=1)
+
+
+def test_an_unknown_key_in_a_clients_context_management_is_its_own_400(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    """Anthropic refuses a key inside the field ("context_management.edits.0.bogus: Extra inputs are not
+    permitted"): that client gets the 400, and every client's valid edits still go to the upstream, which does them."""
+    from tests.support.upstream import Scripted
+
+    app, url = upstream
+    unknown = {
+        "type": "error",
+        "error": {
+            "type": "invalid_request_error",
+            "message": "context_management.edits.0.bogus: Extra inputs are not permitted",
+        },
+    }
+    app.script.append(Scripted(status=400, body=unknown))
+    body = {"model": MODEL, "max_tokens": 100, "messages": agent_messages(3), "context_management": {"edits": EDITS}}
+    bad = {**body, "context_management": {"edits": [{**EDITS[0], "bogus": 1}]}}
+    good = orjson.dumps(body)
+    headers = {"content-type": "application/json", "anthropic-version": "2023-06-01"}
+    with start_proxy(url) as proxy_url:
+        refused = httpx.post(f"{proxy_url}/messages", json=bad, headers={**headers, "x-api-key": "sk-a"})
+        answers = [
+            httpx.post(f"{proxy_url}/messages", content=good, headers={**headers, "x-api-key": key})
+            for key in ("sk-b", "sk-a")
+        ]
+    assert refused.status_code == 400 and refused.json() == unknown and "x-inflight-retried" not in refused.headers
+    assert all(answer.status_code == 200 for answer in answers)
+    _, *forwarded = app.messages_requests()
+    assert [request.body for request in forwarded] == [good, good]  # as sent: the upstream does the edits

@@ -363,3 +363,36 @@ def test_server_side_compaction_is_forwarded_to_an_upstream_that_serves_it_and_t
     as_forwarded, as_taken = app.responses_requests()
     assert as_forwarded.body == body  # the upstream compacts: not ours to touch
     assert "context_management" not in as_taken.json() and len(as_taken.body) < len(body) / 2
+
+
+def test_an_unknown_key_in_a_clients_context_management_is_its_own_400(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    """The upstream refuses a key inside the field, not the field: the client gets that 400 as written, and no
+    client's valid `context_management` is taken over, its own next one included."""
+    from tests.support.upstream import Scripted
+
+    app, url = upstream
+    bad = with_threshold(agent_items(12), 4_000)
+    bad["context_management"][0]["bogus"] = 1
+    unknown = {
+        "error": {
+            "message": "Unknown parameter: 'context_management[0].bogus'.",
+            "type": "invalid_request_error",
+            "param": "context_management[0].bogus",
+            "code": "unknown_parameter",
+        }
+    }
+    app.script.append(Scripted(status=400, body=unknown))
+    good = orjson.dumps(with_threshold(agent_items(12), 4_000))
+    headers = {"content-type": "application/json"}
+    with start_proxy(url) as proxy_url:
+        refused = httpx.post(f"{proxy_url}/responses", json=bad, headers={"authorization": "Bearer sk-a"}, timeout=30)
+        answers = [
+            httpx.post(f"{proxy_url}/responses", content=good, headers={**headers, "authorization": f"Bearer {k}"})
+            for k in ("sk-b", "sk-a")
+        ]
+    assert refused.status_code == 400 and refused.json() == unknown and "x-inflight-retried" not in refused.headers
+    assert all(a.status_code == 200 and a.headers["x-inflight-actions"] == "none" for a in answers)
+    _, *forwarded = app.responses_requests()
+    assert [request.body for request in forwarded] == [good, good]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import httpx
@@ -22,6 +23,17 @@ MESSAGES = agent_conversation(30, output_lines=5)  # about 2,400 tokens
 
 def raw(fixture: Fixture) -> bytes:
     return fixture.body if isinstance(fixture.body, bytes) else orjson.dumps(fixture.body)
+
+
+def fitted(fixture: Fixture, sent: int) -> tuple[bytes, int | None]:
+    """The fixture's body with its numbers those of a refusal of a request of `sent` tokens (the upstream's real
+    refusal of this request would name them), and the window it then names."""
+    body = raw(fixture)
+    window = sent * 3 // 4 if fixture.window else None
+    for number, replacement in ((fixture.prompt, sent), (fixture.window, window)):
+        if number is not None and replacement is not None:
+            body = re.sub(rb"\b%d\b" % number, b"%d" % replacement, body)
+    return body, window
 
 
 @pytest.mark.parametrize("fixture", REFUSALS, ids=lambda f: f.name)
@@ -56,7 +68,8 @@ def test_a_refusal_is_retried_once_and_the_client_sees_success(
     fixture: Fixture, upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
 ) -> None:
     app, url = upstream
-    app.script.append(Scripted(status=fixture.status, body=raw(fixture)))
+    body, window = fitted(fixture, sent_tokens(orjson.dumps({"model": "local-model", "messages": MESSAGES})))
+    app.script.append(Scripted(status=fixture.status, body=body))
     with start_proxy(url) as proxy_url:
         response = chat(proxy_url)
         learned = stats(proxy_url)["learned_windows"]
@@ -66,7 +79,7 @@ def test_a_refusal_is_retried_once_and_the_client_sees_success(
     assert response.headers["x-inflight-actions"].endswith("retry")
     first, second = app.chat_requests()
     assert len(second.json()["messages"]) < len(first.json()["messages"]) or second.body != first.body
-    assert learned == ({"local-model": fixture.window} if fixture.window else {})
+    assert learned == ({":local-model": window} if window else {})  # the client's (here: no key) and model's
 
 
 @pytest.mark.parametrize("fixture", NOT_REFUSALS, ids=lambda f: f.name)
@@ -179,7 +192,7 @@ def test_a_refusal_naming_the_window_is_retried_as_if_the_window_had_been_known(
         response = chat(proxy_url)
         learned = stats(proxy_url)["learned_windows"]
     assert response.status_code == 200, response.text
-    assert learned == {"local-model": 2_000}
+    assert learned == {":local-model": 2_000}
     overrides["models"]["local-model"]["context_window"] = 2_000
     with start_proxy(url, **overrides) as proxy_url:  # a proxy told the window from the start
         assert chat(proxy_url).status_code == 200

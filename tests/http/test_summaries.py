@@ -170,3 +170,44 @@ def test_a_summarizer_elsewhere_gets_the_credentials_in_its_url(
     assert {r.path for r in asked} == {"/v1/models", "/v1/chat/completions"}
     assert all(r.headers.get("authorization") == expected for r in asked)
     assert all("s3cret" not in r.raw_path.decode() and "s3cret" not in r.headers["host"] for r in asked)
+
+
+def test_a_summarizer_elsewhere_never_gets_a_clients_key(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    """With `summarize.base_url` and no key for it, the summaries go without credentials: a Claude client's
+    `x-api-key` and an OpenAI client's bearer token go only to the upstream of their requests."""
+    from tests.http.test_messages import MODEL, agent_messages
+    from tests.support.servers import serve
+
+    app, url = upstream
+    summarizer = UpstreamApp()
+    with serve(summarizer) as summarizer_url:
+        overrides = {
+            "models": {
+                "gpt-4o": {"context_window": 4000},
+                MODEL: {"context_window": 12_000},
+                "sum": {"context_window": 64_000},
+            },
+            "compaction": {"summarize": {"base_url": summarizer_url + "/v1", "model": "sum", "background_at": None}},
+        }
+        with start_proxy(url, **overrides) as proxy_url:
+            claude = httpx.post(
+                f"{proxy_url}/messages",
+                json={"model": MODEL, "max_tokens": 4096, "messages": agent_messages(90, lines=10)},
+                headers={"x-api-key": "sk-ant-client-secret", "anthropic-version": "2023-06-01"},
+                timeout=30,
+            )
+            openai = httpx.post(
+                f"{proxy_url}/chat/completions",
+                json={"model": "gpt-4o", "messages": task_conversation()},
+                headers={"authorization": "Bearer sk-openai-client-secret"},
+                timeout=30,
+            )
+    assert claude.status_code == 200 and "summarize" in claude.headers["x-inflight-actions"]
+    assert openai.status_code == 200 and "summarize" in openai.headers["x-inflight-actions"]
+    assert summarizer.summaries and summarizer.requests
+    for request in summarizer.requests:
+        assert "x-api-key" not in request.headers and "authorization" not in request.headers
+        assert b"client-secret" not in b"".join(value for _, value in request.raw_headers)
+    assert app.messages_requests()[-1].headers["x-api-key"] == "sk-ant-client-secret"  # its own upstream's

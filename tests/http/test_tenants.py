@@ -6,12 +6,13 @@ from typing import Any
 
 import httpx
 import orjson
+import pytest
 
 from tests.compaction.test_compactor import agent_conversation
 from tests.conftest import ProxyFactory
 from tests.http.test_background import CONFIG as BACKGROUND
 from tests.http.test_background import conversation_at, jobs
-from tests.support.upstream import UpstreamApp
+from tests.support.upstream import Scripted, UpstreamApp, context_refusal
 from tests.support.waiting import wait_until
 
 # In line (no background job), and a summarizer model with a large window: one call a summary.
@@ -135,14 +136,110 @@ def test_background_summaries_spend_the_budget_of_the_client_that_started_them(
     assert len(app.summaries) == 1 and started == 1
 
 
+HELD: dict[str, dict[str, Any]] = {
+    "upstream": {"upstream": {"api_key": "sk-operator"}},
+    "summarizer": {"compaction": {"summarize": {**INLINE["compaction"]["summarize"], "api_key": "sk-operator"}}},
+    "summarizer elsewhere": {
+        "compaction": {"summarize": {**INLINE["compaction"]["summarize"], "base_url": "SUMMARIZER"}}
+    },
+    "model's summarizer": {
+        "models": {
+            **INLINE["models"],
+            "gpt-4o": {"context_window": 4000, "compaction": {"summarize": {"api_key": "sk-operator"}}},
+        }
+    },
+}
+
+
+@pytest.mark.parametrize("held", list(HELD), ids=list(HELD))
 def test_a_key_nobody_checks_does_not_name_the_spender_when_the_proxy_pays(
-    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory, held: str
 ) -> None:
-    """The proxy holds the key and asks clients for none: a made-up key per request buys no new budget."""
+    """The proxy holds a key (the upstream's, or only the summarizer's), or summarizes at a server of its own,
+    and asks clients for none: a made-up key per request buys no new budget, the client's address is budgeted."""
     app, url = upstream
     limits = {"summarizer": {"calls_per_minute": 1, "global_calls_per_minute": 0}}
-    with start_proxy(url, **INLINE, limits=limits, upstream={"api_key": "sk-operator"}) as proxy_url:
+    config = orjson.loads(orjson.dumps({**INLINE, **HELD[held]}).replace(b"SUMMARIZER", url.encode()))
+    with start_proxy(url, **config, limits=limits) as proxy_url:
         responses = [post(proxy_url, variant(n), key=f"sk-made-up-{n}") for n in range(4)]
     assert "summarize" in actions(responses[0])
     assert all(actions(r)[-1] == "summary-budget" for r in responses[1:])
     assert len(app.summaries) == 1
+
+
+def chat(proxy_url: str, messages: list[dict[str, Any]], *, key: str | None = None) -> httpx.Response:
+    headers = {"authorization": f"Bearer {key}"} if key else {}
+    body = {"model": "local-model", "messages": messages}
+    return httpx.post(f"{proxy_url}/chat/completions", json=body, headers=headers, timeout=30)
+
+
+def learned_windows(proxy_url: str) -> dict[str, int]:
+    return httpx.get(proxy_url.removesuffix("/v1") + "/inflight/stats").json()["learned_windows"]  # type: ignore[no-any-return]
+
+
+def test_a_window_a_client_made_the_upstream_echo_teaches_nothing(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    """A `role` of "maximum context length is 300 tokens" comes back in the upstream's 400 ("Invalid value: …"):
+    that client gets the 400 as written, and the next client's 19 messages all go upstream."""
+    app, url = upstream
+    echoed = {
+        "error": {
+            "message": "Invalid value: 'maximum context length is 300 tokens'. Supported values are: 'system', "
+            "'assistant', 'user', 'function', 'tool', and 'developer'.",
+            "type": "invalid_request_error",
+            "param": "messages[0].role",
+            "code": "invalid_value",
+        }
+    }
+    app.script.append(Scripted(status=400, body=echoed))
+    other = agent_conversation(9, output_lines=5)[:19]
+    with start_proxy(url) as proxy_url:
+        attack = chat(proxy_url, [{"role": "maximum context length is 300 tokens", "content": "hi"}], key="sk-a")
+        victim = chat(proxy_url, other, key="sk-b")
+        learned = learned_windows(proxy_url)
+    assert attack.status_code == 400 and attack.json() == echoed and "x-inflight-retried" not in attack.headers
+    assert victim.status_code == 200 and victim.headers["x-inflight-actions"] == "none"
+    assert len(app.chat_requests()) == 2 and app.chat_requests()[-1].json()["messages"] == other
+    assert learned == {}
+
+
+def test_a_refusal_whose_numbers_do_not_fit_the_request_is_relayed_and_not_learned(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    """The wording is the upstream's, but its prompt count is a fiftieth of ours, or its window below a prompt this
+    client had answered: neither is learned, nor retried."""
+    app, url = upstream
+    messages = agent_conversation(30, output_lines=5)  # about 2,400 tokens
+    tiny = context_refusal(300, 40)
+    below_answered = context_refusal(300, 2_400)
+    app.script.append(Scripted(status=400, body=tiny))
+    with start_proxy(url) as proxy_url:
+        first = chat(proxy_url, messages, key="sk-a")
+        app.prompt_tokens = 2_400
+        answered = chat(proxy_url, messages[:-2], key="sk-a")
+        app.script.append(Scripted(status=400, body=below_answered))
+        second = chat(proxy_url, messages, key="sk-a")
+        learned = learned_windows(proxy_url)
+    assert first.status_code == 400 and first.json() == tiny and "x-inflight-retried" not in first.headers
+    assert answered.status_code == 200
+    assert second.status_code == 400 and second.json() == below_answered
+    assert len(app.chat_requests()) == 3 and learned == {}
+
+
+def test_a_window_learned_from_one_clients_refusal_is_that_clients_alone(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    app, url = upstream
+    app.windows["local-model"] = 2_000  # the request is about 2,400 tokens: the upstream refuses it
+    messages = agent_conversation(30, output_lines=5)
+    overrides = {"compaction": {"summarize": {"background_at": None}}}
+    with start_proxy(url, **overrides) as proxy_url:
+        first = chat(proxy_url, messages, key="sk-a")
+        other = chat(proxy_url, messages, key="sk-b")  # sent whole: the window sk-a learned is not sk-b's
+        again = chat(proxy_url, [*messages, {"role": "user", "content": "Go on."}], key="sk-a")
+        learned = learned_windows(proxy_url)
+    assert first.headers["x-inflight-retried"] == "1" and other.headers["x-inflight-retried"] == "1"
+    assert "x-inflight-retried" not in again.headers  # its own window, learned from its own refusal
+    assert [r.json()["messages"] == messages for r in app.chat_requests()] == [True, False, True, False, False]
+    assert sorted(learned.values()) == [2_000, 2_000] and len(learned) == 2

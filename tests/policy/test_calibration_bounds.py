@@ -32,6 +32,6 @@ def test_learned_windows_are_bounded_and_keyed_by_a_clipped_name() -> None:
     for n in range(5000):
         registry.learn(f"m{n}-" + "y" * 10_000, 1000 + n)
     learned = registry.learned()
-    assert len(learned) <= 4096 and all(len(model) <= 64 for model in learned)
+    assert len(learned) <= 4096 and all(len(key) <= 1 + 64 for key in learned)  # ":" (no client key) and the model
     assert registry.resolve("m4999-" + "y" * 10_000).context_window == 5999
     assert registry.resolve("m4999-" + "y" * 10_000 + "z").source != "learned"  # a different name, a different key

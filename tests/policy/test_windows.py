@@ -43,6 +43,9 @@ def test_learned_beats_the_builtin_table_which_beats_the_default() -> None:
     assert reg.resolve("my-finetune").context_window == 5000
     reg.learn("gpt-4o", 4096)
     assert (reg.resolve("gpt-4o").context_window, reg.resolve("gpt-4o").source) == (4096, "learned")
+    reg.learn("gpt-4o", 1000, tenant="a")  # one client's refusal is that client's alone
+    assert reg.resolve("gpt-4o", tenant="a").context_window == 1000
+    assert reg.resolve("gpt-4o", tenant="b").source == "builtin" and reg.resolve("gpt-4o").context_window == 4096
 
 
 def test_model_lists_from_vllm_llamacpp_and_openrouter_name_their_windows() -> None:

@@ -259,7 +259,23 @@ def test_the_path_goes_upstream_as_the_client_sent_it(upstream: tuple[UpstreamAp
     assert app.requests[-1].query == b"x=%2F"
 
 
-@pytest.mark.parametrize("path", ["/v1/%2e%2e/%2e%2e/etc/passwd", "/v1/models/%2E%2E/x", "/v1/./models"])
+DOT_PATHS = [
+    "/v1/%2e%2e/%2e%2e/etc/passwd",
+    "/v1/models/%2E%2E/x",
+    "/v1/./models",
+    # Dot segments a server or gateway sees only once it decodes `%2F` (or `\\`, or `;`) as a separator.
+    "/v1/models%2F..%2F..%2Fadmin",
+    "/v1/models/..%2F..%2Fadmin",
+    "/v1/models/x%2f%2e%2e%2f%2e%2e%2fadmin",
+    "/v1/models/..;/admin",
+    "/v1/models/..%3B/admin",
+    "/v1/models/..%5C..%5Cadmin",
+    "/v1/models/%252e%252e%252fadmin",
+    "/v1/chat/completions%2F..%2F..%2Fadmin",
+]
+
+
+@pytest.mark.parametrize("path", DOT_PATHS)
 def test_dot_segments_are_refused_not_forwarded(upstream: tuple[UpstreamApp, str], proxy: str, path: str) -> None:
     app, _ = upstream
     parts = urlsplit(proxy)

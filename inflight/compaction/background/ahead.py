@@ -53,6 +53,7 @@ class SummaryAhead:
     in_place_model: str | None = None  # set when the summarizer is the upstream's own model: ask it in place
     tools: object = None  # the request's tools, sent with an in-place summary so its prefix is unchanged
     spacing: Spacing | None = None  # the cut leaves room for `min_turns_between` turns (`depth`; None: to target)
+    tenant: str = ""  # whose share of the background slots the job takes (the budget's spender)
 
     @property
     def lease_s(self) -> float:

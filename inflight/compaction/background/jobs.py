@@ -109,7 +109,8 @@ class AheadJobs:
                 result.made_ms,
             )
 
-        return self.jobs.start(key, base, make, land, started_by=conversation if crossing else None)
+        started_by = conversation if crossing else None
+        return self.jobs.start(key, base, make, land, started_by=started_by, tenant=ahead.tenant)
 
     async def still_needed(self, key: str, conversation: Conversation, plan: AheadPlan) -> bool:
         """Whether the summary `plan` asks for is still worth a call, judged by the store now.

@@ -11,6 +11,8 @@ that passes the threshold. `inflight.compaction.per_conversation` decides when; 
 - Bounded: at most `max_running` jobs call the summarizer at once, and as many may queue (each
   keeps its conversation in memory). Beyond that no job starts, and the turn that needs the summary
   uses a ledger digest instead.
+- Shared fairly: one tenant (whoever's budget the job spends) runs at most half of the slots, rounded
+  up, and queues as many; so one tenant's jobs never take every slot from the others.
 - A failed job is tried once more; if that fails too, no job starts again from the same record.
 - A job whose conversation sends nothing for `idle_s` (the record TTL) is cancelled.
 """
@@ -56,6 +58,7 @@ class Job:
     key: str
     base: bytes  # the hash of the record it extends; after one failure from a base, no job starts from it again
     started_by: object  # the request that started it (a turn that needs the summary now waits for its own job)
+    tenant: str = ""  # whose share of the slots it takes
     last_seen: float = field(default_factory=time.monotonic)
     running: bool = False
     done: asyncio.Event = field(default_factory=asyncio.Event)
@@ -75,7 +78,7 @@ class JobCounts:
     failed: int = 0
     retried: int = 0
     cancelled: int = 0
-    refused: int = 0  # not started: the queue was full
+    refused: int = 0  # not started: the queue, or the tenant's share of it, was full
     elsewhere: int = 0  # ended at once: another process runs the conversation's job
     superseded: int = 0  # ended before its call: the store already held the summary it would make
 
@@ -88,6 +91,8 @@ class BackgroundSummaries:
         self.counts = JobCounts()
         self._jobs: dict[str, Job] = {}
         self._slots = asyncio.Semaphore(max_running)
+        self.share = -(-max_running // 2)  # the slots one tenant may run at once (half, rounded up)
+        self._shares: dict[str, asyncio.Semaphore] = {}  # per tenant with a job, its share of the slots
         self._failed: TTLCache[str, bytes] = TTLCache(maxsize=100_000, ttl=idle_s)
 
     def running(self, key: str) -> Job | None:
@@ -107,16 +112,22 @@ class BackgroundSummaries:
         land: Callable[[object], Awaitable[None]],
         *,
         started_by: object = None,
+        tenant: str = "",
     ) -> Job | None:
-        """Run `make()` and then `land(result)` (which saves it) in the background.
+        """Run `make()` and then `land(result)` (which saves it) in the background, within `tenant`'s share.
 
-        Returns None when the conversation already has a job, a job from this base failed, or the queue is full."""
+        Returns None when the conversation already has a job, a job from this base failed, or the queue (or the
+        tenant's share of it) is full."""
         if key in self._jobs or self._failed.get(key) == base:
             return None
-        if len(self._jobs) >= self.max_running * (1 + QUEUED_PER_RUNNING):
+        tenants_jobs = sum(1 for job in self._jobs.values() if job.tenant == tenant)
+        full = len(self._jobs) >= self.max_running * (1 + QUEUED_PER_RUNNING)
+        if full or tenants_jobs >= self.share * (1 + QUEUED_PER_RUNNING):
             self.counts.refused += 1
             return None
-        job = Job(key, base, started_by)
+        job = Job(key, base, started_by, tenant)
+        if tenant not in self._shares:
+            self._shares[tenant] = asyncio.Semaphore(self.share)
         self._jobs[key] = job
         self.counts.started += 1
         job.task = asyncio.create_task(self._run(job, make, land), name=f"summary {key[:40]}")
@@ -154,7 +165,7 @@ class BackgroundSummaries:
         self, job: Job, make: Callable[[], Awaitable[object]], land: Callable[[object], Awaitable[None]]
     ) -> None:
         try:
-            async with self._slots:
+            async with self._shares[job.tenant], self._slots:
                 job.running = True
                 self._changed()
                 job.result = await self._unless_idle(job, lambda: self._attempts(job, make))
@@ -187,6 +198,8 @@ class BackgroundSummaries:
             if self._jobs.get(job.key) is job:
                 del self._jobs[job.key]
                 self._changed()
+            if not any(other.tenant == job.tenant for other in self._jobs.values()):
+                self._shares.pop(job.tenant, None)
             job.done.set()
 
     async def _attempts(self, job: Job, make: Callable[[], Awaitable[object]]) -> object:
