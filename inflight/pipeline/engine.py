@@ -255,9 +255,12 @@ class Pipeline:
     def encoding_for(self, model: str) -> EncodingChoice:
         return choose_encoding(model, self.model_settings(model).encoding)
 
-    def discovers(self, model: str) -> bool:
-        """Whether to look up `model`'s window in the upstream's model list before accounting this request."""
-        return self._registry.discovers(model)
+    def discovers(self, counted: Counted, options: Options) -> bool:
+        """Whether to look up the model's window in the upstream's model list before accounting this request.
+
+        Never for a request that is only shadowed or not compacted: the call would go with the client's key
+        though nothing it was sent for needs the window (the report then uses `models:` or the default)."""
+        return self.compacts(counted, options) and self._registry.discovers(counted.model)
 
     async def discover(self, fetch_models: FetchModels) -> None:
         """Read the models' windows from the upstream's model list (once per process; retried a minute after a
@@ -391,6 +394,15 @@ class Pipeline:
         """Whether this request's compaction is planned, either to be sent or only reported (`shadows`)."""
         enabled = self.model_settings(counted.model).compaction.enabled
         return enabled and options.mode != Mode.OFF and counted.request.compactable
+
+    def reads_body(self, model: str | None, options: Options) -> bool:
+        """Whether serving a request needs its body read: not when it is only shadowed or not compacted at all
+        (`off`, compaction disabled), so a body inflight cannot read is then forwarded as sent. With no model
+        (the body could not be parsed) the top-level `compaction:` decides."""
+        if options.mode in (Mode.OFF, Mode.SHADOW):
+            return False
+        config = self.settings.compaction if model is None else self.model_settings(model).compaction
+        return config.enabled and (options.mode in OVERRULE_SHADOW or config.mode != "shadow")
 
     def _shadows(self, counted: Counted, options: Options) -> bool:
         """Whether this request's compaction is planned and recorded but not sent.
