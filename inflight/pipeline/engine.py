@@ -24,7 +24,9 @@ from inflight.compaction.background.scheduler import BackgroundSummaries
 from inflight.compaction.prefix import CacheTurn, PrefixTracker, SentRequest, view_ids
 from inflight.compaction.record import shadow_key
 from inflight.config import Compaction, ModelSettings, Prices, Settings
+from inflight.errors import ProxyError
 from inflight.formats import UNROUTED, Target, WireFormat
+from inflight.formats.seam import TakenOver
 from inflight.metrics.observer import NO_OBSERVER, Observer
 from inflight.offload import call_sized
 from inflight.pipeline.accounting import Accounting, Counted
@@ -366,16 +368,21 @@ class Pipeline:
             return accounting.calibrated_text(self.text_tokens(counted.model, text))
 
         wire = counted.wire
-        try:
+
+        def take_over() -> tuple[TakenOver, Counted | None]:
             taken = wire.take_over(counted.payload, prompt_tokens=accounting.prompt_tokens, count=count)
+            if not taken.edited:  # the parsed conversation is still valid; only the field is gone
+                return taken, None
+            return taken, self.count(orjson.dumps(taken.payload), taken.payload, wire, tenant=tenant)
+
+        try:  # edits walk the whole conversation: off the loop for a big one
+            taken, recounted = await call_sized(take_over, counted.count.total)
+        except ProxyError:  # the request asks what inflight does not do (too many edits): the client is told
+            raise
         except Exception:  # a bug of ours: send the request as the client sent it, and let the upstream answer
             model = self._model_key(counted.model)
             log.exception("[context_management] could not take it over for %s; sent as it came", model)
             return counted, None
-        if not taken.edited:  # the parsed conversation is still valid; only the field is gone
-            return replace(counted, payload=taken.payload), taken.report
-        raw = orjson.dumps(taken.payload)
-        recounted = await call_sized(lambda: self.count(raw, taken.payload, wire, tenant=tenant), counted.count.total)
         return (recounted or replace(counted, payload=taken.payload)), taken.report
 
     def learn_no_server_compaction(self, model: str) -> None:
