@@ -30,7 +30,7 @@ from inflight.formats.seam import TakenOver
 from inflight.metrics.observer import NO_OBSERVER, Observer
 from inflight.offload import call_sized
 from inflight.pipeline.accounting import Accounting, Counted
-from inflight.pipeline.outgoing import MeasuredOnce, Prepared, as_sent, rewritten, shadowed, translated
+from inflight.pipeline.outgoing import MeasuredOnce, Prepared, as_sent, rewritten, shadowed, translated, unopened
 from inflight.pipeline.parts import CompactionParts, SummarizerFactory, summarizer_window
 from inflight.policy.bracket import WindowBrackets
 from inflight.policy.calibration import Calibration, Ratios
@@ -441,6 +441,7 @@ class Pipeline:
         prepared = await self._prepare(counted, accounting, options, retry=retry)
         if counted.request.expanded and not prepared.rewritten:
             prepared = translated(counted, prepared)  # the upstream cannot read the format's expanded form
+        prepared = unopened(counted, prepared)
         if taken_over:
             if not prepared.rewritten:  # nothing compacted: send the client's body without the field
                 prepared = replace(prepared, body=orjson.dumps(counted.payload), rewritten=True)
