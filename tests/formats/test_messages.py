@@ -376,7 +376,9 @@ HEAD: dict[str, Any] = {"role": "user", "content": [TASK]}
 def one_wide_turn(results: int, *, marked: bool = False) -> dict[str, Any]:
     """A turn of `results` tool uses answered in one user message (each result with a breakpoint if `marked`)."""
     uses = [{"type": "tool_use", "id": f"toolu_{i}", "name": "Bash", "input": {}} for i in range(results)]
-    answers = [{"type": "tool_result", "tool_use_id": f"toolu_{i}", "content": "ok"} for i in range(results)]
+    answers: list[dict[str, Any]] = [
+        {"type": "tool_result", "tool_use_id": f"toolu_{i}", "content": "ok"} for i in range(results)
+    ]
     if marked:
         answers = [{**answer, "cache_control": EPHEMERAL} for answer in answers]
     turn = [{"role": "assistant", "content": uses}, {"role": "user", "content": [*answers, REMINDER]}]
