@@ -41,7 +41,7 @@ def main() -> None:
     outputs = tool_outputs()
     log = Path(tempfile.mkdtemp()) / "server.log"
     config = "" if args.learn else f"models: {{smollm2: {{context_window: {N_CTX}}}}}\n"
-    with llama_server(free_port(), log) as server, inflight(server, config) as proxied:
+    with llama_server(free_port(), log) as server, inflight(server.url, config) as proxied:
         timings: list[tuple[float, int]] = []
         seen = 0
 

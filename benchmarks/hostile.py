@@ -6,8 +6,10 @@ then runs the probe while another process polls `GET /healthz` every 10 ms and a
 the proxy's RSS (`/proc/PID/status`). Prints one table: what the proxy answered, its RSS before,
 its growth (one second after the probe) and its peak, and the `/healthz` p99 over the two seconds
 before the probe compared with while it runs. The goal: growth under 64 MB, p99 within 20 ms of
-idle. Issue 41's probes (L to Z) read only an answer: what one tenant could do to another, and the
-operator's traps, each with the proxy and the fake upstream in this process. It asserts nothing.
+idle. It asserts nothing. The G rows give the growth of work with what was sent (a size series and the
+seconds each size took: linear is twice the time for twice the size), N and S what unreadable bodies get.
+Issue 41's probes (L to Z) read only an answer: what one tenant could do to another, and the operator's
+traps, each with the proxy and the fake upstream in this process.
 
     python -m benchmarks.hostile
 """
@@ -766,6 +768,159 @@ def probe_day_one() -> Row:
         f"messages -> {example.upstream_for('messages').base_url}; with access.keys: {answer.status_code} "
         f"{answer.json()['error']['message'][-70:]!r}"
     )
+
+
+def timed_series(send: Callable[[int], str], sizes: tuple[int, ...], unit: str) -> str:
+    """`send(size)` at each size: the sizes, what was answered, and the seconds each took (its growth)."""
+    answers, seconds = [], []
+    for size in sizes:
+        start = time.monotonic()
+        answers.append(send(size))
+        seconds.append(time.monotonic() - start)
+    shown = "/".join(f"{size // 1000}k" for size in sizes)
+    took = "/".join(f"{s:.2f}" for s in seconds)
+    return f"{shown} {unit}: {took} s ({tally(answers)})"
+
+
+def probe_g_last_resort(upstream_url: str) -> Row:
+    """G: user-only conversations (all head: only the last resort shrinks them); each cut rebuilt the view."""
+    row = Row("G: last resort, 1k/2k/4k user-only messages")
+    settings = config(models={"gpt-4o": {"context_window": 8000}})
+    with inflight_process(upstream_url, settings) as (proxy_url, pid):
+        warm(proxy_url)
+
+        def send(size: int) -> str:
+            messages = [{"role": "user", "content": f"message {i}: " + "word " * 120} for i in range(size)]
+            body = {"model": "gpt-4o", "messages": messages}
+            return str(httpx.post(f"{proxy_url}/chat/completions", json=body, timeout=300).status_code)
+
+        return measure(row, pid, proxy_url, lambda: timed_series(send, (1_000, 2_000, 4_000), "messages"))
+
+
+def wide_turn(results: int, *, marked: bool = False) -> dict[str, Any]:
+    """One Anthropic turn of `results` tool uses, answered in one user message (each with a breakpoint)."""
+    uses = [{"type": "tool_use", "id": f"t{i}", "name": "Bash", "input": {}} for i in range(results)]
+    mark = {"cache_control": {"type": "ephemeral"}} if marked else {}
+    answers = [{"type": "tool_result", "tool_use_id": f"t{i}", "content": "ok", **mark} for i in range(results)]
+    messages = [{"role": "user", "content": "Go."}, {"role": "assistant", "content": uses}]
+    return {"model": "claude-x", "max_tokens": 64, "messages": [*messages, {"role": "user", "content": answers}]}
+
+
+def probe_g_read(upstream_url: str) -> Row:
+    """G: one turn of 10k/20k/40k `tool_result` blocks, with compaction off: a list's membership test per block."""
+    row = Row("G: read /v1/messages, 10k/20k/40k tool results, off")
+    with inflight_process(upstream_url) as (proxy_url, pid):
+        warm(proxy_url)
+
+        def send(size: int) -> str:
+            # The fake upstream answers at once, unread (its own Messages API is slow on such a turn): the time is
+            # the proxy's.
+            headers = {"x-inflight-compaction": "off", "x-scenario": "status-200"}
+            response = httpx.post(f"{proxy_url}/messages", json=wide_turn(size), headers=headers, timeout=300)
+            return str(response.status_code)
+
+        return measure(row, pid, proxy_url, lambda: timed_series(send, (10_000, 20_000, 40_000), "blocks"))
+
+
+def probe_g_breakpoints() -> Row:
+    """G: a turn of 8k/16k/32k breakpoints written back after a compaction (in this process: the format's write)."""
+    from inflight.formats import MESSAGES
+
+    def write(size: int) -> str:
+        payload = wide_turn(size, marked=True)
+        request = MESSAGES.read(payload)
+        assert request is not None
+        kept = [request.messages[0], *request.messages[2:]]
+        return "written" if MESSAGES.write(payload, request, kept) else "empty"
+
+    return Row("G: place breakpoints, 8k/16k/32k marks", timed_series(write, (8_000, 16_000, 32_000), "marks"))
+
+
+def probe_g_edits(upstream_url: str) -> Row:
+    """G: 8,000 no-op context edits (a trigger never reached: each still lists the tool uses) in a 1 MB body of
+    5,000 tool uses, done by inflight (`messages.context_management: inflight`)."""
+    row = Row("G: 8,000 no-op context edits, 1 MB body")
+    settings = config(messages={"context_management": "inflight"})
+    with inflight_process(upstream_url, settings) as (proxy_url, pid):
+        warm(proxy_url)
+        body = wide_turn(5_000)
+        body["messages"][0]["content"] = "word " * 160_000
+        never = {"type": "clear_tool_uses_20250919", "trigger": {"type": "input_tokens", "value": 10**9}}
+        body["context_management"] = {"edits": [never] * 8_000}
+
+        def run() -> str:
+            start = time.monotonic()
+            status = httpx.post(f"{proxy_url}/messages", json=body, timeout=300).status_code
+            return f"{status} in {time.monotonic() - start:.2f} s"
+
+        return measure(row, pid, proxy_url, run)
+
+
+def probe_g_summary() -> Row:
+    """G: a summarizer that answers 10 MB: the loop's longest turn, in CPU ms (in this process, as the tests do)."""
+    from tests.http.test_event_loop import SMALL_WINDOW, big_agent_conversation, monitored_proxy
+    from tests.support.servers import serve
+    from tests.support.upstream import UpstreamApp
+
+    app = UpstreamApp()
+    app.summarizer_reply = ("## Task\n" + "the cause is in the parser; " * 360_000, "stop")
+    body = big_agent_conversation(12)
+    with (
+        serve(app) as upstream_url,
+        monitored_proxy(upstream_url + "/v1", **SMALL_WINDOW) as (proxy_url, monitor),
+        monitor.recording(),
+    ):
+        response = httpx.post(f"{proxy_url}/chat/completions", content=body, timeout=300)
+    actions = response.headers.get("x-inflight-actions", "")
+    answer = f"{response.status_code} {actions}; longest loop turn {monitor.longest_cpu * 1000:.1f} ms CPU"
+    return Row("G: 10 MB summarizer reply", answer)
+
+
+def probe_n(upstream_url: str) -> Row:
+    """N: JSON nested 300 deep to each conversation route, in each mode: never a 5xx of inflight's own."""
+    row = Row("N: JSON nested 300 deep, 3 routes x 4 modes")
+    deep = b"[" * 300 + b"]" * 300
+    bodies = {
+        "/chat/completions": b'{"model":"gpt-4o","messages":[{"role":"user","content":%s}]}' % deep,
+        "/responses": b'{"model":"gpt-4o","input":[{"role":"user","content":%s}]}' % deep,
+        "/messages": b'{"model":"claude-x","max_tokens":64,"messages":[{"role":"user","content":%s}]}' % deep,
+    }
+    answers = []
+    modes: list[tuple[dict[str, Any], dict[str, str]]] = [
+        ({}, {}),
+        ({"compaction": {"mode": "shadow"}}, {}),
+        ({}, {"x-inflight-compaction": "off"}),
+        ({"compaction": {"enabled": False}}, {}),
+    ]
+    for settings, headers in modes:
+        with inflight_process(upstream_url, config(**settings)) as (proxy_url, _):
+            for path, body in bodies.items():
+                sent = {"content-type": "application/json", **headers}
+                response = httpx.post(proxy_url + path, content=body, headers=sent, timeout=30)
+                ours = "inflight internal error" in response.text
+                answers.append(f"{response.status_code}{' (ours)' if ours else ' (upstream)'}")
+    row.answer = tally(answers)
+    return row
+
+
+def probe_s(upstream_url: str) -> Row:
+    """S: bodies inflight cannot read, in shadow mode: zstd, br, gzip twice, not JSON, empty, an array."""
+    row = Row("S: 6 unreadable bodies, shadow mode")
+    plain = orjson.dumps(CHAT)
+    gzipped = zlib.compressobj(wbits=31)
+    twice = gzipped.compress(plain) + gzipped.flush()
+    again = zlib.compressobj(wbits=31)
+    twice = again.compress(twice) + again.flush()
+    cases = [(b"(\xb5/\xfd", "zstd"), (b"\x0b\x02\x80", "br"), (twice, "gzip, gzip"), (b"hello", ""), (b"", "")]
+    cases.append((b"[1]", ""))
+    with inflight_process(upstream_url, config(compaction={"mode": "shadow"})) as (proxy_url, _):
+        answers = []
+        for body, encoding in cases:
+            headers = {"content-type": "application/json"} | ({"content-encoding": encoding} if encoding else {})
+            response = httpx.post(f"{proxy_url}/chat/completions", content=body, headers=headers, timeout=30)
+            forwarded = "could not parse" in response.text  # the fake upstream's own answer to what it cannot read
+            answers.append(f"{response.status_code} {'from the upstream' if forwarded else 'refused by inflight'}")
+    row.answer = tally(answers)
     return row
 
 
@@ -790,6 +945,13 @@ def main() -> None:
             ("D", partial(probe_d, upstream_url)),
             ("F", partial(probe_f, upstream_url)),
             ("I", partial(probe_i, upstream_url)),
+            ("G", partial(probe_g_last_resort, upstream_url)),
+            ("G", partial(probe_g_read, upstream_url)),
+            ("G", probe_g_breakpoints),
+            ("G", partial(probe_g_edits, upstream_url)),
+            ("G", probe_g_summary),
+            ("N", partial(probe_n, upstream_url)),
+            ("S", partial(probe_s, upstream_url)),
         ]
         probes += [
             ("L", probe_learning),

@@ -27,7 +27,7 @@ from inflight.formats import CHAT_COMPLETIONS
 from inflight.http.access import startup_problem
 from inflight.http.intake import parse_object
 from inflight.http.server import prepare_process, startup_line, state_warning, uvicorn_options
-from inflight.http.workers import check_workers, serve_workers
+from inflight.http.workers import PortInUse, check_port_free, check_workers, serve_workers
 from inflight.pipeline.accounting import Counted
 from inflight.pipeline.engine import Mode, Options, Pipeline, build_pipeline
 from inflight.pipeline.evaluation import Compacted, SizedSummarizers, replay, report, totals
@@ -71,6 +71,7 @@ def serve(args: argparse.Namespace) -> int:
     if problem is not None:
         raise ConfigError(problem)
     check_workers(settings, args.workers)
+    check_port_free(settings.listen.host, settings.listen.port)
     prepare_process(settings)
     log = logging.getLogger("inflight")
     log.info("%s", startup_line(settings, workers=args.workers))
@@ -347,6 +348,9 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.run(args))
     except ConfigError as exc:
         print(f"inflight: config error: {exc}", file=sys.stderr)
+        return 2
+    except PortInUse as exc:
+        print(f"inflight: {exc}", file=sys.stderr)
         return 2
     except CommandError as exc:
         print(f"inflight: {exc}", file=sys.stderr)

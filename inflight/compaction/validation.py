@@ -12,6 +12,8 @@ import re
 
 MIN_CHARS = 120  # a reply shorter than this cannot have the sections (an "OK", a canned line)
 COPY_SHARE = 0.6  # a reply is a copy if this share of its lines appear verbatim in its input
+# The lines of a reply looked for in its input, evenly spaced: the check's work is then linear in what was sent.
+COPY_SAMPLE_LINES = 400
 
 
 def headings(prompt: str) -> list[str]:
@@ -30,6 +32,7 @@ def rejection(text: str, *, finish_reason: object, transcript: str, sections: li
     if missing:
         return "sections"
     lines = [line.strip() for line in text.splitlines() if len(line.strip()) >= 20 and not line.startswith("#")]
+    lines = lines[:: max(1, len(lines) // COPY_SAMPLE_LINES)]  # each line is looked for in the whole transcript
     if lines and sum(line in transcript for line in lines) >= COPY_SHARE * len(lines):
         return "copy"
     return None

@@ -89,8 +89,9 @@ def sealed_output(original: list[Any], compacted: object, key: ItemKey, *, tenan
         return None
     text = "\n\n".join(text_of_parts(compacted[i].get("content")) for i in written)
     item = {"type": "compaction", "id": f"cmp_{uuid.uuid4().hex}", "encrypted_content": key.seal(text, tenant=tenant)}
+    folded = set(written)
     return [
-        item if i == written[0] else other for i, other in enumerate(compacted) if i == written[0] or i not in written
+        item if i == written[0] else other for i, other in enumerate(compacted) if i == written[0] or i not in folded
     ]
 
 

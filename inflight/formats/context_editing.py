@@ -17,6 +17,9 @@ The rules, as Anthropic documents them:
   keeps every one). An assistant message made of thinking alone keeps it (an empty turn is invalid).
 
 Other edits (`compact_20260112`) are not done here: inflight's own compaction replaces them.
+
+Each edit walks the whole conversation, so a body may ask for at most `MAX_EDITS` of them (a real client
+asks for one or two): more is refused, so the work stays linear in what was sent.
 """
 
 from __future__ import annotations
@@ -27,12 +30,15 @@ from typing import Any
 
 import orjson
 
+from inflight.errors import BadRequest
+
 TOOL_USES = "clear_tool_uses_20250919"
 THINKING_BLOCKS = "clear_thinking_20251015"
 THINKING = ("thinking", "redacted_thinking")
 DEFAULT_TRIGGER_TOKENS = 100_000
 DEFAULT_KEEP_TOOL_USES = 3
 DEFAULT_KEEP_THINKING_TURNS = 1
+MAX_EDITS = 8  # edits done for one request; more is refused with a 400
 CLEARED_RESULT = "[inflight: this tool result was cleared to save context (context_management clear_tool_uses)]"
 
 Count = Callable[[str], int]  # tokens of a text, in the upstream's units
@@ -58,6 +64,12 @@ def apply_edits(payload: dict[str, Any], *, prompt_tokens: int, count: Count) ->
     """Apply each edit the body asks for, in order, each to the prompt as the previous edits left it."""
     management = payload.get("context_management")
     edits = management.get("edits") if isinstance(management, dict) else None
+    if isinstance(edits, list) and len(edits) > MAX_EDITS:
+        raise BadRequest(
+            f"context_management.edits: inflight does at most {MAX_EDITS} edits in the upstream's place, "
+            f"got {len(edits):,}",
+            param="context_management.edits",
+        )
     messages: list[Message] = list(payload.get("messages") or [])
     applied: list[dict[str, Any]] = []
     for edit in edits if isinstance(edits, list) else []:

@@ -277,7 +277,8 @@ def views_of(index: int, message: dict[str, Any]) -> list[View]:
         block = content[j]
         tool = {"role": "tool", "tool_call_id": str(block.get("tool_use_id")), "content": result_content(block)}
         views.append((tool, (index, j), ""))
-    others = [j for j in range(len(content)) if j not in results]
+    answers = set(results)
+    others = [j for j in range(len(content)) if j not in answers]
     # Other blocks sent alongside the results (such as a reminder) are an observation, not a request.
     if others:
         beside = {"role": "user", "content": parts_of([content[j] for j in others])}
@@ -558,8 +559,11 @@ def place_breakpoints(
     # Removed in this order: the oldest, then the summary's, and last the latest (it caches the most).
     order = [spot for spot in spots[:-1] if spot != written.summary_at]
     order += [spot for spot in spots[:-1] if spot == written.summary_at] + spots[-1:]
+    dropped: dict[int, list[Spot]] = {}
     for spot in order[: max(len(spots) - max(budget, 0), 0)]:
-        out[spot[0]] = without_mark(out[spot[0]], spot[1:])
+        dropped.setdefault(spot[0], []).append(spot[1:])
+    for index, paths in dropped.items():  # each message copied once, however many of its marks go
+        out[index] = without_marks(out[index], paths)
 
 
 def mark_head(out: list[dict[str, Any]], written: Written, budget: int, *, marks: list[Any]) -> None:
@@ -617,12 +621,20 @@ def marks_of(content: object, path: Spot) -> list[tuple[Spot, Any]]:
     return found
 
 
-def without_mark(node: dict[str, Any], path: Spot) -> dict[str, Any]:
-    """A copy of `node` (a message or a block) without the breakpoint at `path` in its content; `node` is unchanged."""
-    if not path:
-        return {key: value for key, value in node.items() if key != "cache_control"}
+def without_marks(node: dict[str, Any], paths: list[Spot]) -> dict[str, Any]:
+    """A copy of `node` (a message or a block) without the breakpoints at `paths` in its content, each list copied
+    once (so the work is linear in the marks); `node` is unchanged."""
+    if any(not path for path in paths):
+        node = {key: value for key, value in node.items() if key != "cache_control"}
+    inner: dict[int, list[Spot]] = {}
+    for path in paths:
+        if path:
+            inner.setdefault(path[0], []).append(path[1:])
+    if not inner:
+        return node
     content = list(node["content"])
-    content[path[0]] = without_mark(content[path[0]], path[1:])
+    for position, rest in inner.items():
+        content[position] = without_marks(content[position], rest)
     return {**node, "content": content}
 
 

@@ -109,6 +109,7 @@ class Responses(OpenAIShape):
             compactable=payload.get("previous_response_id") is None and payload.get("conversation") is None,
             origins=origins,
             expanded=frozenset(expanded),
+            unopened=sum(messages[i].get("content") is UNREADABLE_ITEM for i in expanded),
             compact_at=compact_threshold(payload.get("context_management")),
         )
 

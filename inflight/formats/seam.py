@@ -46,7 +46,8 @@ parameters) into a `CoreRequest`:
 - `origins`: the format's own map from each message back to the part of the body it came from, for
   `write`.
 - `expanded`: messages the format made from content only inflight can read (its own compaction
-  items); such a body is always rewritten.
+  items); such a body is always rewritten. `unopened`: how many of those could not be read (sealed
+  with another key), so a note stands in their place.
 - `compact_at`: the threshold for server-side compaction the client asks of the upstream (the
   Responses API's `context_management`). `server_edits`: the client asks the upstream to edit its
   context (Anthropic's `context_management.edits`). If the upstream supports neither, inflight does
@@ -121,6 +122,7 @@ class CoreRequest:
     # Messages the format made from something the upstream cannot read (inflight's own compaction items).
     # They go upstream as new messages, so the body is rewritten even when nothing is compacted.
     expanded: frozenset[int] = field(default_factory=frozenset)
+    unopened: int = 0  # of those, how many could not be opened (another key): a note went in their place
     # The client asks the upstream to compact past this many tokens (the Responses API's
     # `context_management`); None: it does not.
     compact_at: int | None = None

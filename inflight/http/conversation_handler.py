@@ -60,9 +60,11 @@ class ConversationHandler:
             self.pipeline,
             self.wire,
             limit=self.limits.max_body_bytes,
-            tenant=options.tenant,
+            options=options,
             target=Target(self.route, request.path_params),
         )
+        if intake.unread is not None:
+            exchange.note("unread", intake.unread)
         model = intake.payload.get("model")
         exchange.note("model", model if isinstance(model, str) else "-")
         async with cancelled_on_disconnect(request.scope, request.receive):  # the body is in: watch the client leaving

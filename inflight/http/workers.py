@@ -12,12 +12,15 @@ gives them a directory for their metrics, so that `GET /metrics` on any worker c
 
 from __future__ import annotations
 
+import errno
 import logging
 import multiprocessing
 import os
+import secrets
 import shutil
 import signal
 import socket
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -36,6 +39,45 @@ log = logging.getLogger("inflight")
 
 RESTART_PAUSE_S = 1.0
 MAX_RESTARTS, CRASH_WINDOW_S = 5, 60
+PORT_IN_USE_EXIT = 2  # a worker that finds its port taken exits with this: the parent stops instead of restarting
+
+
+class PortInUse(Exception):
+    """The address to listen on is taken: by another server, or by another `inflight serve` on that port."""
+
+    def __init__(self, host: str, port: int) -> None:
+        super().__init__(
+            f"port {port} on {host} is in use (another inflight or another server listens there): "
+            "stop it, or give this one another --port"
+        )
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Raise `PortInUse` if anything is bound to `host:port`, before any worker starts.
+
+    The probe binds without SO_REUSEPORT, so it fails even where the holder is another `--workers` proxy,
+    whose SO_REUSEPORT sockets would otherwise let a second one join silently and take part of the traffic."""
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a connection in TIME_WAIT is no holder
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise PortInUse(host, port) from None
+            raise
+
+
+def with_one_item_key(settings: Settings) -> Settings:
+    """The settings every worker gets: with one `responses.item_key`, so each opens the compaction items the others
+    sealed. Without the key configured or the upstream's key to derive it from, the parent makes one at random for
+    all of its workers (items then stay readable while it runs, a restarted worker included, but not after)."""
+    if settings.responses.item_key or settings.upstream_for("responses").api_key:
+        return settings
+    shared = settings.responses.model_copy(update={"item_key": secrets.token_hex(32)})
+    return settings.model_copy(update={"responses": shared})
 
 
 def check_workers(settings: Settings, workers: int) -> None:
@@ -66,7 +108,13 @@ def listening_socket(host: str, port: int) -> socket.socket:
 def run_worker(settings: Settings) -> None:
     """One worker: its own socket on the shared port, its own app and event loop."""
     prepare_process(settings)
-    sock = listening_socket(settings.listen.host, settings.listen.port)
+    try:
+        sock = listening_socket(settings.listen.host, settings.listen.port)
+    except OSError as exc:
+        if exc.errno != errno.EADDRINUSE:
+            raise
+        log.error("inflight: %s", PortInUse(settings.listen.host, settings.listen.port))
+        sys.exit(PORT_IN_USE_EXIT)
     config = uvicorn.Config(create_app(settings), **uvicorn_options(settings))
     uvicorn.Server(config).run(sockets=[sock])
 
@@ -98,7 +146,7 @@ def forget_metrics_of(process: BaseProcess, metrics_directory: str) -> None:
 def serve_workers(settings: Settings, workers: int) -> int:
     """Run `workers` worker processes until SIGTERM or SIGINT; restart any that dies meanwhile."""
     with shared_metrics() as metrics_directory:
-        return supervise(settings, workers, metrics_directory)
+        return supervise(with_one_item_key(settings), workers, metrics_directory)
 
 
 def supervise(settings: Settings, workers: int, metrics_directory: str) -> int:
@@ -115,6 +163,7 @@ class Supervisor:
         self.running: list[BaseProcess] = []
         self.restarts: list[float] = []
         self.stopping = False
+        self.port_in_use = False  # a worker found the port taken (it said so): no restart would do better
 
     def run(self, workers: int) -> int:
         signal.signal(signal.SIGTERM, self.stop)
@@ -127,6 +176,8 @@ class Supervisor:
         for process in self.running:
             process.join(timeout=30)
             forget_metrics_of(process, self.metrics_directory)
+        if self.port_in_use:
+            return PORT_IN_USE_EXIT
         return 1 if self.crashing else 0
 
     @property
@@ -149,6 +200,10 @@ class Supervisor:
         for index, process in enumerate(self.running):
             if process.is_alive() or self.stopping:
                 continue
+            if process.exitcode == PORT_IN_USE_EXIT:
+                self.port_in_use = True
+                self.stop(signal.SIGTERM, None)
+                return
             now = time.monotonic()
             self.restarts = [t for t in self.restarts if t > now - CRASH_WINDOW_S] + [now]
             if self.crashing:

@@ -62,7 +62,7 @@ class CompactTurn(Steps):
             return
         read = yield ReadAnswer()  # the upstream's "no such route", kept to relay if inflight cannot answer either
         assert isinstance(read, AnswerRead)
-        if pipeline.discovers(counted.model):
+        if pipeline.discovers(counted, self.options):
             yield Discover()
         accounting = pipeline.account(counted, tenant=self.options.tenant)
         made = yield Prepare(counted, accounting, self.options)

@@ -24,11 +24,13 @@ from inflight.compaction.background.scheduler import BackgroundSummaries
 from inflight.compaction.prefix import CacheTurn, PrefixTracker, SentRequest, view_ids
 from inflight.compaction.record import shadow_key
 from inflight.config import Compaction, ModelSettings, Prices, Settings
+from inflight.errors import ProxyError
 from inflight.formats import UNROUTED, Target, WireFormat
+from inflight.formats.seam import TakenOver
 from inflight.metrics.observer import NO_OBSERVER, Observer
 from inflight.offload import call_sized
 from inflight.pipeline.accounting import Accounting, Counted
-from inflight.pipeline.outgoing import MeasuredOnce, Prepared, as_sent, rewritten, shadowed, translated
+from inflight.pipeline.outgoing import MeasuredOnce, Prepared, as_sent, rewritten, shadowed, translated, unopened
 from inflight.pipeline.parts import CompactionParts, SummarizerFactory, summarizer_window
 from inflight.policy.bracket import WindowBrackets
 from inflight.policy.calibration import Calibration, Ratios
@@ -256,9 +258,12 @@ class Pipeline:
     def encoding_for(self, model: str) -> EncodingChoice:
         return choose_encoding(model, self.model_settings(model).encoding)
 
-    def discovers(self, model: str) -> bool:
-        """Whether to look up `model`'s window in the upstream's model list before accounting this request."""
-        return self._registry.discovers(model)
+    def discovers(self, counted: Counted, options: Options) -> bool:
+        """Whether to look up the model's window in the upstream's model list before accounting this request.
+
+        Never for a request that is only shadowed or not compacted: the call would go with the client's key
+        though nothing it was sent for needs the window (the report then uses `models:` or the default)."""
+        return self.compacts(counted, options) and self._registry.discovers(counted.model)
 
     async def discover(self, fetch_models: FetchModels) -> None:
         """Read the models' windows from the upstream's model list (once per process; retried a minute after a
@@ -367,16 +372,21 @@ class Pipeline:
             return accounting.calibrated_text(self.text_tokens(counted.model, text))
 
         wire = counted.wire
-        try:
+
+        def take_over() -> tuple[TakenOver, Counted | None]:
             taken = wire.take_over(counted.payload, prompt_tokens=accounting.prompt_tokens, count=count)
+            if not taken.edited:  # the parsed conversation is still valid; only the field is gone
+                return taken, None
+            return taken, self.count(orjson.dumps(taken.payload), taken.payload, wire, tenant=tenant)
+
+        try:  # edits walk the whole conversation: off the loop for a big one
+            taken, recounted = await call_sized(take_over, counted.count.total)
+        except ProxyError:  # the request asks what inflight does not do (too many edits): the client is told
+            raise
         except Exception:  # a bug of ours: send the request as the client sent it, and let the upstream answer
             model = self._model_key(counted.model)
             log.exception("[context_management] could not take it over for %s; sent as it came", model)
             return counted, None
-        if not taken.edited:  # the parsed conversation is still valid; only the field is gone
-            return replace(counted, payload=taken.payload), taken.report
-        raw = orjson.dumps(taken.payload)
-        recounted = await call_sized(lambda: self.count(raw, taken.payload, wire, tenant=tenant), counted.count.total)
         return (recounted or replace(counted, payload=taken.payload)), taken.report
 
     def learn_no_server_compaction(self, model: str, *, tenant: str) -> None:
@@ -396,6 +406,15 @@ class Pipeline:
         """Whether this request's compaction is planned, either to be sent or only reported (`shadows`)."""
         enabled = self.model_settings(counted.model).compaction.enabled
         return enabled and options.mode != Mode.OFF and counted.request.compactable
+
+    def reads_body(self, model: str | None, options: Options) -> bool:
+        """Whether serving a request needs its body read: not when it is only shadowed or not compacted at all
+        (`off`, compaction disabled), so a body inflight cannot read is then forwarded as sent. With no model
+        (the body could not be parsed) the top-level `compaction:` decides."""
+        if options.mode in (Mode.OFF, Mode.SHADOW):
+            return False
+        config = self.settings.compaction if model is None else self.model_settings(model).compaction
+        return config.enabled and (options.mode in OVERRULE_SHADOW or config.mode != "shadow")
 
     def _shadows(self, counted: Counted, options: Options) -> bool:
         """Whether this request's compaction is planned and recorded but not sent.
@@ -429,6 +448,7 @@ class Pipeline:
         prepared = await self._prepare(counted, accounting, options, retry=retry)
         if counted.request.expanded and not prepared.rewritten:
             prepared = translated(counted, prepared)  # the upstream cannot read the format's expanded form
+        prepared = unopened(counted, prepared)
         if taken_over:
             if not prepared.rewritten:  # nothing compacted: send the client's body without the field
                 prepared = replace(prepared, body=orjson.dumps(counted.payload), rewritten=True)

@@ -133,6 +133,15 @@ def translated(counted: Counted, untouched: Prepared) -> Prepared:
     return replace(untouched, body=body, rewritten=True, plan=plan, fields=untouched.fields | {"actions": "expanded"})
 
 
+def unopened(counted: Counted, prepared: Prepared) -> Prepared:
+    """What was sent, saying that some of inflight's own compaction items could not be opened (sealed with another
+    key): their summaries are lost, and a note went upstream in their place."""
+    if not counted.request.unopened or Action.ITEM_UNREADABLE in prepared.plan.actions:
+        return prepared
+    plan = prepared.plan.with_action(Action.ITEM_UNREADABLE)
+    return replace(prepared, plan=plan, fields=prepared.fields | {"actions": plan.said()})
+
+
 def rewritten(counted: Counted, accounting: Accounting, outcome: Outcome, *, limit: int, key: str) -> Prepared:
     """The compacted body, with the plan and log fields that describe what was done to it."""
     plan, fields = described(accounting, outcome, limit=limit, key=key)

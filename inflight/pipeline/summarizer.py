@@ -8,6 +8,7 @@ with the others.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Sequence
@@ -21,12 +22,16 @@ from inflight.config import Upstream as UpstreamSettings
 from inflight.errors import ProxyError
 from inflight.formats import CHAT_COMPLETIONS, WireFormat
 from inflight.metrics.observer import NO_OBSERVER, Observer
+from inflight.offload import call_sized
 from inflight.policy.windows import ContextRegistry
 from inflight.upstream.client import UpstreamClient
 from inflight.upstream.headers import RawHeaders, key_headers
 
 log = logging.getLogger("inflight")
 DISCOVERY_TIMEOUT_S = 10.0
+# A summary is a few thousand tokens; a reply this big is not one, and is not read further (nor parsed).
+MAX_REPLY_BYTES = 4 << 20
+CHARS_PER_TOKEN = 4  # a reply's size in tokens, roughly, to choose where its reading runs
 MODEL_CHARS = 256  # how much of a (client-supplied) model name goes into a log line or an error
 
 
@@ -74,12 +79,10 @@ class Summarizer:
                 continue
             seconds = time.perf_counter() - started
             sections = headings(job.prompt)
-            rejected = rejection(
-                text,
-                finish_reason=finish_reason,
-                transcript=job.transcript,
-                sections=sections,
+            check = functools.partial(
+                rejection, text, finish_reason=finish_reason, transcript=job.transcript, sections=sections
             )
+            rejected = await call_sized(check, len(text) // CHARS_PER_TOKEN)  # off the loop for a long reply
             self.observer.summarizer_called(outcome="ok" if rejected is None else "rejected", seconds=seconds)
             if rejected is None:
                 return text
@@ -93,12 +96,21 @@ class Summarizer:
         call = self.wire.summary_request(job.messages(), model=model, max_tokens=job.max_tokens, tools=tools)
         headers: RawHeaders = [(b"content-type", b"application/json"), *call.headers, *credentials]
         status, answer = await self.client.send_whole(
-            "POST", call.path, headers=headers, content=orjson.dumps(call.body), timeout_s=self.timeout_s
+            "POST",
+            call.path,
+            headers=headers,
+            content=orjson.dumps(call.body),
+            timeout_s=self.timeout_s,
+            max_bytes=MAX_REPLY_BYTES,
         )
         if status != 200:
             text = answer[:200].decode("utf-8", "replace")
             raise SummarizerError(f"status {status}: {text}", status=status)
-        content, finish_reason = self.wire.summary_reply(orjson.loads(answer))  # raises ValueError if not JSON
+        # Parsed off the loop when long: a reply of megabytes (whatever was asked) would stall every request.
+        content, finish_reason = await call_sized(
+            lambda: self.wire.summary_reply(orjson.loads(answer)),  # raises ValueError if not JSON
+            len(answer) // CHARS_PER_TOKEN,
+        )
         if not content.strip():
             raise SummarizerError("no summary text in the response")
         return content, finish_reason

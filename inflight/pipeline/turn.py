@@ -183,7 +183,7 @@ class Turn(Steps):
 
     def _run(self) -> Generator[Command, Event, None]:
         pipeline, counted, options = self.pipeline, self.counted, self.options
-        if pipeline.discovers(counted.model):
+        if pipeline.discovers(counted, options):
             yield Discover()
             self._account()
         if pipeline.asks_exact_count(counted, self.accounting, options):
@@ -205,7 +205,7 @@ class Turn(Steps):
                 # Happens once per client and model: from now on inflight does that context management itself.
                 pipeline.learn_no_server_compaction(counted.model, tenant=options.tenant)
                 self._fields["context_management"] = "refused"
-                if pipeline.discovers(counted.model):
+                if pipeline.discovers(counted, options):
                     yield Discover()
                 self._account()
                 self._fields.update(self.accounting.log_fields())

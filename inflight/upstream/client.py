@@ -90,26 +90,43 @@ class UpstreamClient:
         return await self.read_whole(response)
 
     async def send_whole(
-        self, method: str, v1_path: str, *, headers: RawHeaders, content: bytes | None, timeout_s: float
+        self,
+        method: str,
+        v1_path: str,
+        *,
+        headers: RawHeaders,
+        content: bytes | None,
+        timeout_s: float,
+        max_bytes: int | None = None,
     ) -> tuple[int, bytes]:
         """A request the proxy makes on its own (a summary): exactly `headers` plus `Host`, the answer read
         whole. `timeout_s` bounds each phase (connecting, waiting for a connection, writing, each read)
-        and the whole exchange (`UpstreamTimeout` past it)."""
+        and the whole exchange (`UpstreamTimeout` past it); `max_bytes`, the answer (`UpstreamUnreachable`
+        past it: what it says is not read)."""
         own = [(b"host", self._host_header), (b"accept-encoding", b"identity"), *headers]
         timeouts = Timeouts(connect=timeout_s, read=timeout_s, write=timeout_s, pool=timeout_s)
         target = self.target_for(v1_path.encode())
         try:
             async with asyncio.timeout(timeout_s):
                 response = await self.open(method, target, headers=own, content=content, timeouts=timeouts)
-                return await self.read_whole(response)
+                return await self.read_whole(response, max_bytes=max_bytes)
         except TimeoutError as exc:
             raise UpstreamTimeout(f"upstream {self.host} gave no whole answer within {timeout_s:g} s") from exc
 
-    async def read_whole(self, response: Response) -> tuple[int, bytes]:
-        """The response's status and whole body; the response closed."""
+    async def read_whole(self, response: Response, *, max_bytes: int | None = None) -> tuple[int, bytes]:
+        """The response's status and whole body (at most `max_bytes` of it, else `UpstreamUnreachable`); the
+        response closed."""
         try:
             with UpstreamErrors(self.host):
-                return response.status, await response.aread()
+                if max_bytes is None:
+                    return response.status, await response.aread()
+                chunks, size = [], 0
+                async for chunk in response.aiter_raw():
+                    size += len(chunk)
+                    if size > max_bytes:
+                        raise UpstreamUnreachable(f"upstream {self.host} answered more than {max_bytes:,} bytes")
+                    chunks.append(chunk)
+                return response.status, b"".join(chunks)
         finally:
             await response.aclose()
 

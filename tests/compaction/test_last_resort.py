@@ -8,15 +8,21 @@ observation answers stay whole. The conversation is the repo's real SWE-agent tr
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
 
-from inflight.compaction import Budget
-from inflight.compaction.stage import Outcome
+import pytest
+
+from inflight.compaction import Budget, Conversation
+from inflight.compaction.draft import Draft
+from inflight.compaction.stage import Outcome, Work
+from inflight.compaction.stages.last_resort import LastResortStage
 from inflight.compaction.summary_job import SUMMARY_PREFIX
 from inflight.config import Compaction
-from tests.compaction.test_compactor import compactor, conversation_of, run
+from tests.compaction.test_compactor import COUNTER, ENCODING, compactor, conversation_of, run
+from tests.support.growth import CountingList
 from tests.support.swe_agent import demonstration
 
 TRACE = Path(__file__).resolve().parents[1] / "fixtures" / "traces" / "swe_marshmallow_text_actions.json"
@@ -89,3 +95,50 @@ async def test_a_latest_observation_over_the_truncation_limit_is_not_truncated_u
     assert kept.messages[-1] == messages[-1]
     cut = await forced(tokens * 3)  # less: truncated, as any output that big
     assert "[... omitted" in cut.messages[-1]["content"]
+
+
+def user_only(count: int) -> list[dict[str, Any]]:
+    """A conversation of user messages only: all of it head, so only the last resort can shrink it."""
+    return [{"role": "user", "content": f"message {i}: " + "word " * 120} for i in range(count)]
+
+
+def counted_conversation(messages: list[dict[str, Any]]) -> tuple[Conversation, CountingList]:
+    """The conversation with its token counts in a list that counts how often a message's count is read."""
+    plain = conversation_of(messages)
+    counts = CountingList(plain.counts)
+    return Conversation(plain.messages, counts, plain.digests, plain.fixed_tokens), counts
+
+
+async def test_the_last_resort_reads_each_message_a_bounded_number_of_times_however_many_it_cuts() -> None:
+    """Each cut used to build the whole view again and sort it: 1k / 2k / 4k messages took 0.5 / 4 / 30 s."""
+    reads_per_message = []
+    for size in (250, 500, 1_000, 2_000):
+        conversation, counts = counted_conversation(user_only(size))
+        outcome = await compactor(summarizer=False).run(conversation, budget=Budget.exactly(2_000), record=None)
+        assert outcome is not None and outcome.actions == ["truncate"]
+        assert sum(1 for m in outcome.messages if "[... omitted" in m["content"]) > size // 2  # most were cut
+        reads_per_message.append(counts.reads / size)
+    # On the old main: 131, 256, 506, 1,006 reads a message (one per message each cut); now the same at every size.
+    assert max(reads_per_message) <= 1.5 * min(reads_per_message), reads_per_message
+
+
+async def test_a_cancelled_last_resort_stops_at_its_next_pause() -> None:
+    """A request whose client left is cancelled; the stage pauses every few dozen cuts (`CUTS_BETWEEN_YIELDS`), so
+    it stops there instead of cutting on (in a worker thread's loop, where nothing else would stop it)."""
+    conversation = conversation_of(user_only(1_000))
+    cuts = 0
+
+    def count_message(message: dict[str, Any]) -> int:
+        nonlocal cuts
+        cuts += 1
+        return COUNTER.count_message(message, ENCODING)
+
+    head = len(conversation.messages)
+    outcome = Outcome([], conversation.tokens, conversation.tokens, [], Draft(head, head).freeze(conversation), True)
+    work = Work(conversation, Draft(head, head), Budget.exactly(2_000), outcome, count_message)
+    stage = asyncio.ensure_future(LastResortStage().run(work))
+    await asyncio.sleep(0)  # the stage runs until its first pause
+    stage.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await stage
+    assert 0 < cuts == len(work.draft.replaced) <= 100  # on the old main: all 1,000 cut before it could be stopped

@@ -7,6 +7,7 @@ the tool outputs (real files of this repository, real pytest output) and every m
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -53,8 +54,57 @@ def model_path() -> Path:
     return Path(os.environ.get(MODEL_ENV, DEFAULT_MODEL))
 
 
+LOG_TAIL_LINES = 20  # of a dead server's log, shown in the failure
+DEATH_GRACE_S = 2.0  # after a failed turn, how long the server is given to be seen dead, if it is dying
+
+
+class ServerDied(AssertionError):
+    """The model server exited while a test used it (a SIGILL from a build for another CPU, an abort)."""
+
+
+@dataclass
+class ModelServer:
+    """A model server process on loopback: its base URL, and its log, shown if it dies."""
+
+    url: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def check(self, *, grace_s: float = 0.0) -> None:
+        """Raise `ServerDied`, with its exit status and the last lines of its log, if the process has exited (or
+        does within `grace_s`: a connection dropped by a dying process breaks before the process is gone)."""
+        try:
+            code = self.process.wait(timeout=grace_s) if grace_s else self.process.poll()
+        except subprocess.TimeoutExpired:
+            code = None
+        if code is None:
+            return
+        how = f"exit code {code}"
+        if code < 0:
+            how = f"signal {signal.Signals(-code).name} (exit code {128 - code} in a shell)"
+        lines = self.log.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:] if self.log.exists() else []
+        tail = "\n".join(f"    {line}" for line in lines) or "    (empty)"
+        raise ServerDied(f"the model server died: {how}; the last lines of {self.log}:\n{tail}")
+
+
 @contextmanager
-def llama_server(port: int, log: Path) -> Iterator[str]:
+def model_server(command: list[str], port: int, log: Path) -> Iterator[ModelServer]:
+    """Run `command` (a server on 127.0.0.1:`port` with an OpenAI `/v1/models`) with its output in `log`,
+    until it answers; fail with its exit status and log if it dies, then or later."""
+    with log.open("wb") as output:
+        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, cwd=ROOT)
+        server = ModelServer(f"http://127.0.0.1:{port}/v1", process, log)
+        try:
+            wait_for_http(server)
+            yield server
+            server.check()  # it must still be running when the test is done with it
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+
+
+@contextmanager
+def llama_server(port: int, log: Path) -> Iterator[ModelServer]:
     """llama-cpp-python's OpenAI-compatible server on SmolLM2-135M with a 2,048-token context."""
     command = [
         sys.executable,
@@ -77,30 +127,23 @@ def llama_server(port: int, log: Path) -> Iterator[str]:
         "--interrupt_requests",
         "False",
     ]
-    with log.open("wb") as output:
-        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, cwd=ROOT)
-        try:
-            wait_for_http(f"http://127.0.0.1:{port}/v1/models", process)
-            yield f"http://127.0.0.1:{port}/v1"
-        finally:
-            process.terminate()
-            process.wait(timeout=30)
+    with model_server(command, port, log) as server:
+        yield server
 
 
-def wait_for_http(url: str, process: subprocess.Popen[bytes], timeout: float = 120) -> None:
+def wait_for_http(server: ModelServer, timeout: float = 120) -> None:
     import httpx
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"llama.cpp server exited with {process.returncode}")
+        server.check()
         try:
-            if httpx.get(url, timeout=2).status_code == 200:
+            if httpx.get(server.url + "/models", timeout=2).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
         time.sleep(0.25)
-    raise RuntimeError(f"llama.cpp server did not answer {url}")
+    raise TimeoutError(f"{server.url} did not answer within {timeout:g} s")
 
 
 def tool_outputs() -> list[tuple[str, str, str]]:
@@ -169,6 +212,8 @@ class AgentLoop:
             turn.error = f"{exc.status_code} {getattr(exc, 'code', None)}"
         except EmptyStream:
             turn.error = "empty stream"
+        except openai.APIConnectionError as exc:  # the server gone (or never there): the caller asks why
+            turn.error = f"connection: {exc}"
         turn.seconds = time.perf_counter() - started
         call_id = f"call_{number}"
         call = {"id": call_id, "type": "function", "function": {"name": tool, "arguments": f'{{"path": "{path}"}}'}}
@@ -177,11 +222,20 @@ class AgentLoop:
         return turn
 
 
-def run_agent(base_url: str, outputs: list[tuple[str, str, str]], *, stop_on_failure: bool = True) -> list[Turn]:
+def run_agent(
+    base_url: str,
+    outputs: list[tuple[str, str, str]],
+    *,
+    server: ModelServer | None = None,
+    stop_on_failure: bool = True,
+) -> list[Turn]:
+    """The agent's turns against `base_url`; a turn that fails while `server` has died fails with why it died."""
     turns: list[Turn] = []
     with AgentLoop(base_url) as loop:
         for number, (tool, path, output) in enumerate(outputs):
             turns.append(loop.step(number, tool, path, output))
+            if not turns[-1].ok and server is not None:
+                server.check(grace_s=DEATH_GRACE_S)
             if not turns[-1].ok and stop_on_failure:
                 break
     return turns

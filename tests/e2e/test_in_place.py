@@ -57,7 +57,7 @@ def test_a_summary_asked_in_place_is_read_from_the_servers_cache(
     # and the instruction fit the 2,048-token window together: the condition for asking in place.
     compaction = {"summarize": {"background_at": 0.15, "max_summary_tokens": 64}}
     with llama_server(free_port(), log) as server:
-        recorder = LoggedRecorder(server, log)
+        recorder = LoggedRecorder(server.url, log)
         with serve(recorder) as recorder_url:
             overrides = {
                 "upstream": {"base_url": recorder_url + "/v1"},
@@ -66,7 +66,8 @@ def test_a_summary_asked_in_place_is_read_from_the_servers_cache(
             }
             settings = load_settings(None, overrides=overrides)
             with caplog.at_level(logging.INFO, logger="inflight"), serve(create_app(settings)) as proxy_url:
-                turns = run_agent(proxy_url + "/v1", [(t, p, out[:1000]) for t, p, out in tool_outputs()[:3]])
+                outputs = [(t, p, out[:1000]) for t, p, out in tool_outputs()[:3]]
+                turns = run_agent(proxy_url + "/v1", outputs, server=server)
                 deadline = time.monotonic() + 120
                 while not answered_in_place(recorder) and time.monotonic() < deadline:
                     time.sleep(0.2)

@@ -20,7 +20,7 @@ from inflight.app import create_app
 from inflight.compaction.conversation import problems
 from inflight.config import load_settings
 from inflight.tokens import TokenCounter
-from tests.e2e.agent import N_CTX, Turn, llama_server, model_path, run_agent, tool_outputs
+from tests.e2e.agent import N_CTX, ModelServer, Turn, llama_server, model_path, run_agent, tool_outputs
 from tests.support.servers import free_port, read_body, serve
 
 pytestmark = pytest.mark.e2e
@@ -77,9 +77,9 @@ def is_summary(body: dict[str, Any]) -> bool:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with llama_server(free_port(), tmp_path_factory.mktemp("llama") / "server.log") as url:
-        yield url
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModelServer]:
+    with llama_server(free_port(), tmp_path_factory.mktemp("llama") / "server.log") as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
@@ -104,9 +104,9 @@ def report(label: str, turns: list[Turn], recorder: Recorder | None = None) -> N
     )
 
 
-def test_direct_the_agent_dies_of_context_length(server: str, outputs: list[tuple[str, str, str]]) -> None:
+def test_direct_the_agent_dies_of_context_length(server: ModelServer, outputs: list[tuple[str, str, str]]) -> None:
     assert conversation_tokens(outputs) > 3 * N_CTX  # the conversation grows well past the window
-    turns = run_agent(server, outputs)
+    turns = run_agent(server.url, outputs, server=server)
     report("direct", turns)
     assert not turns[-1].ok
     assert turns[-1].error in ("400 context_length_exceeded", "empty stream")
@@ -114,13 +114,13 @@ def test_direct_the_agent_dies_of_context_length(server: str, outputs: list[tupl
 
 
 def through_inflight(
-    server: str, outputs: list[tuple[str, str, str]], models: dict[str, Any], caplog: pytest.LogCaptureFixture
+    server: ModelServer, outputs: list[tuple[str, str, str]], models: dict[str, Any], caplog: pytest.LogCaptureFixture
 ) -> tuple[list[Turn], Recorder]:
-    recorder = Recorder(server)
+    recorder = Recorder(server.url)
     with serve(recorder) as recorder_url:
         settings = load_settings(None, overrides={"upstream": {"base_url": recorder_url + "/v1"}, "models": models})
         with caplog.at_level(logging.INFO, logger="inflight"), serve(create_app(settings)) as proxy_url:
-            turns = run_agent(proxy_url + "/v1", outputs, stop_on_failure=False)
+            turns = run_agent(proxy_url + "/v1", outputs, server=server, stop_on_failure=False)
     return turns, recorder
 
 
@@ -133,7 +133,7 @@ def assert_served_and_valid(turns: list[Turn], recorder: Recorder, outputs: list
 
 
 def test_through_inflight_every_turn_succeeds(
-    server: str, outputs: list[tuple[str, str, str]], caplog: pytest.LogCaptureFixture
+    server: ModelServer, outputs: list[tuple[str, str, str]], caplog: pytest.LogCaptureFixture
 ) -> None:
     turns, recorder = through_inflight(server, outputs, {"smollm2": {"context_window": N_CTX}}, caplog)
     report("inflight, window configured", turns, recorder)
@@ -145,7 +145,7 @@ def test_through_inflight_every_turn_succeeds(
 
 
 def test_without_a_configured_window_it_learns_from_the_first_refusal(
-    server: str, outputs: list[tuple[str, str, str]], caplog: pytest.LogCaptureFixture
+    server: ModelServer, outputs: list[tuple[str, str, str]], caplog: pytest.LogCaptureFixture
 ) -> None:
     turns, recorder = through_inflight(server, outputs, {}, caplog)
     report("inflight, window learned", turns, recorder)

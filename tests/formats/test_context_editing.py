@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from inflight.formats.context_editing import CLEARED_RESULT, apply_edits, asks_edits
+from inflight.errors import BadRequest
+from inflight.formats.context_editing import CLEARED_RESULT, MAX_EDITS, apply_edits, asks_edits
 
 
 def count(text: str) -> int:
@@ -113,3 +114,37 @@ def test_values_of_the_wrong_type_name_nothing_and_raise_nothing() -> None:
     }
     edited, applied = edit({"messages": messages, "context_management": {"edits": [clear, "junk", {}]}}, 1)
     assert results(edited).count(CLEARED_RESULT) == 2 and [a["cleared_tool_uses"] for a in applied] == [2]
+
+
+def test_more_edits_than_inflight_does_are_refused_before_any_is_done() -> None:
+    """Each edit walks the whole conversation: 8,000 no-op edits in a 1 MB body froze the proxy for 6-7 s."""
+    noop = {"type": "clear_thinking_20251015", "keep": "all"}
+    body = {"messages": conversation(3), "context_management": {"edits": [noop] * (MAX_EDITS + 1)}}
+    with pytest.raises(BadRequest) as refused:
+        apply_edits(body, prompt_tokens=200_000, count=count)
+    assert refused.value.param == "context_management.edits" and f"at most {MAX_EDITS}" in refused.value.message
+    _, applied = edit({**body, "context_management": {"edits": [noop] * MAX_EDITS}}, 200_000)
+    assert applied == []
+
+
+class Counting:
+    """A `count` that keeps every text it was asked to count."""
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+
+    def __call__(self, text: str) -> int:
+        self.texts.append(text)
+        return count(text)
+
+
+def test_the_edits_read_each_block_a_bounded_number_of_times() -> None:
+    """The work of the edits done grows with the conversation, not with it times the edits asked."""
+    reads = []
+    for turns in (50, 200, 800):
+        counting = Counting()
+        edits = [{"type": "clear_tool_uses_20250919", "keep": {"type": "tool_uses", "value": 0}}] * MAX_EDITS
+        body = {"messages": conversation(turns), "context_management": {"edits": edits}}
+        apply_edits(body, prompt_tokens=10**6, count=counting)
+        reads.append(len(counting.texts) / turns)
+    assert reads[0] == reads[-1] <= 2, reads  # each result counted once (and the placeholder once), never again

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import itertools
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -18,6 +19,7 @@ from inflight.config import Settings
 from inflight.formats import MESSAGES
 from inflight.formats.messages import MAX_BREAKPOINTS
 from inflight.pipeline.engine import Options, build_pipeline
+from tests.support.growth import MAX_GROWTH, SERIES, growth_in_parses, in_parses
 
 EPHEMERAL = {"type": "ephemeral"}
 THINKING: dict[str, Any] = {"type": "thinking", "thinking": "List the files first.", "signature": "sig-1"}
@@ -369,3 +371,44 @@ def test_the_heads_end_gets_a_breakpoint_when_one_is_to_spare_and_the_client_cac
 
 TASK: dict[str, Any] = {"type": "text", "text": "Do the task."}
 HEAD: dict[str, Any] = {"role": "user", "content": [TASK]}
+
+
+def one_wide_turn(results: int, *, marked: bool = False) -> dict[str, Any]:
+    """A turn of `results` tool uses answered in one user message (each result with a breakpoint if `marked`)."""
+    uses = [{"type": "tool_use", "id": f"toolu_{i}", "name": "Bash", "input": {}} for i in range(results)]
+    answers: list[dict[str, Any]] = [
+        {"type": "tool_result", "tool_use_id": f"toolu_{i}", "content": "ok"} for i in range(results)
+    ]
+    if marked:
+        answers = [{**answer, "cache_control": EPHEMERAL} for answer in answers]
+    turn = [{"role": "assistant", "content": uses}, {"role": "user", "content": [*answers, REMINDER]}]
+    return {"model": "claude-sonnet-4-5", "max_tokens": 64, "messages": [{"role": "user", "content": "Go."}, *turn]}
+
+
+def test_reading_a_turn_grows_linearly_with_its_blocks() -> None:
+    """A membership test on a list made it quadratic: 40k `tool_result` blocks took 10-13 s, in every mode."""
+
+    def cost(results: int) -> float:
+        payload = one_wide_turn(results)
+        return in_parses(lambda: MESSAGES.read(payload), orjson.dumps(payload))
+
+    growth, costs = growth_in_parses(cost)
+    # On the old main: 23, 44 and 110 parses of the body; now about 2 at every size.
+    assert growth < MAX_GROWTH, f"{SERIES} blocks cost {[round(c, 1) for c in costs]} parses of the body"
+
+
+def test_placing_breakpoints_grows_linearly_with_them() -> None:
+    """Each breakpoint dropped (past the four allowed) copied its message's blocks: 32k of them cost 8 s."""
+
+    def writing(results: int) -> tuple[Callable[[], bytes], bytes]:
+        payload = one_wide_turn(results, marked=True)
+        request = MESSAGES.read(payload)
+        assert request is not None
+        kept = [request.messages[0], *request.messages[2:]]  # the assistant's turn dropped: the rest written again
+        return lambda: MESSAGES.write(payload, request, kept), orjson.dumps(payload)
+
+    written = orjson.loads(writing(100)[0]())
+    assert sum("cache_control" in block for block in written["messages"][-1]["content"]) == MAX_BREAKPOINTS
+    growth, costs = growth_in_parses(lambda results: in_parses(*writing(results)))
+    # On the old main: 9, 16 and 41 parses of the body; now 2 to 5, falling.
+    assert growth < MAX_GROWTH, f"{SERIES} breakpoints cost {[round(c, 1) for c in costs]} parses of the body"

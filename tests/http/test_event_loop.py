@@ -34,6 +34,8 @@ from inflight.formats import CHAT_COMPLETIONS
 from inflight.http.intake import parse_and_count
 from inflight.http.server import uvicorn_options
 from inflight.pipeline.engine import build_pipeline
+from tests.http.test_messages import MODEL as MESSAGES_MODEL
+from tests.http.test_messages import agent_messages
 from tests.support.loop_monitor import LoopMonitor
 from tests.support.servers import serve
 from tests.support.upstream import UpstreamApp
@@ -160,3 +162,45 @@ def test_the_verdict_catches_the_intake_work_done_on_the_loop(upstream: tuple[Up
         with monitor.recording():
             asyncio.run_coroutine_threadsafe(on_the_loop(), monitor.loop).result(timeout=60)
     assert longest_turn_share(monitor, yardstick) >= MAX_TURN_SHARE, f"{monitor.longest_cpu * 1000:.1f} ms"
+
+
+def test_context_edits_of_a_big_body_are_done_off_the_loop(upstream: tuple[UpstreamApp, str]) -> None:
+    """Anthropic's context edits, done in the upstream's place, walk and count the whole conversation: on the
+    loop, a megabyte body with edits froze every request, `/healthz` included."""
+    messages = agent_messages(120, lines=1_500)  # 9 MB of tool results, all but two cleared by the edit
+    edits = [{"type": "clear_tool_uses_20250919", "trigger": {"type": "input_tokens", "value": 1_000}}]
+    body = orjson.dumps(
+        {"model": MESSAGES_MODEL, "max_tokens": 64, "messages": messages, "context_management": {"edits": edits}}
+    )
+    warm_up = {"model": MESSAGES_MODEL, "max_tokens": 64, "messages": agent_messages(3)}
+    yardstick = parse_cpu_seconds(body, "identity")
+    settings = {"messages": {"context_management": "inflight"}, "models": {MESSAGES_MODEL: {"context_window": 10**7}}}
+    with monitored_proxy(upstream[1], **settings) as (proxy_url, monitor), httpx.Client(timeout=300) as client:
+        assert client.post(f"{proxy_url}/messages", json=warm_up).status_code == 200
+        with monitor.recording():
+            response = client.post(f"{proxy_url}/messages", content=body, headers={"content-type": "application/json"})
+    assert response.status_code == 200, response.text
+    assert response.json()["context_management"]["applied_edits"][0]["cleared_tool_uses"] == 117
+    share = longest_turn_share(monitor, yardstick)
+    assert share < MAX_TURN_SHARE, f"one turn of the loop took {share:.0%} of a parse of the body"
+
+
+def test_a_huge_summarizer_reply_is_not_read_on_the_loop(upstream: tuple[UpstreamApp, str]) -> None:
+    """A summarizer that answers 10 MB (whatever was asked) stalled the loop about 0.9 s: a reply past
+    `MAX_REPLY_BYTES` is not read further, and a long one is parsed and checked in a worker thread."""
+    app, url = upstream
+    text = "## Task\n" + "the cause is in the parser; " * 360_000
+    app.summarizer_reply = (text, "stop")
+    reply = orjson.dumps({"choices": [{"message": {"role": "assistant", "content": text}, "finish_reason": "stop"}]})
+    yardstick = parse_cpu_seconds(reply, "identity")
+    body = big_agent_conversation(12)  # 1.2 MB over an 8k window: a summary is waited for
+    with (
+        monitored_proxy(url, **SMALL_WINDOW) as (proxy_url, monitor),
+        httpx.Client(timeout=300) as client,
+        monitor.recording(),
+    ):
+        response = client.post(f"{proxy_url}/chat/completions", content=body)
+    assert response.status_code == 200, response.text
+    assert app.summaries and "fallback" in response.headers["x-inflight-actions"]  # the ledger stood in
+    share = longest_turn_share(monitor, yardstick)
+    assert share < MAX_TURN_SHARE, f"one turn of the loop took {share:.0%} of a parse of the summarizer's reply"

@@ -324,6 +324,22 @@ def test_context_edits_are_done_by_inflight_for_an_upstream_that_refuses_them(
         assert reply.content[-1].type == "tool_use"  # the agent goes on: the latest result is whole
 
 
+def test_more_context_edits_than_inflight_does_get_a_400_and_nothing_is_sent(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    """8,000 no-op edits in a 1 MB body froze every request for 6-7 s when inflight did them on the event loop."""
+    app, url = upstream
+    noop = {"type": "clear_thinking_20251015", "keep": "all"}
+    body = {"model": MODEL, "max_tokens": 64, "messages": agent_messages(4)}
+    body["context_management"] = {"edits": [noop] * 9}
+    with start_proxy(url, messages={"context_management": "inflight"}) as proxy_url:
+        response = httpx.post(f"{proxy_url}/messages", json=body, timeout=30)
+    assert response.status_code == 400 and app.messages_requests() == []
+    error = response.json()
+    assert error["type"] == "error" and error["error"]["type"] == "invalid_request_error"
+    assert "context_management.edits" in error["error"]["message"] and "at most 8" in error["error"]["message"]
+
+
 def test_context_edits_pass_through_to_an_upstream_that_does_them(
     upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
 ) -> None:

@@ -289,11 +289,12 @@ def test_an_edited_foreign_or_old_compaction_item_becomes_a_note_and_the_request
             body = {"model": MODEL, "input": [items[1], bad]}
             response = httpx.post(f"{proxy_url}/responses", json=body, headers=headers)
             assert response.status_code == 200
+            assert response.headers["x-inflight-actions"] == "expanded,item-unreadable"  # said, not only `expanded`
             sent = orjson.dumps(app.responses_requests()[-1].json()["input"]).decode()
             assert "could not be read" in sent and "Summary number" not in sent
             assert PREFIX not in sent and "inflight1." not in sent  # ours, never forwarded as the upstream's
         good = httpx.post(f"{one}/responses", json={"model": MODEL, "input": [items[1], item]}, headers=alice)
-    assert good.status_code == 200
+    assert good.status_code == 200 and good.headers["x-inflight-actions"] == "expanded"
     assert "Summary number" in orjson.dumps(app.responses_requests()[-1].json()["input"]).decode()
 
 

@@ -4,6 +4,7 @@ conversation, the same bytes whichever proxy a turn reaches, and records that ou
 from __future__ import annotations
 
 import asyncio
+import socket
 import subprocess
 import sys
 import threading
@@ -17,6 +18,8 @@ import httpx
 import pytest
 
 from tests.http.test_background import TOOLS, conversation_at
+from tests.http.test_responses import MODEL as RESPONSES_MODEL
+from tests.http.test_responses import agent_items, compact
 from tests.support.processes import ROOT, inflight, wait_for_port
 from tests.support.redis import redis_server
 from tests.support.servers import free_port, serve
@@ -29,7 +32,7 @@ BUDGET = 6000
 def config(state_url: str, *, jobs: int = 4) -> str:
     # A short note, so that a compacted turn lands under background_at and starts no second job.
     return (
-        "models: {gpt-4o: {context_window: 8000}}\n"
+        f"models: {{gpt-4o: {{context_window: 8000}}, {RESPONSES_MODEL}: {{context_window: 9000}}}}\n"
         f"compaction: {{summarize: {{max_summary_tokens: 256, max_concurrent_jobs: {jobs}}}}}\n"
         f'state: {{url: "{state_url}"}}\n'
     )
@@ -178,8 +181,8 @@ def test_an_unreachable_redis_costs_no_request_and_is_said(recording_upstream: t
 
 
 @contextmanager
-def workers(upstream_url: str, state_url: str, count: int) -> Iterator[str]:
-    port = free_port()
+def workers(upstream_url: str, state_url: str, count: int, *, port: int | None = None) -> Iterator[str]:
+    port = port or free_port()
     config_file = Path(state_url.removeprefix("sqlite:///")).parent / "workers.yaml"
     config_file.write_text(config(state_url))
     command = [sys.executable, "-m", "inflight", "serve", "--config", str(config_file), "--port", str(port)]
@@ -211,3 +214,64 @@ def test_more_than_one_worker_needs_a_shared_store() -> None:
     )
     assert result.returncode == 2
     assert "state.url memory://" in result.stderr and "sqlite:///" in result.stderr
+
+
+def worker_pids(proxy_url: str, wanted: int) -> set[int]:
+    """The workers that answered, asked until `wanted` of them have (the last may still be starting)."""
+    deadline, pids = time.monotonic() + 20, set[int]()
+    while len(pids) < wanted and time.monotonic() < deadline:
+        pids.add(httpx.get(proxy_url.removesuffix("/v1") + "/inflight/stats").json()["worker_pid"])
+    return pids
+
+
+def test_workers_open_each_others_compaction_items(recording_upstream: tuple[UpstreamApp, str], tmp_path: Path) -> None:
+    """With neither `responses.item_key` nor an upstream key, each worker sealed items with a key of its own: 7 of
+    20 later turns sent "could not be read" upstream, while `x-inflight-actions` said `expanded`."""
+    app, url = recording_upstream
+    items = agent_items(20)
+    with workers(url, f"sqlite:///{tmp_path}/inflight.db", 2) as proxy:
+        assert len(worker_pids(proxy, 2)) == 2
+        output = compact(proxy, items).json()["output"]
+        body = {"model": RESPONSES_MODEL, "input": [*output, {"role": "user", "content": "Go on."}]}
+        turns = [httpx.post(f"{proxy}/responses", json=body, timeout=30) for _ in range(20)]
+    said = [turn.headers["x-inflight-actions"] for turn in turns]
+    sent = [r.body.decode() for r in app.responses_requests()[-20:]]
+    assert said == ["expanded"] * 20  # each turn a new connection: the kernel spreads them over both workers
+    assert all("Summary number" in body and "could not be read" not in body for body in sent)
+
+
+@pytest.mark.parametrize("count", [1, 2])
+def test_a_busy_port_is_one_line_and_exit_2(count: int, tmp_path: Path) -> None:
+    """Before: uvicorn's error and exit 3 for one worker, six tracebacks over 8 s for two."""
+    config_file = tmp_path / "inflight.yaml"
+    config_file.write_text(config(f"sqlite:///{tmp_path}/inflight.db"))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        command = [sys.executable, "-m", "inflight", "serve", "--config", str(config_file), "--port", str(port)]
+        result = subprocess.run(
+            [*command, "--workers", str(count)], cwd=ROOT, capture_output=True, text=True, timeout=60
+        )
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        f"inflight: port {port} on 127.0.0.1 is in use (another inflight or another server listens there): "
+        "stop it, or give this one another --port"
+    ]
+
+
+def test_a_second_proxy_with_workers_on_the_same_port_refuses_to_start(
+    recording_upstream: tuple[UpstreamApp, str], tmp_path: Path
+) -> None:
+    """SO_REUSEPORT let a second `--workers 2` join the port silently and take part of the traffic."""
+    _, url = recording_upstream
+    port = free_port()
+    with workers(url, f"sqlite:///{tmp_path}/inflight.db", 2, port=port) as proxy:
+        first = worker_pids(proxy, 2)
+        command = [sys.executable, "-m", "inflight", "serve", "--config", str(tmp_path / "workers.yaml")]
+        command += ["--port", str(port), "--upstream", url, "--workers", "2"]
+        second = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=60)
+        stats = proxy.removesuffix("/v1") + "/inflight/stats"
+        answered = {httpx.get(stats).json()["worker_pid"] for _ in range(40)}
+    assert len(first) == 2 and answered <= first  # only the first proxy's workers take connections
+    assert second.returncode == 2 and "is in use" in second.stderr and "Traceback" not in second.stderr

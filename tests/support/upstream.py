@@ -70,6 +70,19 @@ class Recorded:
             return json.loads(body)  # a lone surrogate escape: legal JSON that orjson refuses
 
 
+CONVERSATIONS = frozenset({"/v1/chat/completions", "/v1/responses", "/v1/messages"})
+
+
+def readable(record: Recorded) -> bool:
+    """Whether the fake can read a request's body as a JSON object (and write it back, as its counts do)."""
+    try:
+        payload = record.json()
+        orjson.dumps(payload)
+    except (ValueError, TypeError, OSError, zlib.error, RecursionError):
+        return False
+    return isinstance(payload, dict)
+
+
 @dataclass
 class Scripted:
     """One canned reply: a status and a body, or SSE events (each a str or dict, sent as its own chunk)."""
@@ -269,6 +282,11 @@ class UpstreamApp:
             self.arrivals.append(
                 {"at": arrived, "path": record.path, "bytes": len(record.body), "summary": summary, "tag": tag}
             )
+        if record.method == "POST" and record.path in CONVERSATIONS and not readable(record):
+            # As a real upstream answers a body it cannot parse (one the proxy forwarded unread).
+            error = {"error": {"message": "could not parse the JSON body", "type": "invalid_request_error"}}
+            await self.respond(record, send, 400, orjson.dumps(error), "application/json")
+            return
         await self.route(record, receive, send)
 
     async def respond(self, record: Recorded, send: Any, status: int, body: bytes, content_type: str) -> None:

@@ -12,6 +12,8 @@ of kilobytes, which is cut before the latest turn.
 
 from __future__ import annotations
 
+import asyncio
+import heapq
 from collections.abc import Sequence
 
 from inflight.compaction.actions import Action
@@ -22,6 +24,10 @@ from inflight.compaction.stages.truncate import Limits, truncate_message
 
 LAST_RESORT_MIN_BYTES = 256
 MIN_TOKENS = 32
+CUTS_BETWEEN_YIELDS = 64  # cuts made between two chances for a cancellation (the client left) to stop the stage
+
+# (minus its tokens, its origin, the message as it would be sent): the biggest first on a heap
+Candidate = tuple[int, int, Message]
 
 
 class LastResortStage:
@@ -29,12 +35,19 @@ class LastResortStage:
         total = work.tokens
         if total <= work.budget.limit:
             return
+        cuts = 0
         for phase in self.phases(work):
+            # The phase's messages are ranked once, and a message cut goes back in with its new size: each cut costs
+            # a heap operation, not a new view of the whole conversation.
+            heap = self.candidates(work, phase)
             while total > work.budget.limit:
-                shrunk = self.halve_biggest(work, phase)
+                shrunk = self.halve_biggest(work, heap)
                 if shrunk is None:
                     break
                 total -= shrunk
+                cuts += 1
+                if cuts % CUTS_BETWEEN_YIELDS == 0:
+                    await asyncio.sleep(0)  # a cancelled request stops here, even in a worker thread's loop
         work.outcome.actions.append(Action.TRUNCATE)
 
     @staticmethod
@@ -50,15 +63,24 @@ class LastResortStage:
         commands = {i for i in touchable - head - system if answered(messages, i)}
         return [touchable - head - system - commands, head, system, commands]
 
-    def halve_biggest(self, work: Work, allowed: set[int]) -> int | None:
-        """Halve the biggest message in `allowed` that can be cut; return the tokens saved, or None if none can."""
-        candidates = [
-            (tokens, origin, message)
+    @staticmethod
+    def candidates(work: Work, allowed: set[int]) -> list[Candidate]:
+        """The messages in `allowed` as they would now be sent, on a heap, biggest first."""
+        heap = [
+            (-tokens, origin, message)
             for message, tokens, origin in work.draft.view(work.conversation)
             if origin is not None and origin in allowed and tokens > MIN_TOKENS
         ]
-        candidates.sort(key=lambda c: c[0], reverse=True)
-        for tokens, origin, message in candidates:
+        heapq.heapify(heap)
+        return heap
+
+    def halve_biggest(self, work: Work, heap: list[Candidate]) -> int | None:
+        """Halve the biggest message on `heap` that can be cut; return the tokens saved, or None if none can.
+
+        A message that cannot be cut leaves the heap (it would not be cut later either); one cut goes back."""
+        while heap:
+            negative, origin, message = heapq.heappop(heap)
+            tokens = -negative
             text = text_of(message.get("content"))
             size = len(text.encode())
             if size <= LAST_RESORT_MIN_BYTES:
@@ -72,6 +94,8 @@ class LastResortStage:
             if new_tokens >= tokens:  # with its marker, the cut saves nothing: try the next one
                 continue
             work.draft.replaced[origin] = Replacement(work.conversation.digests[origin], cut, new_tokens, "truncate")
+            if new_tokens > MIN_TOKENS:
+                heapq.heappush(heap, (-new_tokens, origin, cut))
             return tokens - new_tokens
         return None
 
