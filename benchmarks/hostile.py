@@ -768,6 +768,7 @@ def probe_day_one() -> Row:
         f"messages -> {example.upstream_for('messages').base_url}; with access.keys: {answer.status_code} "
         f"{answer.json()['error']['message'][-70:]!r}"
     )
+    return row
 
 
 def timed_series(send: Callable[[int], str], sizes: tuple[int, ...], unit: str) -> str:
