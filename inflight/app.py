@@ -14,7 +14,7 @@ import gc
 import hashlib
 import logging
 import os
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 
 from starlette.requests import Request
@@ -43,13 +43,20 @@ from inflight.pipeline.summarizer import Summarizers
 from inflight.tokens import FALLBACK_ENCODING, load_encoding
 from inflight.upstream.client import UpstreamClient
 
+GC_YOUNG_THRESHOLD = 10_000  # objects allocated between two collections of the youngest generation
 METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "HEAD"]
 
 
-def create_app(settings: Settings, *, formats: Sequence[WireFormat] | None = None) -> ASGIApp:
+def create_app(
+    settings: Settings,
+    *,
+    formats: Sequence[WireFormat] | None = None,
+    on_started: Callable[[], None] = lambda: None,
+) -> ASGIApp:
     """Build a proxy app whose state lives in objects it owns, none in module globals.
 
-    `formats`: the wire formats it serves (default: `registered`)."""
+    `formats`: the wire formats it serves (default: `registered`). `on_started`: called once the app is ready to
+    serve (`inflight serve` tunes the garbage collector there: `tune_collector`)."""
     item_key = ItemKey(item_secret(settings))
     served = tuple(formats) if formats is not None else registered(item_key)
     upstream, by_format = upstream_clients(settings, served)
@@ -75,9 +82,7 @@ def create_app(settings: Settings, *, formats: Sequence[WireFormat] | None = Non
     async def lifespan(app: object) -> AsyncIterator[None]:
         # Building an encoding takes about a second: do it before the first request, off the event loop.
         await asyncio.to_thread(load_encoding, FALLBACK_ENCODING)
-        # What exists now (settings, tables, the encoding) lives as long as the process: left out of the
-        # collector's full passes, which would otherwise walk it again and again under load.
-        gc.freeze()
+        on_started()
         try:
             yield
         finally:
@@ -154,6 +159,17 @@ def guarded(
     # We hold a key for anyone who can reach us, so only pages from our own address may call, never another
     # origin's.
     return OriginGuard(app, settings, routes=routes) if settings.holds_key and not settings.access.keys else app
+
+
+def tune_collector() -> None:
+    """Tune the garbage collector for serving: what exists once started lives as long as the process, and each
+    request makes a few hundred short-lived objects.
+
+    The survivors are frozen, so the collector's full passes no longer walk them again and again under load;
+    the youngest generation is collected every `GC_YOUNG_THRESHOLD` allocations instead of every 700."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
 
 
 def upstream_clients(

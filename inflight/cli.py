@@ -18,7 +18,7 @@ import orjson
 import uvicorn
 
 from inflight import __version__
-from inflight.app import create_app
+from inflight.app import create_app, tune_collector
 from inflight.compaction.prefix import CacheFigures
 from inflight.config import ConfigError, Settings, load_settings
 from inflight.demo import DemoError, DemoOptions, run_demo
@@ -79,7 +79,12 @@ def serve(args: argparse.Namespace) -> int:
         log.warning("%s", warning)
     if args.workers > 1:
         return serve_workers(settings, args.workers)
-    uvicorn.run(create_app(settings), host=settings.listen.host, port=settings.listen.port, **uvicorn_options(settings))
+    uvicorn.run(
+        create_app(settings, on_started=tune_collector),
+        host=settings.listen.host,
+        port=settings.listen.port,
+        **uvicorn_options(settings),
+    )
     return 0
 
 

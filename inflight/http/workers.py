@@ -31,7 +31,7 @@ from types import FrameType
 import uvicorn
 from prometheus_client.multiprocess import mark_process_dead
 
-from inflight.app import create_app
+from inflight.app import create_app, tune_collector
 from inflight.config import ConfigError, Settings
 from inflight.http.server import prepare_process, uvicorn_options
 
@@ -115,7 +115,7 @@ def run_worker(settings: Settings) -> None:
             raise
         log.error("inflight: %s", PortInUse(settings.listen.host, settings.listen.port))
         sys.exit(PORT_IN_USE_EXIT)
-    config = uvicorn.Config(create_app(settings), **uvicorn_options(settings))
+    config = uvicorn.Config(create_app(settings, on_started=tune_collector), **uvicorn_options(settings))
     uvicorn.Server(config).run(sockets=[sock])
 
 
