@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 
 from starlette.requests import Request
-from starlette.routing import BaseRoute, Router
+from starlette.routing import BaseRoute
 from starlette.types import ASGIApp
 
 from inflight.archive import open_archive
@@ -33,7 +33,7 @@ from inflight.http.conversation_handler import ConversationHandler
 from inflight.http.endpoint import Endpoint, Handler
 from inflight.http.exchange import Exchange
 from inflight.http.passthrough import PassThrough
-from inflight.http.routes import JsonRoute, RouteTable, not_found, route_label
+from inflight.http.routes import ExactRouter, JsonRoute, RouteTable, not_found, route_label
 from inflight.http.viewer import Viewer
 from inflight.metrics.prometheus import Metrics
 from inflight.pipeline.archiving import Archiver
@@ -145,7 +145,7 @@ def create_app(
     ]
     # A plain Router, not a Starlette app: the endpoints render their own errors, so the app's two
     # error-handling middlewares would only wrap every `send` of every response for nothing.
-    router = Router(routes=routes, lifespan=lifespan, default=not_found)
+    router = ExactRouter(routes, lifespan=lifespan, default=not_found)
     return guarded(router, settings, routes=RouteTable(routes), client_keys=upstream.client_keys, metrics=metrics)
 
 

@@ -155,8 +155,8 @@ class Driver:
         self.response = response = await post_upstream(
             self.upstream, self.request, self.exchange, command.body, rewritten=command.rewritten, identity=identity
         )
-        if not command.hold:
-            return Answered(response.status)
+        if not command.hold or (response.status < 400 and not command.event_stream):
+            return Answered(response.status)  # nothing to hold: only an error body or a stream's start can refuse
         self.held = held = await hold_until_known(
             response,
             self.wire,
