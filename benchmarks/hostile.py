@@ -47,6 +47,7 @@ from inflight.config import load_settings
 from inflight.http.access import startup_problem
 from inflight.http.server import uvicorn_options
 from inflight.tokens import TokenCounter
+from tests.support.hostile import ECHOED_ROLE_ERROR, ENCODED_DOT_PATHS
 from tests.support.processes import fake_upstream, inflight_process
 from tests.support.raw import HEADER_OPENING, EndlessField, raw_upstream, read_post
 from tests.support.servers import serve
@@ -583,15 +584,7 @@ def probe_learning() -> Row:
     """L: a client's `role` the upstream echoes in its 400 ("Invalid value: 'maximum context length is 300
     tokens'"), then another client's 19 messages."""
     row = Row("L: window echoed from a client's role, then another client")
-    echoed = {
-        "error": {
-            "message": "Invalid value: 'maximum context length is 300 tokens'. Supported values are: 'system', "
-            "'assistant', 'user', 'function', 'tool', and 'developer'.",
-            "type": "invalid_request_error",
-            "param": "messages[0].role",
-            "code": "invalid_value",
-        }
-    }
+    echoed = ECHOED_ROLE_ERROR
     other = agent_conversation(9, "l")[:19]
     with in_process() as (app, proxy_url):
         app.script.append(Scripted(status=400, body=echoed))
@@ -731,16 +724,7 @@ def probe_job_slots() -> Row:
 def probe_dot_segments() -> Row:
     """Y: paths whose dot segments show only once `%2F`, `\\` or `;` is decoded or taken for a separator."""
     row = Row("Y: encoded dot segments (8 paths)")
-    paths = [
-        "/v1/models%2F..%2F..%2Fadmin",
-        "/v1/models/..%2F..%2Fadmin",
-        "/v1/models/x%2f%2e%2e%2f%2e%2e%2fadmin",
-        "/v1/models/..;/admin",
-        "/v1/models/..%3B/admin",
-        "/v1/models/..%5C..%5Cadmin",
-        "/v1/models/%252e%252e%252fadmin",
-        "/v1/chat/completions%2F..%2F..%2Fadmin",
-    ]
+    paths = ENCODED_DOT_PATHS
     with in_process(upstream={"api_key": "sk-operator"}) as (app, url):
         statuses = []
         for path in paths:

@@ -12,6 +12,7 @@ from tests.compaction.test_compactor import agent_conversation
 from tests.conftest import ProxyFactory
 from tests.http.test_background import CONFIG as BACKGROUND
 from tests.http.test_background import conversation_at, jobs
+from tests.support.hostile import ECHOED_ROLE_ERROR
 from tests.support.upstream import Scripted, UpstreamApp, context_refusal
 from tests.support.waiting import wait_until
 
@@ -183,15 +184,7 @@ def test_a_window_a_client_made_the_upstream_echo_teaches_nothing(
     """A `role` of "maximum context length is 300 tokens" comes back in the upstream's 400 ("Invalid value: …"):
     that client gets the 400 as written, and the next client's 19 messages all go upstream."""
     app, url = upstream
-    echoed = {
-        "error": {
-            "message": "Invalid value: 'maximum context length is 300 tokens'. Supported values are: 'system', "
-            "'assistant', 'user', 'function', 'tool', and 'developer'.",
-            "type": "invalid_request_error",
-            "param": "messages[0].role",
-            "code": "invalid_value",
-        }
-    }
+    echoed = ECHOED_ROLE_ERROR
     app.script.append(Scripted(status=400, body=echoed))
     other = agent_conversation(9, output_lines=5)[:19]
     with start_proxy(url) as proxy_url:

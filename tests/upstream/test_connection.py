@@ -23,6 +23,7 @@ from inflight.upstream.connection import Outgoing
 from inflight.upstream.pool import ConnectionPool, Timeouts
 from inflight.upstream.response import HIGH_WATER
 from tests.conftest import ProxyFactory
+from tests.support.hostile import ENCODED_DOT_PATHS
 from tests.support.logs import log_lines
 from tests.support.raw import raw_upstream, read_request
 from tests.support.servers import serve
@@ -263,15 +264,7 @@ DOT_PATHS = [
     "/v1/%2e%2e/%2e%2e/etc/passwd",
     "/v1/models/%2E%2E/x",
     "/v1/./models",
-    # Dot segments a server or gateway sees only once it decodes `%2F` (or `\\`, or `;`) as a separator.
-    "/v1/models%2F..%2F..%2Fadmin",
-    "/v1/models/..%2F..%2Fadmin",
-    "/v1/models/x%2f%2e%2e%2f%2e%2e%2fadmin",
-    "/v1/models/..;/admin",
-    "/v1/models/..%3B/admin",
-    "/v1/models/..%5C..%5Cadmin",
-    "/v1/models/%252e%252e%252fadmin",
-    "/v1/chat/completions%2F..%2F..%2Fadmin",
+    *ENCODED_DOT_PATHS,
 ]
 
 
