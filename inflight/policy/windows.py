@@ -160,7 +160,13 @@ class ContextRegistry:
         for that client's requests only, so no client can shrink another's window."""
         key = tenant_model_key(model, tenant, self.max_key_chars)
         if self._learned.get(key) != context_window:
-            log.info("[context] learned window for %s: %d tokens", key, context_window)
+            client = f" (client {tenant})" if tenant else ""
+            log.info(
+                "[context] learned window for %s: %d tokens%s",
+                bounded_key(model, self.max_key_chars),
+                context_window,
+                client,
+            )
         self._learned[key] = context_window
 
     def learned(self) -> dict[str, int]:
