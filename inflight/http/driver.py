@@ -195,6 +195,11 @@ class Driver:
         def counted_by_upstream() -> None:
             turn.answered_usage(reader.finish(), reader.output_tokens)
 
+        whole = response.whole_body() if held is None and prepared.report is None else None
+        if whole is not None:  # all of it is in: its counts read now, with no iterator in between
+            reader.feed(whole)
+            counted_by_upstream()
+            return relay(response, exchange, body=whole)
         answer = relay(response, exchange, chunks=tap(chunks, reader.feed, counted_by_upstream))
         if prepared.report is None:
             return answer

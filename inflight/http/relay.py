@@ -31,6 +31,7 @@ class Relay:
     # and no task need watch for a disconnect while the upstream is waited on.
     streaming: bool = True
     started: bool = False  # the status and headers went out already (`inflight.http.keepalive`)
+    body: bytes | None = None  # the whole body, already taken from the upstream's answer (then `chunks` is unused)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         self.exchange.status = self.status
@@ -55,7 +56,7 @@ class Relay:
 
     async def send_whole(self, scope: Scope, send: Send) -> None:
         try:
-            body = b"".join([chunk async for chunk in self.chunks])
+            body = self.body if self.body is not None else b"".join([chunk async for chunk in self.chunks])
             await self.start(send)
             await send({"type": "http.response.body", "body": body, "more_body": False})
         except OSError:
@@ -79,15 +80,18 @@ def relay(
     exchange: Exchange,
     *,
     chunks: AsyncIterator[bytes] | None = None,
+    body: bytes | None = None,
 ) -> Relay:
-    """The response as the client gets it: its status, its headers plus the exchange's, its body."""
+    """The response as the client gets it: its status, its headers plus the exchange's, its body (`body`: all of it,
+    already read)."""
     return Relay(
         status=response.status,
         headers=response_headers(response.headers, exchange.headers),
         chunks=chunks if chunks is not None else response.aiter_raw(),
         close=response.aclose,
         exchange=exchange,
-        streaming=not response.complete,
+        streaming=body is None and not response.complete,
+        body=body,
     )
 
 

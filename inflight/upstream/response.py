@@ -63,6 +63,17 @@ class Response:
             self._wakeup = asyncio.get_running_loop().create_future()
             await waited(self._wakeup, self.read_timeout, "the upstream went silent mid-body")
 
+    def whole_body(self) -> bytes | None:
+        """The whole body at once if all of it is in (most JSON answers), taken from the response; else None."""
+        if not self.complete or self.error is not None:
+            return None
+        body = b"".join(self._chunks)
+        self._chunks.clear()
+        if self._buffered >= LOW_WATER:
+            self.connection.resume_reading()
+        self._buffered = 0
+        return body
+
     async def aread(self) -> bytes:
         return b"".join([chunk async for chunk in self.aiter_raw()])
 
