@@ -1,0 +1,64 @@
+"""The summary an agent's own compaction request is answered with, made from inflight's compaction of the history.
+
+The history (the request without the agent's prompt) is compacted as on any turn, forced down to its
+target, under the conversation's key: a summary made ahead, or the record in place, serves it at once;
+with none ready the background job is started or joined (single flight) and waited for as long as a
+summary may take. The handoff is written from what that compaction kept (`inflight.compaction.handoff`).
+With the user's own instructions, the summary is asked anew under a key of its own, so they reach the
+summarizer rather than a summary made without them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import orjson
+import xxhash
+
+from inflight.compaction.actions import Action
+from inflight.compaction.handoff import handoff_text
+from inflight.formats.agent_compaction import AgentCompaction
+from inflight.offload import call_sized
+from inflight.pipeline.accounting import Accounting, Counted
+from inflight.pipeline.engine import Mode, Options, Pipeline, key_of
+from inflight.pipeline.outgoing import Prepared
+
+
+@dataclass(frozen=True, slots=True)
+class Handoff:
+    """The text to answer the agent with, and the compaction of its history it was written from."""
+
+    text: str
+    tokens: int  # the text's tokens, by our count
+    prepared: Prepared
+    accounting: Accounting
+
+
+async def handoff_for(pipeline: Pipeline, counted: Counted, options: Options, asked: AgentCompaction) -> Handoff | None:
+    """The handoff for the agent's compaction request, or None when inflight has no summary to give (the request is
+    then forwarded): the history cannot be read or compacted, or only the ledger could stand in for a summary."""
+    size = counted.count.total
+    raw = await call_sized(lambda: orjson.dumps(asked.history), size)
+    history = await call_sized(lambda: pipeline.count(raw, asked.history, counted.wire, tenant=options.tenant), size)
+    if history is None:
+        return None
+    forced = replace(options, mode=Mode.FORCE, agent_compaction=True, summary_instructions=asked.instructions)
+    if asked.instructions:  # a summary of its own, which the summarizer writes with the instructions
+        key = key_of(history, options)
+        digest = xxhash.xxh3_64_hexdigest(asked.instructions.encode("utf-8", "surrogatepass"))
+        forced = replace(forced, session=f"{key}/instructions:{digest}")
+    accounting = pipeline.account(history, tenant=options.tenant)
+    prepared = await pipeline.prepare(history, accounting, forced)
+    outcome = prepared.outcome
+    if not prepared.rewritten or outcome is None or prepared.shadow or Action.FALLBACK in outcome.actions:
+        return None
+    text = handoff_text(
+        outcome.messages,
+        outcome.sent_origins,
+        head_len=outcome.record.head_len,
+        keeps_user_messages=asked.keeps_user_messages,
+        instructions=asked.instructions,
+    )
+    if text is None:
+        return None
+    return Handoff(text, pipeline.text_tokens(counted.model, text), prepared, accounting)
