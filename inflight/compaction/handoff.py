@@ -25,12 +25,11 @@ def handoff_text(
     head_len: int,
     keeps_user_messages: bool,
     instructions: str = "",
-) -> str | None:
+) -> str:
     """The handoff written from a compaction's messages (`origins`: each one's index in the client's list, None for
-    what the compaction wrote); None if the compaction wrote no summary."""
+    what the compaction wrote: the summary). Without a summary (nothing before the latest turns to summarize), the
+    turns after the head follow the user's messages."""
     written = [i for i, origin in enumerate(origins) if origin is None]
-    if not written:
-        return None
     parts: list[str] = []
     if not keeps_user_messages:
         asked = [
@@ -41,7 +40,12 @@ def handoff_text(
         if asked := [text for text in asked if text.strip()]:
             parts.append("The user's messages at the start of the conversation:\n" + "\n\n".join(asked))
     parts.extend(text_of(messages[i].get("content")) for i in written)
-    tail = [turn_text(message) for message in messages[written[-1] + 1 :]]
+    start = (
+        written[-1] + 1
+        if written
+        else next((i for i, o in enumerate(origins) if o is not None and o >= head_len), len(messages))
+    )
+    tail = [turn_text(message) for message in messages[start:]]
     while tail and sum(map(len, tail)) > TAIL_CHARS:
         tail.pop(0)
     if tail:

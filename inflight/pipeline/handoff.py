@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 import orjson
 import xxhash
 
+from inflight.compaction import head_length
 from inflight.compaction.actions import Action
 from inflight.compaction.handoff import handoff_text
 from inflight.formats.agent_compaction import AgentCompaction
@@ -50,15 +51,22 @@ async def handoff_for(pipeline: Pipeline, counted: Counted, options: Options, as
     accounting = pipeline.account(history, tenant=options.tenant)
     prepared = await pipeline.prepare(history, accounting, forced)
     outcome = prepared.outcome
-    if not prepared.rewritten or outcome is None or prepared.shadow or Action.FALLBACK in outcome.actions:
+    if prepared.shadow or Action.ERROR in prepared.plan.actions:
         return None
-    text = handoff_text(
-        outcome.messages,
-        outcome.sent_origins,
-        head_len=outcome.record.head_len,
-        keeps_user_messages=asked.keeps_user_messages,
-        instructions=asked.instructions,
-    )
-    if text is None:
+    if outcome is None or not prepared.rewritten:  # nothing before the latest turns to summarize: they are the handoff
+        messages = history.request.messages
+        origins: list[int | None] = list(range(len(messages)))
+        text = handoff_text(
+            messages, origins, head_len=head_length(messages), keeps_user_messages=asked.keeps_user_messages
+        )
+    elif Action.FALLBACK in outcome.actions:  # no summary could be had, only the ledger: the agent makes its own
         return None
+    else:
+        text = handoff_text(
+            outcome.messages,
+            outcome.sent_origins,
+            head_len=outcome.record.head_len,
+            keeps_user_messages=asked.keeps_user_messages,
+            instructions=asked.instructions,
+        )
     return Handoff(text, pipeline.text_tokens(counted.model, text), prepared, accounting)

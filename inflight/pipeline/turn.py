@@ -276,7 +276,7 @@ class Turn(Steps):
             stream=counted.streams,
         )
         compacted = handoff.prepared.plan  # the compaction of the history the summary came from
-        actions = (Action.ANSWERED_COMPACTION, *compacted.actions)
+        actions = (Action.ANSWERED_COMPACTION, *(action for action in compacted.actions if action != Action.NONE))
         tokens = handoff.accounting.calibrated(handoff.tokens)
         plan = Plan(actions, self.accounting.prompt_tokens, tokens, compacted.compaction_id)
         self.report = TurnReport(window=self.accounting.window(), sent=plan)
