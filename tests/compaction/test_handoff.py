@@ -12,7 +12,7 @@ SUMMARY = {"role": "user", "content": "[Previous conversation summary]\nThe pars
 def compacted() -> tuple[list[dict[str, Any]], list[int | None]]:
     """A compaction's messages: the system prompt and the task (the head), the summary, then the latest turn."""
     call = {"id": "c9", "type": "function", "function": {"name": "bash", "arguments": '{"cmd": "pytest -q"}'}}
-    messages = [
+    messages: list[dict[str, Any]] = [
         {"role": "system", "content": "You are an agent."},
         {"role": "user", "content": "Fix the parser in src/app.py."},
         SUMMARY,

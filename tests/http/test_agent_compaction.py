@@ -9,7 +9,7 @@ Look-alikes go upstream byte for byte, and shadow mode only says what it would h
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import openai
@@ -52,7 +52,7 @@ def grown_until_a_summary_is_made_ahead(proxy_url: str) -> list[dict[str, Any]]:
             client.messages.create(
                 model=MODEL,
                 max_tokens=4096,
-                system=SYSTEM,
+                system=cast(Any, SYSTEM),
                 tools=TOOLS,
                 messages=as_params(messages),
                 extra_headers=SESSION,
@@ -129,21 +129,17 @@ def test_codexs_checkpoint_request_is_answered_with_one_assistant_message_throug
     items = agent_items(8, lines=10)
     with start_proxy(url, models={CODEX_MODEL: {"context_window": WINDOW}}) as proxy_url:
         client = openai.OpenAI(base_url=proxy_url, api_key="sk-test", max_retries=0)
-        with client.responses.with_streaming_response.create(
-            model=CODEX_MODEL,
-            input=[*items, prompt],
-            tools=RESPONSES_TOOLS,
-            store=False,
-            stream=True,  # type: ignore[arg-type,list-item]
-        ) as raw:
-            events = list(raw.parse())
-            actions = raw.headers["x-inflight-actions"]
+        raw = client.responses.with_raw_response.create(
+            model=CODEX_MODEL, input=cast(Any, [*items, prompt]), tools=RESPONSES_TOOLS, store=False, stream=True
+        )
+        events: list[Any] = list(raw.parse())
+        actions = raw.headers["x-inflight-actions"]
     assert app.responses_requests() == [] and len(app.summaries) == 1
     completed = events[-1]
     assert completed.type == "response.completed" and actions.startswith("answered-compaction")
     [message] = completed.response.output
     assert message.type == "message" and message.role == "assistant"
-    text = message.content[0].text  # type: ignore[union-attr]
+    text = message.content[0].text
     assert "Summary number 1" in text and "STEP 8 DONE" in text
     assert "Do the FAKE-TASK" not in text  # Codex keeps the user's messages itself
     assert completed.response.usage is not None and completed.response.usage.output_tokens > 0
