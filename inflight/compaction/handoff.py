@@ -15,7 +15,7 @@ from inflight.compaction.conversation import Message, describe_call, text_of
 
 MESSAGE_CHARS = 2_000  # a user's or the assistant's text in the tail (or the head's user messages)
 OUTPUT_CHARS = 800  # a tool's output, head and end
-TAIL_CHARS = 24_000  # all of the tail: past it, its oldest turns go first
+TAIL_CHARS = 12_000  # all of the tail: past it, its oldest turns go first
 
 
 def handoff_text(
@@ -25,27 +25,32 @@ def handoff_text(
     head_len: int,
     keeps_user_messages: bool,
     instructions: str = "",
+    context_tag: str = "",
 ) -> str:
     """The handoff written from a compaction's messages (`origins`: each one's index in the client's list, None for
     what the compaction wrote: the summary). Without a summary (nothing before the latest turns to summarize), the
-    turns after the head follow the user's messages."""
+    turns after the head follow the user's messages. Text in `context_tag` elements is left out: the agent's own
+    context (Claude Code's `<system-reminder>`s), which it adds again itself."""
+
+    def text(message: Message) -> str:
+        readable = text_of(message.get("content"))
+        return without_tagged(readable, context_tag) if context_tag else readable
+
     written = [i for i, origin in enumerate(origins) if origin is None]
     parts: list[str] = []
     if not keeps_user_messages:
         asked = [
-            cut(text_of(message.get("content")), MESSAGE_CHARS)
+            cut(said, MESSAGE_CHARS)
             for message, origin in zip(messages, origins, strict=True)
             if origin is not None and origin < head_len and message.get("role") == "user"
+            if (said := text(message).strip())
         ]
-        if asked := [text for text in asked if text.strip()]:
+        if asked:
             parts.append("The user's messages at the start of the conversation:\n" + "\n\n".join(asked))
-    parts.extend(text_of(messages[i].get("content")) for i in written)
-    start = (
-        written[-1] + 1
-        if written
-        else next((i for i, o in enumerate(origins) if o is not None and o >= head_len), len(messages))
-    )
-    tail = [turn_text(message) for message in messages[start:]]
+    parts.extend(text(messages[i]) for i in written)
+    after_head = (i for i, origin in enumerate(origins) if origin is not None and origin >= head_len)
+    start = written[-1] + 1 if written else next(after_head, len(messages))
+    tail = [line for message in messages[start:] if (line := turn_text(message, text(message)))]
     while tail and sum(map(len, tail)) > TAIL_CHARS:
         tail.pop(0)
     if tail:
@@ -55,10 +60,10 @@ def handoff_text(
     return "\n\n".join(parts)
 
 
-def turn_text(message: Message) -> str:
-    """One message of the tail as a line or a few: who said it, and what (tool calls by name and arguments)."""
+def turn_text(message: Message, text: str) -> str:
+    """One message of the tail (its `text`) as a line or a few: who said it, and what (tool calls by name and
+    arguments)."""
     role = message.get("role")
-    text = text_of(message.get("content"))
     if role == "tool":
         return f"- Tool output: {cut(text, OUTPUT_CHARS)}"
     lines = [f"- {str(role).capitalize()}: {cut(text, MESSAGE_CHARS)}"] if text.strip() else []
@@ -74,3 +79,18 @@ def cut(text: str, limit: int) -> str:
         return text
     half = limit // 2
     return f"{text[:half]} [... {len(text) - 2 * half:,} characters cut ...] {text[-half:]}"
+
+
+def without_tagged(text: str, tag: str) -> str:
+    """`text` without its `<tag>...</tag>` elements (an unclosed one is kept), in one pass."""
+    opening, closing = f"<{tag}>", f"</{tag}>"
+    kept: list[str] = []
+    at = 0
+    while (start := text.find(opening, at)) >= 0:
+        end = text.find(closing, start)
+        if end < 0:
+            break
+        kept.append(text[at:start])
+        at = end + len(closing)
+    kept.append(text[at:])
+    return "".join(kept)

@@ -30,6 +30,7 @@ class AgentCompaction:
     instructions: str
     history: dict[str, Any]
     keeps_user_messages: bool  # the agent keeps the user's messages beside the summary (Codex), so it need not
+    context_tag: str = ""  # the element the agent's own context comes in (left out of the handoff: it adds it again)
 
 
 def recognised(format_name: str, payload: dict[str, Any]) -> AgentCompaction | None:
@@ -61,18 +62,26 @@ def claude_code_compaction(payload: dict[str, Any]) -> AgentCompaction | None:
     if not isinstance(block, dict) or block.get("type") != "text" or not isinstance(block.get("text"), str):
         return None
     found = next(
-        (found for prompt in CLAUDE_CODE if (found := summary_instructions(prompt, block["text"])) is not None), None
+        (
+            (prompt, asked)
+            for prompt in CLAUDE_CODE
+            if (asked := summary_instructions(prompt, block["text"])) is not None
+        ),
+        None,
     )
     if found is None:
         return None
-    agent, instructions = found
+    prompt, instructions = found
     rest = blocks[:-1]
     history = [*messages[:-1], {**last, "content": rest}] if rest else messages[:-1]
-    return AgentCompaction(agent, instructions, {**payload, "messages": history}, keeps_user_messages=False)
+    history_payload = {**payload, "messages": history}
+    return AgentCompaction(
+        prompt.agent, instructions, history_payload, keeps_user_messages=False, context_tag=prompt.context_tag
+    )
 
 
-def summary_instructions(prompt: SummaryPrompt, text: str) -> tuple[str, str] | None:
-    """(the agent, the user's instructions) if `text` is `prompt`, else None."""
+def summary_instructions(prompt: SummaryPrompt, text: str) -> str | None:
+    """The user's instructions ("" if none) if `text` is `prompt`, else None."""
     text = text.strip()
     if not text.startswith(prompt.opening) or prompt.task not in text or not text.endswith(prompt.ending):
         return None
@@ -80,7 +89,7 @@ def summary_instructions(prompt: SummaryPrompt, text: str) -> tuple[str, str] | 
     if not found:
         return None
     _, asked, instructions = body.partition(prompt.instructions)
-    return prompt.agent, instructions.strip() if asked else ""
+    return instructions.strip() if asked else ""
 
 
 def codex_compaction(payload: dict[str, Any]) -> AgentCompaction | None:

@@ -20,6 +20,7 @@ class SummaryPrompt:
     instructions: str
     reminder: str
     ending: str
+    context_tag: str = ""  # the element its own context comes in, which it adds again after compacting
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +42,7 @@ CLAUDE_CODE = (
         instructions="\nAdditional Instructions:\n",
         reminder="\nREMINDER: Do NOT call any tools. Respond with plain text only",
         ending="Tool calls will be rejected and you will fail the task.",
+        context_tag="system-reminder",
     ),
 )
 

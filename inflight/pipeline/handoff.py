@@ -57,7 +57,11 @@ async def handoff_for(pipeline: Pipeline, counted: Counted, options: Options, as
         messages = history.request.messages
         origins: list[int | None] = list(range(len(messages)))
         text = handoff_text(
-            messages, origins, head_len=head_length(messages), keeps_user_messages=asked.keeps_user_messages
+            messages,
+            origins,
+            head_len=head_length(messages),
+            keeps_user_messages=asked.keeps_user_messages,
+            context_tag=asked.context_tag,
         )
     elif Action.FALLBACK in outcome.actions:  # no summary could be had, only the ledger: the agent makes its own
         return None
@@ -68,5 +72,6 @@ async def handoff_for(pipeline: Pipeline, counted: Counted, options: Options, as
             head_len=outcome.record.head_len,
             keeps_user_messages=asked.keeps_user_messages,
             instructions=asked.instructions,
+            context_tag=asked.context_tag,
         )
     return Handoff(text, pipeline.text_tokens(counted.model, text), prepared, accounting)

@@ -50,3 +50,13 @@ def test_a_long_tail_keeps_its_newest_turns() -> None:
     turns = [{"role": "assistant", "content": f"turn {n} " + "y" * 1_900} for n in range(40)]
     text = handoff_text([SUMMARY, *turns], [None, *range(40)], head_len=0, keeps_user_messages=True)
     assert "turn 39 " in text and "turn 0 " not in text and len(text) < TAIL_CHARS + 1_000
+
+
+def test_the_agents_own_context_is_left_out_as_it_adds_it_again() -> None:
+    messages, origins = compacted()
+    messages[1] = {
+        "role": "user",
+        "content": "<system-reminder>\nToday is Monday.\n</system-reminder>\nFix the parser.",
+    }
+    text = handoff_text(messages, origins, head_len=2, keeps_user_messages=False, context_tag="system-reminder")
+    assert "Today is Monday" not in text and "Fix the parser." in text
