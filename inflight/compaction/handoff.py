@@ -12,9 +12,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from inflight.compaction.conversation import Message, describe_call, text_of
+from inflight.compaction.ledger import LEDGER_HEADING
 
 MESSAGE_CHARS = 2_000  # a user's or the assistant's text in the tail (or the head's user messages)
 OUTPUT_CHARS = 800  # a tool's output, head and end
+LEDGER_CHARS = 1_500  # the ledger below a summary: the agent keeps it in its context from then on
 TAIL_CHARS = 12_000  # all of the tail: past it, its oldest turns go first
 
 
@@ -24,13 +26,15 @@ def handoff_text(
     *,
     head_len: int,
     keeps_user_messages: bool,
+    keeps_recent_turns: bool = False,
     instructions: str = "",
     context_tag: str = "",
 ) -> str:
     """The handoff written from a compaction's messages (`origins`: each one's index in the client's list, None for
     what the compaction wrote: the summary). Without a summary (nothing before the latest turns to summarize), the
-    turns after the head follow the user's messages. Text in `context_tag` elements is left out: the agent's own
-    context (Claude Code's `<system-reminder>`s), which it adds again itself."""
+    turns after the head follow the user's messages; an agent that `keeps_recent_turns` gets none. The summary's
+    ledger is cut to its head and end. Text in `context_tag` elements is left out: the agent's own context (Claude
+    Code's `<system-reminder>`s), which it adds again itself."""
 
     def text(message: Message) -> str:
         readable = text_of(message.get("content"))
@@ -47,10 +51,11 @@ def handoff_text(
         ]
         if asked:
             parts.append("The user's messages at the start of the conversation:\n" + "\n\n".join(asked))
-    parts.extend(text(messages[i]) for i in written)
+    parts.extend(with_ledger_cut(text(messages[i])) for i in written)
     after_head = (i for i, origin in enumerate(origins) if origin is not None and origin >= head_len)
     start = written[-1] + 1 if written else next(after_head, len(messages))
-    tail = [line for message in messages[start:] if (line := turn_text(message, text(message)))]
+    recent = [] if keeps_recent_turns and written else messages[start:]
+    tail = [line for message in recent if (line := turn_text(message, text(message)))]
     while tail and sum(map(len, tail)) > TAIL_CHARS:
         tail.pop(0)
     if tail:
@@ -58,6 +63,12 @@ def handoff_text(
     if instructions:
         parts.append(f"Written following the user's instructions for this summary: {instructions}")
     return "\n\n".join(parts)
+
+
+def with_ledger_cut(summary: str) -> str:
+    """A summary message's text with its ledger cut to `LEDGER_CHARS`."""
+    note, heading, ledger = summary.partition(LEDGER_HEADING)
+    return f"{note}{heading}{cut(ledger, LEDGER_CHARS)}" if heading else summary
 
 
 def turn_text(message: Message, text: str) -> str:

@@ -31,6 +31,7 @@ class AgentCompaction:
     history: dict[str, Any]
     keeps_user_messages: bool  # the agent keeps the user's messages beside the summary (Codex), so it need not
     context_tag: str = ""  # the element the agent's own context comes in (left out of the handoff: it adds it again)
+    keeps_recent_turns: bool = False  # the agent keeps its latest turns after the summary, so the handoff need not
 
 
 def recognised(format_name: str, payload: dict[str, Any]) -> AgentCompaction | None:
@@ -76,7 +77,12 @@ def claude_code_compaction(payload: dict[str, Any]) -> AgentCompaction | None:
     history = [*messages[:-1], {**last, "content": rest}] if rest else messages[:-1]
     history_payload = {**payload, "messages": history}
     return AgentCompaction(
-        prompt.agent, instructions, history_payload, keeps_user_messages=False, context_tag=prompt.context_tag
+        prompt.agent,
+        instructions,
+        history_payload,
+        keeps_user_messages=False,
+        context_tag=prompt.context_tag,
+        keeps_recent_turns=prompt.keeps_recent_turns,
     )
 
 

@@ -21,6 +21,7 @@ class SummaryPrompt:
     reminder: str
     ending: str
     context_tag: str = ""  # the element its own context comes in, which it adds again after compacting
+    keeps_recent_turns: bool = False  # it keeps its latest turns verbatim after the summary it installs
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +44,7 @@ CLAUDE_CODE = (
         reminder="\nREMINDER: Do NOT call any tools. Respond with plain text only",
         ending="Tool calls will be rejected and you will fail the task.",
         context_tag="system-reminder",
+        keeps_recent_turns=True,  # "The messages after this summary are the most recent messages ..., kept verbatim"
     ),
 )
 

@@ -71,6 +71,7 @@ async def handoff_for(pipeline: Pipeline, counted: Counted, options: Options, as
             outcome.sent_origins,
             head_len=outcome.record.head_len,
             keeps_user_messages=asked.keeps_user_messages,
+            keeps_recent_turns=asked.keeps_recent_turns,
             instructions=asked.instructions,
             context_tag=asked.context_tag,
         )

@@ -93,7 +93,8 @@ def test_claude_codes_compaction_is_answered_from_the_summary_made_ahead_without
     [block] = reply.content
     assert block.type == "text" and block.text.startswith("<summary>") and block.text.endswith("</summary>")
     assert "Summary number 1" in block.text and "Do the FAKE-TASK" in block.text  # the summary, and the task
-    assert f"STEP {len(messages) // 2} DONE" in block.text  # the latest turn, after what the summary covers
+    # Claude Code keeps its latest turns after the summary itself: the handoff does not repeat them
+    assert f"STEP {len(messages) // 2} DONE" not in block.text and len(block.text) < 8_000
     assert reply.usage.input_tokens > 0 and reply.usage.output_tokens > 0 and reply.stop_reason == "end_turn"
     assert "agent_compaction=claude-code\\x202.1.328" in line and "agent_compaction_answer=answered" in line
 
