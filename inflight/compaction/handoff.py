@@ -13,9 +13,12 @@ from collections.abc import Sequence
 
 from inflight.compaction.conversation import Message, describe_call, text_of
 from inflight.compaction.ledger import LEDGER_HEADING
+from inflight.compaction.summary_job import SUMMARY_PREFIX
 
 MESSAGE_CHARS = 2_000  # a user's or the assistant's text in the tail (or the head's user messages)
 OUTPUT_CHARS = 800  # a tool's output, head and end
+USER_MESSAGES = "The user's messages at the start of the conversation:\n"
+LATEST_TURNS = "The latest turns, as they happened (long outputs cut):\n"
 LEDGER_CHARS = 1_500  # the ledger below a summary: the agent keeps it in its context from then on
 TAIL_CHARS = 12_000  # all of the tail: past it, its oldest turns go first
 
@@ -47,10 +50,10 @@ def handoff_text(
             cut(said, MESSAGE_CHARS)
             for message, origin in zip(messages, origins, strict=True)
             if origin is not None and origin < head_len and message.get("role") == "user"
-            if (said := text(message).strip())
+            if (said := users_part(text(message)).strip())
         ]
         if asked:
-            parts.append("The user's messages at the start of the conversation:\n" + "\n\n".join(asked))
+            parts.append(USER_MESSAGES + "\n\n".join(asked))
     parts.extend(with_ledger_cut(text(messages[i])) for i in written)
     after_head = (i for i, origin in enumerate(origins) if origin is not None and origin >= head_len)
     start = written[-1] + 1 if written else next(after_head, len(messages))
@@ -59,10 +62,21 @@ def handoff_text(
     while tail and sum(map(len, tail)) > TAIL_CHARS:
         tail.pop(0)
     if tail:
-        parts.append("The latest turns, as they happened (long outputs cut):\n" + "\n".join(tail))
+        parts.append(LATEST_TURNS + "\n".join(tail))
     if instructions:
         parts.append(f"Written following the user's instructions for this summary: {instructions}")
     return "\n\n".join(parts)
+
+
+def users_part(text: str) -> str:
+    """A head message's text; of one that holds an earlier handoff (the agent installed it as the start of its
+    conversation), only the user's messages quoted in it, so the next handoff quotes them again and does not nest."""
+    start = text.find(USER_MESSAGES)
+    if start < 0:
+        return text
+    start += len(USER_MESSAGES)
+    ends = [end for mark in (f"\n\n{SUMMARY_PREFIX}", f"\n\n{LATEST_TURNS}") if (end := text.find(mark, start)) >= 0]
+    return text[start : min(ends, default=len(text))]
 
 
 def with_ledger_cut(summary: str) -> str:

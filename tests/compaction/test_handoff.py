@@ -60,3 +60,12 @@ def test_the_agents_own_context_is_left_out_as_it_adds_it_again() -> None:
     }
     text = handoff_text(messages, origins, head_len=2, keeps_user_messages=False, context_tag="system-reminder")
     assert "Today is Monday" not in text and "Fix the parser." in text
+
+
+def test_a_handoff_installed_as_the_head_gives_only_its_users_messages_to_the_next() -> None:
+    messages, origins = compacted()
+    first = handoff_text(messages, origins, head_len=2, keeps_user_messages=False)
+    messages[1] = {"role": "user", "content": f"This session is being continued.\nSummary:\n{first}"}
+    second = handoff_text(messages, origins, head_len=2, keeps_user_messages=False)
+    assert second.count("Fix the parser in src/app.py.") == 1 and second.count("This session") == 0
+    assert second.count(SUMMARY["content"]) == 1
