@@ -1,6 +1,6 @@
 """The real agents' own compaction, fired early, straight to the fake upstream and answered by inflight.
 
-    python -m benchmarks.agent_compaction [--agent claude|codex|both] [--steps 30]
+    python -m benchmarks.agent_compaction [--agent claude|codex|both] [--steps 30] [--lines 60]
 
 Claude Code's auto-compaction is made to fire at about 22-27k tokens (`CLAUDE_CODE_AUTO_COMPACT_WINDOW=100000`
 with `CLAUDE_AUTOCOMPACT_PCT_OVERRIDE=30`), Codex's at `model_auto_compact_token_limit` 20000, both below
@@ -46,14 +46,14 @@ class Answered(logging.Handler):
             self.lines.append(line)
 
 
-def run(agent: str, steps: int, *, through: bool) -> list[object]:
+def run(agent: str, steps: int, *, lines: int, through: bool) -> list[object]:
     claude = agent == "claude"
     model, window = (CLAUDE_MODEL, CLAUDE_WINDOW) if claude else (CODEX_MODEL, CODEX_WINDOW)
     app = UpstreamApp(windows={model: window})
     if claude:
-        app.messages.agent = MessagesTaskAgent(steps=steps, output_lines=170)
+        app.messages.agent = MessagesTaskAgent(steps=steps, output_lines=lines)
     else:
-        app.responses.agent = TaskAgent(steps=steps, output_lines=200)
+        app.responses.agent = TaskAgent(steps=steps, output_lines=lines)
     answered = Answered()
     logger = logging.getLogger("inflight")
     logger.addHandler(answered)
@@ -104,6 +104,9 @@ def arguments() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--agent", choices=("claude", "codex", "both"), default="both")
     parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument(
+        "--lines", type=int, default=60, help="lines each step's command prints (60: about 1.4k tokens)"
+    )
     return parser
 
 
@@ -111,7 +114,7 @@ def main() -> None:
     args = arguments().parse_args()
     agents = ("claude", "codex") if args.agent == "both" else (args.agent,)
     rows = [
-        [agent, label, *run(agent, args.steps, through=through)]
+        [agent, label, *run(agent, args.steps, lines=args.lines, through=through)]
         for agent in agents
         for label, through in (("alone, its own compaction early", False), ("through inflight", True))
     ]

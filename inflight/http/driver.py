@@ -102,6 +102,8 @@ class Driver:
             if isinstance(command, RelayCommand):
                 return self._relay(command)
             if isinstance(command, Answer):
+                if self.archive is not None and command.archived is not None:
+                    self.archive.turn(*command.archived, status=command.status)
                 return own_answer(command.body, self.exchange, status=command.status, content_type=command.content_type)
             if isinstance(command, Prepare) and command.keepalive_after is not None:
                 preparing = asyncio.ensure_future(self._prepare(command))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Generator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from inflight.compaction.actions import Action
 from inflight.compaction.report import Plan, TurnReport
@@ -90,6 +90,7 @@ class Answer:
     body: bytes
     status: int = 200
     content_type: bytes = b"application/json"  # or an event stream of inflight's own (an agent's summary)
+    archived: tuple[Counted, Accounting, Options, PreparedBody] | None = None  # the turn, for the archive
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,7 +283,8 @@ class Turn(Steps):
         self.report = TurnReport(window=self.accounting.window(), sent=plan)
         self._fields.update(handoff.prepared.fields)
         self._fields.update({"actions": plan.said(), "agent_compaction_answer": "answered"})
-        yield Answer(body, content_type=content_type)
+        answered = replace(handoff.prepared, plan=plan, sent_tokens=handoff.tokens)
+        yield Answer(body, content_type=content_type, archived=(counted, self.accounting, self.options, answered))
         return True
 
     def _retry(self, refusal: Refusal, refused: PreparedBody) -> Generator[Command, Event, PreparedBody]:

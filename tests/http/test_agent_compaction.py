@@ -18,6 +18,7 @@ import pytest
 
 from tests.conftest import ProxyFactory
 from tests.formats.test_agent_compaction import CLAUDE_PROMPT, CODEX_PROMPT, with_instructions
+from tests.http.test_archive import archived
 from tests.http.test_messages import SYSTEM, TOOLS, agent_messages, as_params, client_for
 from tests.http.test_responses import TOOLS as RESPONSES_TOOLS
 from tests.http.test_responses import agent_items
@@ -185,3 +186,23 @@ def test_shadow_mode_forwards_the_request_and_says_it_would_have_answered_it(
     assert response.headers["x-inflight-actions"] == "none"
     assert response.headers["x-inflight-shadow-actions"].split(",")[0] == "answered-compaction"
     assert app.summaries == []
+
+
+def test_the_answered_compaction_is_archived_and_marked_as_such(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    app, url = upstream
+    body = {"model": MODEL, "max_tokens": 8_000, "tools": TOOLS, "messages": asking(agent_messages(6))}
+    config = {"models": {MODEL: {"context_window": WINDOW}}, "archive": {"enabled": True}}
+    with start_proxy(url, **config) as proxy_url:
+        response = httpx.post(f"{proxy_url}/messages", json=body, headers=SESSION, timeout=30)
+        listed = archived(proxy_url, "/inflight/conversations", until=lambda j: j["conversations"])
+        (conversation,) = listed["conversations"]
+        view = archived(proxy_url, f"/inflight/conversations/{conversation['id']}", until=lambda j: j["compactions"])
+    [turn] = view["turns"]
+    [compaction] = view["compactions"]
+    assert turn["actions"] == response.headers["x-inflight-actions"] and turn["actions"].startswith(
+        "answered-compaction"
+    )
+    assert compaction["id"] == response.headers["x-inflight-compaction-id"]
+    assert app.messages_requests() == []
