@@ -16,11 +16,11 @@ from inflight.compaction.ledger import LEDGER_HEADING
 from inflight.compaction.summary_job import SUMMARY_PREFIX
 
 MESSAGE_CHARS = 2_000  # a user's or the assistant's text in the tail (or the head's user messages)
-OUTPUT_CHARS = 800  # a tool's output, head and end
+OUTPUT_CHARS = 400  # a tool's output, head and end
 USER_MESSAGES = "The user's messages at the start of the conversation:\n"
 LATEST_TURNS = "The latest turns, as they happened (long outputs cut):\n"
 LEDGER_CHARS = 1_500  # the ledger below a summary: the agent keeps it in its context from then on
-TAIL_CHARS = 12_000  # all of the tail: past it, its oldest turns go first
+TAIL_CHARS = 4_000  # all of the tail (about a thousand tokens): past it, its oldest turns go first
 
 
 def handoff_text(

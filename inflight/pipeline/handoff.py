@@ -35,14 +35,14 @@ class Handoff:
     accounting: Accounting
 
 
-async def handoff_for(pipeline: Pipeline, counted: Counted, options: Options, asked: AgentCompaction) -> Handoff | None:
-    """The handoff for the agent's compaction request, or None when inflight has no summary to give (the request is
-    then forwarded): the history cannot be read or compacted, or only the ledger could stand in for a summary."""
+async def handoff_for(pipeline: Pipeline, counted: Counted, options: Options, asked: AgentCompaction) -> Handoff | str:
+    """The handoff for the agent's compaction request, or why inflight has none to give (the request is then
+    forwarded): the history cannot be read or compacted, or only the ledger could stand in for a summary."""
     size = counted.count.total
     raw = await call_sized(lambda: orjson.dumps(asked.history), size)
     history = await call_sized(lambda: pipeline.count(raw, asked.history, counted.wire, tenant=options.tenant), size)
     if history is None:
-        return None
+        return "unreadable"
     forced = replace(options, mode=Mode.FORCE, agent_compaction=True, summary_instructions=asked.instructions)
     if asked.instructions:  # a summary of its own, which the summarizer writes with the instructions
         key = key_of(history, options)
@@ -52,7 +52,7 @@ async def handoff_for(pipeline: Pipeline, counted: Counted, options: Options, as
     prepared = await pipeline.prepare(history, accounting, forced)
     outcome = prepared.outcome
     if prepared.shadow or Action.ERROR in prepared.plan.actions:
-        return None
+        return "error"
     if outcome is None or not prepared.rewritten:  # nothing before the latest turns to summarize: they are the handoff
         messages = history.request.messages
         origins: list[int | None] = list(range(len(messages)))
@@ -64,7 +64,7 @@ async def handoff_for(pipeline: Pipeline, counted: Counted, options: Options, as
             context_tag=asked.context_tag,
         )
     elif Action.FALLBACK in outcome.actions:  # no summary could be had, only the ledger: the agent makes its own
-        return None
+        return "no-summary:" + ",".join(outcome.actions)
     else:
         text = handoff_text(
             outcome.messages,

@@ -138,7 +138,7 @@ class Answered:
 
 @dataclass(frozen=True, slots=True)
 class Summarized:
-    handoff: Handoff | None  # None: nothing to answer with; the request is forwarded
+    handoff: Handoff | str  # or why there is nothing to answer with: the request is then forwarded
 
 
 Event = Discovered | ExactCount | Prepared | Answered | AnswerRead | Summarized
@@ -265,8 +265,8 @@ class Turn(Steps):
         made = yield Summarize(counted, self.options, asked)
         assert isinstance(made, Summarized)
         handoff = made.handoff
-        if handoff is None:
-            self._fields["agent_compaction_answer"] = "forwarded"
+        if isinstance(handoff, str):
+            self._fields["agent_compaction_answer"] = f"forwarded:{handoff}"
             return False
         body, content_type = answer(
             counted.wire.spec.name,
