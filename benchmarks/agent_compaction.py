@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import logging
 import re
+from typing import Any
 
 from benchmarks.harness import table
 from inflight.app import create_app
@@ -21,7 +22,7 @@ from inflight.config import load_settings
 from inflight.http.server import uvicorn_options
 from tests.agents.claude_code import claude_binary, run_claude
 from tests.agents.codex import codex_binary, run_codex
-from tests.support.messages import COMPACTION_REQUEST, MessagesTaskAgent
+from tests.support.messages import COMPACTION_REQUEST, MessagesTaskAgent, text_of
 from tests.support.responses import CHECKPOINT, TASK_MARKER, TaskAgent, last_step
 from tests.support.servers import serve
 from tests.support.upstream import UpstreamApp
@@ -71,8 +72,7 @@ def run(agent: str, steps: int, *, lines: int, through: bool) -> list[object]:
     finally:
         logger.removeHandler(answered)
     requests = app.messages_requests() if claude else app.responses_requests()
-    marker = COMPACTION_REQUEST if claude else CHECKPOINT
-    upstream_compactions = sum(1 for r in requests if marker in r.body.decode()[-8000:])
+    upstream_compactions = sum(1 for r in requests if asks_compaction(r.json(), claude=claude))
     answers = [line for line in answered.lines if "agent_compaction_answer=answered" in line]
     slowest = max((float(m[1]) for line in answers if (m := TOTAL_MS.search(line))), default=None)
     last = requests[-1].body.decode() if requests else ""
@@ -84,6 +84,14 @@ def run(agent: str, steps: int, *, lines: int, through: bool) -> list[object]:
         "-" if slowest is None else f"{slowest:.0f} ms",
         len(app.summaries),
     ]
+
+
+def asks_compaction(body: dict[str, Any], *, claude: bool) -> bool:
+    """Whether a request the upstream got is the agent's own compaction (its prompt in the last message)."""
+    if claude:
+        return COMPACTION_REQUEST in text_of(body["messages"][-1].get("content"))
+    last = body["input"][-1]
+    return last.get("role") == "user" and CHECKPOINT in text_of(last.get("content"))
 
 
 def drive(agent: str, base: str, model: str, steps: int) -> str:
