@@ -16,6 +16,8 @@ import logging
 import re
 from typing import Any
 
+import orjson
+
 from benchmarks.harness import table
 from inflight.app import create_app
 from inflight.config import load_settings
@@ -91,7 +93,7 @@ def asks_compaction(body: dict[str, Any], *, claude: bool) -> bool:
     if claude:
         return COMPACTION_REQUEST in text_of(body["messages"][-1].get("content"))
     last = body["input"][-1]
-    return last.get("role") == "user" and CHECKPOINT in text_of(last.get("content"))
+    return last.get("role") == "user" and CHECKPOINT in orjson.dumps(last.get("content")).decode()
 
 
 def drive(agent: str, base: str, model: str, steps: int) -> str:

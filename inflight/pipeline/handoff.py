@@ -45,7 +45,8 @@ async def handoff_for(pipeline: Pipeline, counted: Counted, options: Options, as
         return "unreadable"
     forced = replace(options, mode=Mode.FORCE, agent_compaction=True, summary_instructions=asked.instructions)
     if asked.instructions:  # a summary of its own, which the summarizer writes with the instructions
-        name = key_of(history, options).rpartition("#")[0].removeprefix("session:")  # the tenant's scope is added again
+        key = key_of(history, options)
+        name = (key.rpartition("#")[0] if "#" in key else key).removeprefix("session:")  # its scope is added again
         digest = xxhash.xxh3_64_hexdigest(asked.instructions.encode("utf-8", "surrogatepass"))
         forced = replace(forced, session=f"{name}/instructions:{digest}")
     accounting = pipeline.account(history, tenant=options.tenant)
