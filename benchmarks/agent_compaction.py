@@ -4,9 +4,10 @@
 
 Claude Code's auto-compaction is made to fire at about 22-27k tokens (`CLAUDE_CODE_AUTO_COMPACT_WINDOW=100000`
 with `CLAUDE_AUTOCOMPACT_PCT_OVERRIDE=30`), Codex's at `model_auto_compact_token_limit` 20000, both below
-where inflight compacts in the fake upstream's window. Prints, per run, the steps finished, the agent's
-compaction requests the upstream got, those inflight answered, the slowest answer (the proxy's `total_ms`),
-and inflight's summaries. Asserts nothing.
+where inflight compacts in the fake upstream's window (and, in a third run, below where inflight makes summaries
+ahead: `background_at` 0.3). Prints, per run, the steps finished, the agent's compaction requests the upstream
+got, those inflight answered (and of them, those a summary made ahead or in place served), the slowest answer
+(the proxy's `total_ms`), and inflight's summaries. Asserts nothing.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ class Answered(logging.Handler):
             self.lines.append(line)
 
 
-def run(agent: str, steps: int, *, lines: int, through: bool) -> list[object]:
+def run(agent: str, steps: int, *, lines: int, through: bool, background_at: float | None = None) -> list[object]:
     claude = agent == "claude"
     model, window = (CLAUDE_MODEL, CLAUDE_WINDOW) if claude else (CODEX_MODEL, CODEX_WINDOW)
     app = UpstreamApp(windows={model: window})
@@ -65,7 +66,12 @@ def run(agent: str, steps: int, *, lines: int, through: bool) -> list[object]:
         with serve(app) as url:
             base = url
             if through:
-                overrides = {"upstream": {"base_url": f"{url}/v1"}, "models": {model: {"context_window": window}}}
+                overrides: dict[str, object] = {
+                    "upstream": {"base_url": f"{url}/v1"},
+                    "models": {model: {"context_window": window}},
+                }
+                if background_at is not None:
+                    overrides["compaction"] = {"summarize": {"background_at": background_at}}
                 settings = load_settings(None, overrides=overrides)
                 with serve(create_app(settings), **{**uvicorn_options(settings), "log_level": "warning"}) as proxy:
                     done = drive(agent, proxy, model, steps)
@@ -77,11 +83,13 @@ def run(agent: str, steps: int, *, lines: int, through: bool) -> list[object]:
     upstream_compactions = sum(1 for r in requests if asks_compaction(r.json(), claude=claude))
     answers = [line for line in answered.lines if "agent_compaction_answer=answered" in line]
     slowest = max((float(m[1]) for line in answers if (m := TOTAL_MS.search(line))), default=None)
+    ready = [line for line in answers if "summary-precomputed" in line or "summary-cached" in line]
     last = requests[-1].body.decode() if requests else ""
     return [
         f"{last_step(last, steps)}/{steps}" + (" FINISHED" if "FINISHED" in done else ""),
         upstream_compactions,
         len(answers),
+        len(ready),
         len(answered.lines) - len(answers),
         "-" if slowest is None else f"{slowest:.0f} ms",
         len(app.summaries),
@@ -123,20 +131,18 @@ def arguments() -> argparse.ArgumentParser:
 def main() -> None:
     args = arguments().parse_args()
     agents = ("claude", "codex") if args.agent == "both" else (args.agent,)
+    runs = [
+        ("alone, its own compaction early", False, None),
+        ("through inflight", True, None),
+        ("through inflight, background_at 0.3", True, 0.3),
+    ]
     rows = [
-        [agent, label, *run(agent, args.steps, lines=args.lines, through=through)]
+        [agent, label, *run(agent, args.steps, lines=args.lines, through=through, background_at=at)]
         for agent in agents
-        for label, through in (("alone, its own compaction early", False), ("through inflight", True))
+        for label, through, at in runs
     ]
-    header = [
-        "agent",
-        "run",
-        "steps",
-        "its compactions upstream",
-        "answered by inflight",
-        "forwarded",
-        "slowest answer",
-    ]
+    header = ["agent", "run", "steps", "its compactions upstream", "answered by inflight", "of them made ahead"]
+    header += ["forwarded", "slowest answer"]
     print(table(rows, [*header, "inflight's summaries"]))
 
 
