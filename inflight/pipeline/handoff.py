@@ -10,6 +10,7 @@ summarizer rather than a summary made without them.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, replace
 
 import orjson
@@ -23,6 +24,8 @@ from inflight.offload import call_sized
 from inflight.pipeline.accounting import Accounting, Counted
 from inflight.pipeline.engine import Mode, Options, Pipeline, key_of
 from inflight.pipeline.outgoing import Prepared
+
+log = logging.getLogger("inflight")
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +41,14 @@ class Handoff:
 async def handoff_for(pipeline: Pipeline, counted: Counted, options: Options, asked: AgentCompaction) -> Handoff | str:
     """The handoff for the agent's compaction request, or why inflight has none to give (the request is then
     forwarded): the history cannot be read or compacted, or only the ledger could stand in for a summary."""
+    try:
+        return await made_handoff(pipeline, counted, options, asked)
+    except Exception:  # a bug of ours must not cost the agent its compaction: it is forwarded
+        log.exception("[compaction] no handoff for the agent's compaction request; forwarding it")
+        return "error"
+
+
+async def made_handoff(pipeline: Pipeline, counted: Counted, options: Options, asked: AgentCompaction) -> Handoff | str:
     size = counted.count.total
     raw = await call_sized(lambda: orjson.dumps(asked.history), size)
     history = await call_sized(lambda: pipeline.count(raw, asked.history, counted.wire, tenant=options.tenant), size)
