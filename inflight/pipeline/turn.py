@@ -20,6 +20,7 @@ from inflight.formats.agent_compaction import AgentCompaction, answer, recognise
 from inflight.pipeline.accounting import Accounting, Counted
 from inflight.pipeline.engine import Options, Pipeline
 from inflight.pipeline.handoff import Handoff
+from inflight.pipeline.outgoing import MeasuredOnce
 from inflight.pipeline.outgoing import Prepared as PreparedBody
 from inflight.policy.refusals import Refusal
 from inflight.policy.retry import RetryAim
@@ -283,7 +284,8 @@ class Turn(Steps):
         self.report = TurnReport(window=self.accounting.window(), sent=plan)
         self._fields.update(handoff.prepared.fields)
         self._fields.update({"actions": plan.said(), "agent_compaction_answer": "answered"})
-        answered = replace(handoff.prepared, plan=plan, sent_tokens=handoff.tokens)
+        # Nothing went upstream: the prompt cache's figures are not measured (the next turn is compared with what was).
+        answered = replace(handoff.prepared, plan=plan, sent_tokens=handoff.tokens, measured=MeasuredOnce())
         yield Answer(body, content_type=content_type, archived=(counted, self.accounting, self.options, answered))
         return True
 
