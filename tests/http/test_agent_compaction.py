@@ -115,6 +115,8 @@ def test_with_nothing_ready_the_summarizer_is_asked_once_with_the_users_compact_
     with start_proxy(url, models={MODEL: {"context_window": WINDOW}}) as proxy_url:
         body["messages"] = asking(agent_messages(6), prompt)
         response = httpx.post(f"{proxy_url}/messages", json=body, headers=SESSION, timeout=30)
+        metrics = httpx.get(proxy_url.removesuffix("/v1") + "/metrics").text
+    assert 'inflight_compactions_total{action="answered-compaction"} 1.0' in metrics
     assert response.status_code == 200 and response.headers["x-inflight-actions"].startswith("answered-compaction")
     assert app.messages_requests() == [] and len(app.summaries) == 1
     assert "focus on the failing tests" in app.summaries[0].body.decode()  # in the summarizer's prompt
@@ -147,7 +149,7 @@ def test_codexs_checkpoint_request_is_answered_with_one_assistant_message_throug
     assert completed.response.usage is not None and completed.response.usage.output_tokens > 0
 
 
-def test_the_prompts_words_inside_a_tool_result_go_upstream_byte_for_byte(
+def test_the_prompts_words_inside_a_tool_result_and_compaction_off_go_upstream_byte_for_byte(
     upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
 ) -> None:
     app, url = upstream
@@ -170,6 +172,11 @@ def test_the_prompts_words_inside_a_tool_result_go_upstream_byte_for_byte(
             response = httpx.post(f"{proxy_url}/messages", content=raw, headers=SESSION, timeout=30)
             assert response.status_code == 200 and response.headers["x-inflight-actions"] == "none"
             assert app.messages_requests()[-1].body == raw
+        off = orjson.dumps({"model": MODEL, "max_tokens": 4096, "tools": TOOLS, "messages": asking(agent_messages(4))})
+        response = httpx.post(
+            f"{proxy_url}/messages", content=off, headers=SESSION | {"x-inflight-compaction": "off"}, timeout=30
+        )
+        assert response.headers["x-inflight-actions"] == "none" and app.messages_requests()[-1].body == off
     assert app.summaries == []
 
 
