@@ -34,6 +34,7 @@ from inflight.pipeline.turn import (
     Answer,
     Answered,
     AnswerRead,
+    CheckSummary,
     Command,
     CountExactly,
     Discover,
@@ -47,6 +48,7 @@ from inflight.pipeline.turn import (
     Steps,
     Summarize,
     Summarized,
+    SummaryReady,
 )
 from inflight.pipeline.turn import Relay as RelayCommand
 from inflight.policy.windows import FetchModels
@@ -141,6 +143,8 @@ class Driver:
             return ExactCount(await exact_count(self.upstream, self.request, command.counted))
         if isinstance(command, Prepare):
             return await self._prepare(command)
+        if isinstance(command, CheckSummary):
+            return SummaryReady(await self.pipeline.summary_ready(command.counted, command.options))
         if isinstance(command, Summarize):
             return Summarized(await handoff_for(self.pipeline, command.counted, command.options, command.asked))
         if isinstance(command, ReadAnswer):

@@ -396,6 +396,13 @@ class Pipeline:
         """Whether this request may be rewritten and retried."""
         return self._plans(counted, options) and not self._shadows(counted, options)
 
+    async def summary_ready(self, counted: Counted, options: Options) -> bool:
+        """Whether a summary made ahead for this request's conversation is ready to use (never in shadow mode)."""
+        if not self.compacts(counted, options):
+            return False
+        key = key_of(counted, options, max_chars=self._max_key_chars)
+        return await self._compactions.summary_ready(key, counted.count.digests)
+
     def plans(self, counted: Counted, options: Options) -> bool:
         """Whether this request's compaction is planned, either to be sent or, in shadow mode, only reported."""
         return self._plans(counted, options)

@@ -104,7 +104,16 @@ class Summarize:
     asked: AgentCompaction
 
 
-Command = Discover | CountExactly | Prepare | Send | ReadAnswer | Relay | Answer | Summarize
+@dataclass(frozen=True, slots=True)
+class CheckSummary:
+    """Ask whether a summary made ahead is ready for the conversation (`Pipeline.summary_ready`), then send
+    `SummaryReady`."""
+
+    counted: Counted
+    options: Options
+
+
+Command = Discover | CountExactly | Prepare | Send | ReadAnswer | Relay | Answer | Summarize | CheckSummary
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +151,12 @@ class Summarized:
     handoff: Handoff | str  # or why there is nothing to answer with: the request is then forwarded
 
 
-Event = Discovered | ExactCount | Prepared | Answered | AnswerRead | Summarized
+@dataclass(frozen=True, slots=True)
+class SummaryReady:
+    ready: bool
+
+
+Event = Discovered | ExactCount | Prepared | Answered | AnswerRead | Summarized | SummaryReady
 
 
 class Steps:

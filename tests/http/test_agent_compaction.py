@@ -213,3 +213,25 @@ def test_the_answered_compaction_is_archived_and_marked_as_such(
     )
     assert compaction["id"] == response.headers["x-inflight-compaction-id"]
     assert app.messages_requests() == []
+
+
+def test_the_compact_endpoint_is_answered_at_once_when_a_summary_was_made_ahead(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    app, url = upstream
+    app.responses.agent = TaskAgent(steps=200)
+    with start_proxy(url, models={CODEX_MODEL: {"context_window": WINDOW}}) as proxy_url:
+        for turns in range(1, 200):  # Codex's turns, one more each time, until a summary is made ahead
+            items = agent_items(turns, lines=10)
+            body = {"model": CODEX_MODEL, "input": items, "tools": RESPONSES_TOOLS, "store": False}
+            httpx.post(f"{proxy_url}/responses", json=body, timeout=30)
+            if jobs(proxy_url)["started"]:
+                wait_until(lambda: jobs(proxy_url)["landed"] == 1)
+                break
+        response = httpx.post(f"{proxy_url}/responses/compact", json={"model": CODEX_MODEL, "input": items}, timeout=30)
+    assert response.status_code == 200 and response.json()["object"] == "response.compaction"
+    actions = response.headers["x-inflight-actions"].split(",")
+    assert actions[0] == "answered-compaction" and "summary-precomputed" in actions
+    assert [item["type"] for item in response.json()["output"]].count("compaction") == 1
+    assert not [r for r in app.requests if r.path.endswith("/compact")]  # the upstream was never asked
+    assert app.summary_count == 1
