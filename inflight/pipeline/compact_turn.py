@@ -115,7 +115,9 @@ class CompactTurn(Steps):
             prepared.turn_report(accounting), sent=replace(sent, actions=(Action.ANSWERED_COMPACTION, *sent.actions))
         )
         self._fields.update(
-            accounting.log_fields() | prepared.fields | {"compacted_by": "inflight", "agent_compaction": "answered"}
+            accounting.log_fields()
+            | prepared.fields
+            | {"compacted_by": "inflight", "agent_compaction_answer": "answered"}
         )
         yield Answer(compaction_answer(output, prompt_tokens=accounting.prompt_tokens), 200)
         return True
