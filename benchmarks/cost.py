@@ -1,14 +1,16 @@
 """What the real Claude Code's and Codex CLI's 30-step task is billed, with their own compaction and through inflight.
 
     python -m benchmarks.cost [--agents claude,codex] [--arms "its own compaction,inflight, told the window"]
-        [--steps 30] [--claude-window 55000] [--codex-window 52000] [--read 0.1] [--write 1.25] [--output 5]
+        [--steps 30] [--claude-window 55000] [--codex-window 52000] [--claude-lines 170] [--codex-lines 200]
+        [--read 0.1] [--write 1.25] [--output 5]
         [--proxy-log FILE]
 
 Runs each agent (the binaries `.ci/run` installs under `.cache/agents/`, or `INFLIGHT_CLAUDE` and
 `INFLIGHT_CODEX`) against the fake upstream (Claude Code on its Messages API, Codex on its Responses
 API, each simulating its provider's prompt cache) in these arms: with no window enforced; with the
 window and the agent's own compaction; through inflight told the window; through inflight learning
-the window from a refusal (an HTTP 400); and learning it from a refusal inside the stream.
+the window from a refusal (an HTTP 400); learning it from a refusal inside the stream; and told the
+window with the agent's own compaction firing early, below inflight's thresholds, so inflight answers it.
 Every request the upstream answers is billed (the agent's, its own compaction's and inflight's
 summaries), in units of one uncached input token: a cache read `--read`, a cache write `--write`
 (the Messages API only: OpenAI has no write premium), an output token `--output`; a refusal costs
@@ -51,7 +53,11 @@ OWN = "its own compaction"
 TOLD = "inflight, told the window"
 LEARNS = "inflight, learns the window"
 IN_STREAM = "inflight, learns, refusal in the stream"
-ARMS = (NO_WINDOW, OWN, TOLD, LEARNS, IN_STREAM)
+ANSWERS = "inflight, answering the agent's compactions"  # told the window; the agent's own compaction fires early
+ARMS = (NO_WINDOW, OWN, TOLD, LEARNS, IN_STREAM, ANSWERS)
+# Where the agent's own compaction fires in that arm: below inflight's thresholds, so inflight answers it
+EARLY_CLAUDE = {"CLAUDE_CODE_AUTO_COMPACT_WINDOW": "100000", "CLAUDE_AUTOCOMPACT_PCT_OVERRIDE": "30"}
+EARLY_CODEX = 20_000
 OWN_COMPACTION_AT = 0.8  # Codex's own compaction limit, as a share of the window it is told
 
 
@@ -97,7 +103,8 @@ def proxied(upstream: str, models: dict[str, object], prices: Prices) -> Iterato
 def run_arm(agent: Agent, arm: str, *, binary: str, steps: int, prices: Prices) -> Outcome:
     """The agent's task in one arm, over a fresh fake upstream."""
     app = UpstreamApp(windows={} if arm == NO_WINDOW else {agent.model: agent.window})
-    models: dict[str, object] = {agent.model: {"context_window": agent.window}} if arm == TOLD else {}
+    told = arm in (TOLD, ANSWERS)
+    models: dict[str, object] = {agent.model: {"context_window": agent.window}} if told else {}
     app.messages.agent = MessagesTaskAgent(steps=steps, output_lines=agent.lines)
     app.responses.agent = TaskAgent(steps=steps, output_lines=agent.lines)
     app.messages.refusal_in_stream = app.responses.refusal_in_stream = arm == IN_STREAM
@@ -107,7 +114,7 @@ def run_arm(agent: Agent, arm: str, *, binary: str, steps: int, prices: Prices) 
                 output = run_direct(agent, arm, binary=binary, url=url)
             else:
                 with proxied(url, models, prices) as proxy:
-                    output = run_agent(agent, binary=binary, url=proxy)
+                    output = run_agent(agent, binary=binary, url=proxy, own=arm == ANSWERS)
     except subprocess.TimeoutExpired:
         output = "(timed out)"
     answered: list[Recorded] = app.messages_requests() if agent.name == "claude" else app.responses_requests()
@@ -127,10 +134,15 @@ def run_direct(agent: Agent, arm: str, *, binary: str, url: str) -> str:
     return run_codex(binary, f"{url}/v1", PROMPT, model=agent.model).output
 
 
-def run_agent(agent: Agent, *, binary: str, url: str) -> str:
-    """The agent through inflight at `url` (an origin), its own compaction off."""
+def run_agent(agent: Agent, *, binary: str, url: str, own: bool = False) -> str:
+    """The agent through inflight at `url` (an origin), its own compaction off, or (`own`) on and firing early."""
     if agent.name == "claude":
-        return run_claude(binary, url, PROMPT, model=agent.model, own_compaction=False).output
+        env = EARLY_CLAUDE if own else None
+        return run_claude(binary, url, PROMPT, model=agent.model, own_compaction=own, env=env).output
+    if own:
+        return run_codex(
+            binary, f"{url}/v1", PROMPT, model=agent.model, context_window=agent.window, auto_compact_limit=EARLY_CODEX
+        ).output
     return run_codex(binary, f"{url}/v1", PROMPT, model=agent.model).output
 
 
@@ -195,6 +207,8 @@ def arguments() -> argparse.ArgumentParser:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--claude-window", type=int, default=55_000, help="the fake upstream's window for Claude Code")
     parser.add_argument("--codex-window", type=int, default=52_000, help="the fake upstream's window for Codex")
+    parser.add_argument("--claude-lines", type=int, default=170, help="lines each of Claude Code's steps prints")
+    parser.add_argument("--codex-lines", type=int, default=200, help="lines each of Codex's steps prints")
     anthropic = DEFAULT_FORMAT_PRICES["messages"]
     parser.add_argument("--read", type=float, default=anthropic.cache_read, help="a cache-read token's price")
     parser.add_argument(
@@ -227,8 +241,8 @@ def main() -> None:
     prices = Prices(cache_read=args.read, cache_write=args.write, output=args.output)
     arms = selected_arms(args.arms)
     agents = {
-        "claude": Agent("claude", "Claude Code", "claude-sonnet-4-5", args.claude_window, 170),
-        "codex": Agent("codex", "Codex", "gpt-5.1-codex", args.codex_window, 200),
+        "claude": Agent("claude", "Claude Code", "claude-sonnet-4-5", args.claude_window, args.claude_lines),
+        "codex": Agent("codex", "Codex", "gpt-5.1-codex", args.codex_window, args.codex_lines),
     }
     names = [name.strip() for name in args.agents.split(",") if name.strip()]
     if unknown := [name for name in names if name not in agents]:

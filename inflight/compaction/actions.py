@@ -21,6 +21,7 @@ class Action(StrEnum):
     CHURN = "churn"  # the next compaction is fewer turns away than `min_turns_between`
     EXPANDED = "expanded"  # nothing compacted; inflight's own compaction items written out for the upstream
     ITEM_UNREADABLE = "item-unreadable"  # an item of inflight's could not be opened (another key): a note went instead
+    ANSWERED_COMPACTION = "answered-compaction"  # the agent's own compaction request answered from inflight's summary
     RETRY = "retry"  # the upstream refused the first attempt as too long; compacted again and resent
     ERROR = "error"  # inflight's compaction failed; the request went as the client sent it
     REJECTED_TRUNCATED = "summary-rejected-truncated"  # the summarizer's reply was cut by its length limit

@@ -167,6 +167,12 @@ class ConversationCompactions:
         say_how_it_waited(outcome, job, conversation)
         return outcome
 
+    async def summary_ready(self, key: str, digests: Sequence[bytes]) -> bool:
+        """Whether a summary made ahead for this conversation is stored and still fits it, so a compaction now needs
+        no summarizer call."""
+        record = best_record(await self.records.load(key), digests)
+        return record is not None and record.ahead_usable(digests)
+
     @property
     def background(self) -> bool:
         """Whether summaries are made by background jobs (the server) rather than inline (a CLI command)."""

@@ -111,6 +111,14 @@ class TurnReport:
             fields[f"{prefix}cost_client"] = figures.cost_client
         return fields
 
+    def shadow_answered(self) -> TurnReport:
+        """This shadow turn's report, saying that the agent's own compaction request would have been answered."""
+        planned = self.shadow or self.sent
+        if planned is None:
+            return self
+        actions = tuple(action for action in planned.actions if action != Action.NONE)
+        return replace(self, shadow=replace(planned, actions=(Action.ANSWERED_COMPACTION, *actions)))
+
     def retried_as(self, context_window: int | None, limit: int) -> TurnReport:
         """This report (the retry's own) as the retry of a refused request: `retry` added to what was sent, and
         the window the refusal named (None: it named none) with the `limit` the retry was compacted to."""

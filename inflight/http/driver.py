@@ -29,10 +29,12 @@ from inflight.http.target import checked_path
 from inflight.pipeline.accounting import Counted
 from inflight.pipeline.archiving import Archiver
 from inflight.pipeline.engine import Pipeline
+from inflight.pipeline.handoff import handoff_for
 from inflight.pipeline.turn import (
     Answer,
     Answered,
     AnswerRead,
+    CheckSummary,
     Command,
     CountExactly,
     Discover,
@@ -44,6 +46,9 @@ from inflight.pipeline.turn import (
     ReadAnswer,
     Send,
     Steps,
+    Summarize,
+    Summarized,
+    SummaryReady,
 )
 from inflight.pipeline.turn import Relay as RelayCommand
 from inflight.policy.windows import FetchModels
@@ -99,7 +104,9 @@ class Driver:
             if isinstance(command, RelayCommand):
                 return self._relay(command)
             if isinstance(command, Answer):
-                return own_answer(command.body, self.exchange, status=command.status)
+                if self.archive is not None and command.archived is not None:
+                    self.archive.turn(*command.archived, status=command.status)
+                return own_answer(command.body, self.exchange, status=command.status, content_type=command.content_type)
             if isinstance(command, Prepare) and command.keepalive_after is not None:
                 preparing = asyncio.ensure_future(self._prepare(command))
                 try:
@@ -136,6 +143,10 @@ class Driver:
             return ExactCount(await exact_count(self.upstream, self.request, command.counted))
         if isinstance(command, Prepare):
             return await self._prepare(command)
+        if isinstance(command, CheckSummary):
+            return SummaryReady(await self.pipeline.summary_ready(command.counted, command.options))
+        if isinstance(command, Summarize):
+            return Summarized(await handoff_for(self.pipeline, command.counted, command.options, command.asked))
         if isinstance(command, ReadAnswer):
             response, self.response, self.held = self.response, None, None
             assert response is not None
@@ -246,7 +257,9 @@ async def read_short(response: Response, host: str) -> bytes:
     return b"".join(chunks)[:MAX_SHORT_BYTES]
 
 
-def own_answer(body: bytes, exchange: Exchange, *, status: int = 200) -> Relay:
+def own_answer(
+    body: bytes, exchange: Exchange, *, status: int = 200, content_type: bytes = b"application/json"
+) -> Relay:
     """A JSON answer of inflight's own (or the upstream's, read whole), relayed like any other: the
     exchange's `x-inflight-*` headers, its log line when it is out."""
 
@@ -256,7 +269,7 @@ def own_answer(body: bytes, exchange: Exchange, *, status: int = 200) -> Relay:
     async def nothing_to_close() -> None:
         return None
 
-    own = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    own = [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]
     return Relay(status, response_headers(own, exchange.headers), whole(), nothing_to_close, exchange, streaming=False)
 
 

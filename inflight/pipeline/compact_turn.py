@@ -7,7 +7,9 @@ due). vLLM, llama.cpp, Ollama and most gateways answer the route with 404 (or 40
 inflight answers instead: it compacts the conversation as on any turn, forced down to its target, and
 returns the same shape, with the summary encrypted for this client in a `compaction` item of inflight's
 own (`inflight.formats.compaction_items`). Any other upstream answer is relayed unchanged.
-Like `Turn`, it does no I/O: the driver carries out its commands.
+When a summary made ahead is ready for the conversation, inflight answers at once, without the upstream:
+the agent's own compaction, answered (`answered-compaction`). Like `Turn`, it does no I/O: the driver
+carries out its commands.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import replace
 
 import orjson
 
+from inflight.compaction.actions import Action
 from inflight.compaction.report import TurnReport
 from inflight.formats.compaction_items import ItemKey, compaction_answer, sealed_output
 from inflight.pipeline.accounting import Counted
@@ -25,6 +28,7 @@ from inflight.pipeline.turn import (
     Answer,
     Answered,
     AnswerRead,
+    CheckSummary,
     Command,
     Discover,
     Event,
@@ -34,6 +38,7 @@ from inflight.pipeline.turn import (
     Relay,
     Send,
     Steps,
+    SummaryReady,
 )
 
 NOT_SERVED = frozenset({404, 405, 501})  # the upstream has no such route
@@ -51,6 +56,8 @@ class CompactTurn(Steps):
 
     def _run(self) -> Generator[Command, Event, None]:
         counted, pipeline = self.counted, self.pipeline
+        if (yield from self._answer_at_once()):
+            return
         body, rewritten = counted.raw, False
         if counted.request.expanded:  # the input holds inflight's own compaction items, which the upstream cannot read
             body, rewritten = counted.wire.write(counted.payload, counted.request, counted.request.messages), True
@@ -80,3 +87,37 @@ class CompactTurn(Steps):
         self.report = prepared.turn_report(accounting)
         self._fields.update(accounting.log_fields() | prepared.fields | {"compacted_by": "inflight"})
         yield Answer(compaction_answer(output, prompt_tokens=accounting.prompt_tokens), 200)
+
+    def _answer_at_once(self) -> Generator[Command, Event, bool]:
+        """Answer from a summary made ahead, without asking the upstream (the agent's own compaction, answered);
+        False when none is ready, and the upstream is asked first as usual."""
+        counted, pipeline = self.counted, self.pipeline
+        original = counted.payload.get("input")
+        if not isinstance(original, list):
+            return False
+        ready = yield CheckSummary(counted, self.options)
+        if not isinstance(ready, SummaryReady) or not ready.ready:
+            return False
+        if pipeline.discovers(counted, self.options):
+            yield Discover()
+        accounting = pipeline.account(counted, tenant=self.options.tenant)
+        made = yield Prepare(counted, accounting, self.options)
+        assert isinstance(made, Prepared)
+        prepared = made.prepared
+        output = None
+        if prepared.rewritten and Action.FALLBACK not in prepared.plan.actions:
+            compacted = orjson.loads(prepared.body)["input"]
+            output = sealed_output(original, compacted, self.item_key, tenant=self.options.tenant)
+        if output is None:
+            return False
+        sent = prepared.plan
+        self.report = replace(
+            prepared.turn_report(accounting), sent=replace(sent, actions=(Action.ANSWERED_COMPACTION, *sent.actions))
+        )
+        self._fields.update(
+            accounting.log_fields()
+            | prepared.fields
+            | {"compacted_by": "inflight", "agent_compaction_answer": "answered"}
+        )
+        yield Answer(compaction_answer(output, prompt_tokens=accounting.prompt_tokens), 200)
+        return True

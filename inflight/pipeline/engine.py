@@ -78,6 +78,10 @@ class Options:
     # identify the client (its tenant).
     credentials: RawHeaders = field(default_factory=list)
     client: str = ""  # the client's address: identifies its summarizer budget when it presents no key
+    # The agent asked for its own compaction (`inflight.pipeline.handoff`): a turn waits for the summary it needs
+    # as long as the summarizer may take, and the summarizer is given the user's own instructions for it.
+    agent_compaction: bool = False
+    summary_instructions: str = ""
 
     @functools.cached_property
     def tenant(self) -> str:
@@ -402,6 +406,17 @@ class Pipeline:
         """Whether this request may be rewritten and retried."""
         return self._plans(counted, options) and not self._shadows(counted, options)
 
+    async def summary_ready(self, counted: Counted, options: Options) -> bool:
+        """Whether a summary made ahead for this request's conversation is ready to use (never in shadow mode)."""
+        if not self.compacts(counted, options):
+            return False
+        key = key_of(counted, options, max_chars=self._max_key_chars)
+        return await self._compactions.summary_ready(key, counted.count.digests)
+
+    def plans(self, counted: Counted, options: Options) -> bool:
+        """Whether this request's compaction is planned, either to be sent or, in shadow mode, only reported."""
+        return self._plans(counted, options)
+
     def _plans(self, counted: Counted, options: Options) -> bool:
         """Whether this request's compaction is planned, either to be sent or only reported (`shadows`)."""
         enabled = self.model_settings(counted.model).compaction.enabled
@@ -572,12 +587,15 @@ class Pipeline:
             budget=self._budget,
             spender=self._spender_of(options, settings),
             prices=self._prices(counted) if self._scheduled_by_cost(counted, settings, tenant=options.tenant) else None,
+            instructions=options.summary_instructions,
         )
         # No background job for a retry (the original turn started any needed) or for a request below every threshold.
         wanted = background and due and not retry
         ahead = parts.ahead(budget, start_at, counted.request.view.get("tools")) if wanted else None
         if shadow and ahead is not None:
             ahead = replace(ahead, wait_s=0)
+        elif options.agent_compaction and ahead is not None:  # the agent waits for its summary in any case
+            ahead = replace(ahead, wait_s=max(ahead.wait_s, settings.summarize.timeout_s))
         compactor = functools.partial(parts.compactor, background=background)
         outcome = await self._compactions.compact(
             key, conversation, compactor=compactor, budget=budget, force=force, ahead=ahead

@@ -7,7 +7,7 @@ and the `SummaryAhead` for a background summary job, for that one request.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from inflight.compaction import Budget, Compactor, Summarize, SummaryAhead, SummaryJob, build_compactor
@@ -67,6 +67,7 @@ class CompactionParts:
     budget: SummaryBudget | None = None  # the summarizer calls clients may cause (None: no limit)
     spender: str = ""  # whose budget this request's summaries spend, including background jobs'
     prices: Prices | None = None  # the upstream's prices, when compactions are scheduled by cost
+    instructions: str = ""  # the user's own instructions for the summary (an agent's `/compact <instructions>`)
 
     def spacing(self, *, summaries_ahead: bool) -> Spacing:
         """How far apart compactions are spaced, for both the compactor and the background job."""
@@ -83,6 +84,8 @@ class CompactionParts:
             return None
         model = self.accounting.model
         made = self.summarizers(self.settings, model=model, client_credentials=self.client_credentials, wire=self.wire)
+        if self.instructions:
+            made = with_instructions(made, self.instructions)
         return on_home_loop(budgeted(made, self.budget, self.spender) if self.budget is not None else made)
 
     def count_message(self) -> Callable[[Message], int]:
@@ -133,6 +136,16 @@ class CompactionParts:
             spacing=self.spacing(summaries_ahead=True),
             tenant=self.spender,
         )
+
+
+def with_instructions(summarize: Summarize, instructions: str) -> Summarize:
+    """The summarizer, told the user's own instructions for the summary after its prompt."""
+
+    async def instructed(job: SummaryJob) -> str:
+        prompt = f"{job.prompt}\n\nThe user's own instructions for this summary (follow them): {instructions}"
+        return await summarize(replace(job, prompt=prompt))
+
+    return instructed
 
 
 def budgeted(summarize: Summarize, budget: SummaryBudget, spender: str) -> Summarize:

@@ -12,11 +12,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Generator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from inflight.compaction.report import TurnReport
+from inflight.compaction.actions import Action
+from inflight.compaction.report import Plan, TurnReport
+from inflight.formats.agent_compaction import AgentCompaction, answer, recognised
 from inflight.pipeline.accounting import Accounting, Counted
 from inflight.pipeline.engine import Options, Pipeline
+from inflight.pipeline.handoff import Handoff
+from inflight.pipeline.outgoing import MeasuredOnce
 from inflight.pipeline.outgoing import Prepared as PreparedBody
 from inflight.policy.refusals import Refusal
 from inflight.policy.retry import RetryAim
@@ -86,9 +90,30 @@ class Answer:
 
     body: bytes
     status: int = 200
+    content_type: bytes = b"application/json"  # or an event stream of inflight's own (an agent's summary)
+    archived: tuple[Counted, Accounting, Options, PreparedBody] | None = None  # the turn, for the archive
 
 
-Command = Discover | CountExactly | Prepare | Send | ReadAnswer | Relay | Answer
+@dataclass(frozen=True, slots=True)
+class Summarize:
+    """Write the handoff for the agent's own compaction request (`inflight.pipeline.handoff`, which may wait for
+    a summary), then send `Summarized`."""
+
+    counted: Counted
+    options: Options
+    asked: AgentCompaction
+
+
+@dataclass(frozen=True, slots=True)
+class CheckSummary:
+    """Ask whether a summary made ahead is ready for the conversation (`Pipeline.summary_ready`), then send
+    `SummaryReady`."""
+
+    counted: Counted
+    options: Options
+
+
+Command = Discover | CountExactly | Prepare | Send | ReadAnswer | Relay | Answer | Summarize | CheckSummary
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +146,17 @@ class Answered:
     refusal: Refusal | None = None
 
 
-Event = Discovered | ExactCount | Prepared | Answered | AnswerRead
+@dataclass(frozen=True, slots=True)
+class Summarized:
+    handoff: Handoff | str  # or why there is nothing to answer with: the request is then forwarded
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryReady:
+    ready: bool
+
+
+Event = Discovered | ExactCount | Prepared | Answered | AnswerRead | Summarized | SummaryReady
 
 
 class Steps:
@@ -165,6 +200,7 @@ class Turn(Steps):
         super().__init__(TurnReport(window=self.accounting.window()))
         self.compacts = pipeline.compacts(counted, options)  # may be rewritten and retried at all
         self.sent: PreparedBody | None = None  # the body of the latest request sent upstream
+        self.shadow_answered = False  # shadow mode: the agent's own compaction request would have been answered
 
     def answered_usage(self, prompt_tokens: int | None, output_tokens: int | None) -> None:
         """Learn from the upstream's count of the prompt and the reply: calibrate the estimates, and record that the
@@ -186,12 +222,9 @@ class Turn(Steps):
         if pipeline.discovers(counted, options):
             yield Discover()
             self._account()
-        if pipeline.asks_exact_count(counted, self.accounting, options):
-            answer = yield CountExactly(counted)
-            tokens = answer.tokens if isinstance(answer, ExactCount) else None
-            self._fields["exact_count"] = tokens if tokens is not None else "failed"
-            if tokens is not None:
-                self._accounted(pipeline.with_exact_count(self.accounting, tokens, tenant=options.tenant))
+        if (yield from self._answer_compaction()):
+            return
+        yield from self._count_exactly()
         self._fields.update(self.accounting.log_fields())
         keepalive = pipeline.keepalive_after(counted.model) if counted.streams and self.compacts else None
         prepared = yield from self._prepare(keepalive_after=keepalive)
@@ -221,6 +254,55 @@ class Turn(Steps):
             break
         yield Relay(prepared, archived=(counted, self.accounting, options))
 
+    def _count_exactly(self) -> Generator[Command, Event, None]:
+        """Ask the upstream to count the prompt when our estimate is near a threshold (`messages.count_tokens`)."""
+        pipeline, counted, options = self.pipeline, self.counted, self.options
+        if pipeline.asks_exact_count(counted, self.accounting, options):
+            answer = yield CountExactly(counted)
+            tokens = answer.tokens if isinstance(answer, ExactCount) else None
+            self._fields["exact_count"] = tokens if tokens is not None else "failed"
+            if tokens is not None:
+                self._accounted(pipeline.with_exact_count(self.accounting, tokens, tenant=options.tenant))
+
+    def _answer_compaction(self) -> Generator[Command, Event, bool]:
+        """Answer the agent's own compaction request from inflight's summary; False if this is no such request or it
+        is to be forwarded (shadow mode, which only says that it would have been answered, or no summary to give)."""
+        counted = self.counted
+        if not self.pipeline.plans(counted, self.options):
+            return False
+        asked = recognised(counted.wire.spec.name, counted.payload)
+        if asked is None:
+            return False
+        self._fields["agent_compaction"] = asked.agent
+        if not self.compacts:
+            self.shadow_answered = True
+            return False
+        made = yield Summarize(counted, self.options, asked)
+        assert isinstance(made, Summarized)
+        handoff = made.handoff
+        if isinstance(handoff, str):
+            self._fields["agent_compaction_answer"] = f"forwarded:{handoff}"
+            return False
+        body, content_type = answer(
+            counted.wire.spec.name,
+            handoff.text,
+            model=counted.model,
+            prompt_tokens=self.accounting.prompt_tokens,
+            output_tokens=handoff.accounting.calibrated(handoff.tokens),
+            stream=counted.streams,
+        )
+        compacted = handoff.prepared.plan  # the compaction of the history the summary came from
+        actions = (Action.ANSWERED_COMPACTION, *(action for action in compacted.actions if action != Action.NONE))
+        tokens = handoff.accounting.calibrated(handoff.tokens)
+        plan = Plan(actions, self.accounting.prompt_tokens, tokens, compacted.compaction_id)
+        self.report = TurnReport(window=self.accounting.window(), sent=plan)
+        self._fields.update(handoff.prepared.fields)
+        self._fields.update({"actions": plan.said(), "agent_compaction_answer": "answered"})
+        # Nothing went upstream: the prompt cache's figures are not measured (the next turn is compared with what was).
+        answered = replace(handoff.prepared, plan=plan, sent_tokens=handoff.tokens, measured=MeasuredOnce())
+        yield Answer(body, content_type=content_type, archived=(counted, self.accounting, self.options, answered))
+        return True
+
     def _retry(self, refusal: Refusal, refused: PreparedBody) -> Generator[Command, Event, PreparedBody]:
         """Compact the original request again, using what the refusal told us; done at most once."""
         aim = self.pipeline.learn(self.counted, self.accounting, refusal, refused, tenant=self.options.tenant)
@@ -239,6 +321,9 @@ class Turn(Steps):
         assert isinstance(answer, Prepared)
         prepared = answer.prepared
         self.report = prepared.turn_report(self.accounting)
+        if self.shadow_answered:
+            self.report = self.report.shadow_answered()
+            self._fields["shadow_answer"] = Action.ANSWERED_COMPACTION
         self._fields.update(prepared.fields)
         if prepared.too_long is not None:
             # Send it anyway: our count may be wrong and only the upstream knows. The client gets its answer.

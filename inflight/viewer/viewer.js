@@ -336,11 +336,12 @@ function compactionMarkers(svg, view, { x, y, apart, perTurn }) {
   for (const c of view.compactions) {
     const t = byTurn.get(c.n);
     if (!t) continue;
-    const planned = c.shadow ? " (shadow: planned, not sent)" : "";
+    const answered = String(c.actions).split(",").includes("answered-compaction");
+    const planned = c.shadow ? " (shadow: planned, not sent)" : answered ? " (the agent's own compaction, answered)" : "";
     const tokens = `${number(t.tokens)} → ${number(t.sent)} tokens`;
     const title = `Compaction at turn ${c.n} (${c.actions})${planned}: ${tokens}`;
     if (!apart) svg.append(s("line", { class: "drop", x1: x(c.n), x2: x(c.n), y1: y(t.tokens), y2: y(t.sent) }));
-    const kind = `marker${churns(c) ? " churn" : ""}${c.shadow ? " shadow" : ""}`;
+    const kind = `marker${churns(c) ? " churn" : ""}${c.shadow ? " shadow" : ""}${answered ? " answered" : ""}`;
     const at = { class: kind, cx: x(c.n), cy: y(t.sent), r, "data-compaction": c.id };
     const marker = s("circle", at, s("title", {}, title));
     marker.addEventListener("click", () => (location.hash = conversationLink(shown.id, c.id)));

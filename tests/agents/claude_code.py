@@ -61,16 +61,18 @@ def run_claude(
     model: str = DEFAULT_MODEL,
     own_compaction: bool = False,
     timeout_s: float = 600,
+    env: dict[str, str] | None = None,
+    arguments: tuple[str, ...] = (),
 ) -> ClaudeRun:
     """`claude -p PROMPT` against `base_url` (an origin, no `/v1`); `own_compaction`: leave Claude Code's
-    auto-compaction on."""
+    auto-compaction on; `env`: more variables (where its auto-compaction fires); `arguments`: more flags."""
     with tempfile.TemporaryDirectory() as home, tempfile.TemporaryDirectory() as workdir:
         command = [binary, "-p", prompt, "--output-format", "stream-json", "--verbose"]
-        command += ["--dangerously-skip-permissions", "--model", model]
+        command += ["--dangerously-skip-permissions", "--model", model, *arguments]
         done = subprocess.run(
             command,
             cwd=workdir,
-            env=claude_environment(home, base_url, own_compaction=own_compaction),
+            env=claude_environment(home, base_url, own_compaction=own_compaction) | (env or {}),
             stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,

@@ -31,7 +31,7 @@ import orjson
 from inflight.tokens import TokenCounter
 from tests.support.billing import Bill
 from tests.support.messages import FakeMessages, beta_names, error_body, message_object, text_of
-from tests.support.responses import FakeResponses, assistant_message, response_object, sse_event
+from tests.support.responses import STEP_DONE, FakeResponses, assistant_message, response_object, sse_event
 from tests.support.servers import read_body
 
 Headers = list[tuple[bytes, bytes]]
@@ -492,8 +492,12 @@ class UpstreamApp:
             self.bill_summary(record, text, api)
             await self.respond(record, send, 200, summary_body(model, text, finish_reason, api), "application/json")
             return
+        # Like a model summarizing the fake agents' task, it says how far the steps it was shown got.
+        done = [int(n) for n in STEP_DONE.findall(record.body.decode("utf-8", "replace"))]
+        progress = f" The task's steps 1 to {max(done)} are done." if done else ""
         text = (
-            f'## Task\n"Fix the bug." Summary number {self.summary_count}.\n## State of the work\nThe cause is found.\n'
+            f'## Task\n"Fix the bug." Summary number {self.summary_count}.\n'
+            f"## State of the work\nThe cause is found.{progress}\n"
             "## Files and changes\n- src/app.py: fixed the parser.\n"
             "## Commands, tests and results\n- `pytest -q`: 3 passed.\n"
             "## Errors and approaches ruled out\n- none.\n## Next step\nRun the full suite."

@@ -1,0 +1,71 @@
+"""The handoff an agent installs: the user's messages, the summary, then the latest turns with long text cut."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from inflight.compaction.handoff import TAIL_CHARS, handoff_text
+
+SUMMARY = {"role": "user", "content": "[Previous conversation summary]\nThe parser is fixed."}
+
+
+def compacted() -> tuple[list[dict[str, Any]], list[int | None]]:
+    """A compaction's messages: the system prompt and the task (the head), the summary, then the latest turn."""
+    call = {"id": "c9", "type": "function", "function": {"name": "bash", "arguments": '{"cmd": "pytest -q"}'}}
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are an agent."},
+        {"role": "user", "content": "Fix the parser in src/app.py."},
+        SUMMARY,
+        {"role": "assistant", "content": "Running the tests.", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c9", "content": "x" * 5000 + "\n3 passed"},
+    ]
+    return messages, [0, 1, None, 17, 18]
+
+
+def test_the_handoff_holds_the_task_the_summary_and_the_latest_turn_cut() -> None:
+    messages, origins = compacted()
+    text = handoff_text(messages, origins, head_len=2, keeps_user_messages=False)
+    task, summary, tail = text.split("\n\n", 2)
+    assert task.endswith("Fix the parser in src/app.py.") and "You are an agent." not in text
+    assert summary == SUMMARY["content"]
+    assert "Running the tests." in tail and 'bash(cmd="pytest -q")' in tail and tail.endswith("3 passed")
+    assert "characters cut" in tail and len(tail) < 1_500
+
+
+def test_an_agent_that_keeps_the_users_messages_gets_no_copy_and_instructions_are_said() -> None:
+    messages, origins = compacted()
+    text = handoff_text(messages, origins, head_len=2, keeps_user_messages=True, instructions="focus on tests")
+    assert "Fix the parser" not in text and text.startswith(SUMMARY["content"])
+    assert text.endswith("instructions for this summary: focus on tests")
+
+
+def test_with_nothing_summarized_the_turns_after_the_head_follow_the_task() -> None:
+    messages, _ = compacted()
+    del messages[2]
+    text = handoff_text(messages, [0, 1, 2, 3], head_len=2, keeps_user_messages=False)
+    assert "Fix the parser" in text and "Running the tests." in text and "[Previous" not in text
+
+
+def test_a_long_tail_keeps_its_newest_turns() -> None:
+    turns = [{"role": "assistant", "content": f"turn {n} " + "y" * 1_900} for n in range(40)]
+    text = handoff_text([SUMMARY, *turns], [None, *range(40)], head_len=0, keeps_user_messages=True)
+    assert "turn 39 " in text and "turn 0 " not in text and len(text) < TAIL_CHARS + 1_000
+
+
+def test_the_agents_own_context_is_left_out_as_it_adds_it_again() -> None:
+    messages, origins = compacted()
+    messages[1] = {
+        "role": "user",
+        "content": "<system-reminder>\nToday is Monday.\n</system-reminder>\nFix the parser.",
+    }
+    text = handoff_text(messages, origins, head_len=2, keeps_user_messages=False, context_tag="system-reminder")
+    assert "Today is Monday" not in text and "Fix the parser." in text
+
+
+def test_a_handoff_installed_as_the_head_gives_only_its_users_messages_to_the_next() -> None:
+    messages, origins = compacted()
+    first = handoff_text(messages, origins, head_len=2, keeps_user_messages=False)
+    messages[1] = {"role": "user", "content": f"This session is being continued.\nSummary:\n{first}"}
+    second = handoff_text(messages, origins, head_len=2, keeps_user_messages=False)
+    assert second.count("Fix the parser in src/app.py.") == 1 and second.count("This session") == 0
+    assert second.count(SUMMARY["content"]) == 1
