@@ -33,7 +33,7 @@ from inflight.http.conversation_handler import ConversationHandler
 from inflight.http.endpoint import Endpoint, Handler
 from inflight.http.exchange import Exchange
 from inflight.http.passthrough import PassThrough
-from inflight.http.routes import JsonRoute, RouteTable, not_found, route_label
+from inflight.http.routes import JsonRoute, RouteTable, doubled_v1, not_found, route_label
 from inflight.http.viewer import Viewer
 from inflight.metrics.prometheus import Metrics
 from inflight.pipeline.archiving import Archiver
@@ -141,6 +141,7 @@ def create_app(
         *Viewer().routes(),
         *(conversations(route, wire) for wire in served for route in wire.spec.routes),
         *compact_route(),
+        JsonRoute("/v1/v1/{path:path}", doubled_v1, methods=METHODS),  # a base URL with /v1 where none belongs
         *(forwarded(pattern, wire) for pattern, wire in forwarded_patterns(served)),
     ]
     # A plain Router, not a Starlette app: the endpoints render their own errors, so the app's two
@@ -225,7 +226,8 @@ def item_secret(settings: Settings) -> bytes:
         return hashlib.sha256(b"inflight compaction items\0" + key.encode()).digest()
     if settings.responses.compact_fallback:
         logging.getLogger("inflight").info(
-            "compaction items are sealed with a key of this process only (set responses.item_key "
-            "to read them after a restart or in another worker)"
+            "[responses] when inflight answers /v1/responses/compact itself, the compaction items it gives the "
+            "client are sealed with a key of this process only: after a restart or in another worker they open "
+            "no more and their turns go as a note (set responses.item_key, or upstream.api_key, to keep them)"
         )
     return os.urandom(32)

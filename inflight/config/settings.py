@@ -74,7 +74,7 @@ class Upstream(Section):
     @classmethod
     def _http_url(cls, value: str) -> str:
         if not value.startswith(("http://", "https://")):
-            raise ValueError(f"expected an http:// or https:// URL, got {value!r}")
+            raise ValueError(f"expected an http:// or https:// URL such as http://127.0.0.1:8080/v1, got {value!r}")
         return value.rstrip("/")
 
     @field_validator("api_key", mode="before")
@@ -448,9 +448,16 @@ def _first_error(exc: ValidationError) -> str:
 
 def describe(error: Any) -> str:
     location = ".".join(str(part) for part in error["loc"])
-    message = error["msg"]
+    message = error["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")
     if error["type"] == "extra_forbidden":
-        message = "unknown key (check the spelling; see the YAML reference in README.md)"
-    elif "input" in error and error["type"] != "missing" and not isinstance(error["input"], dict):
+        message = "unknown key (check the spelling; every key is in docs/configuration.md)"
+    elif (
+        "input" in error
+        and error["type"] != "missing"
+        and not isinstance(error["input"], dict)
+        and (
+            "got " not in message  # our own validators say what they got
+        )
+    ):
         message = f"{message}, got {error['input']!r}"
     return f"{location}: {message}" if location else message

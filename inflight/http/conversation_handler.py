@@ -12,6 +12,7 @@ from collections.abc import Callable
 from starlette.requests import Request
 
 from inflight.config import Limits
+from inflight.errors import BadRequest
 from inflight.formats import Route, Target, WireFormat
 from inflight.http.body import read_limited
 from inflight.http.disconnect import cancelled_on_disconnect
@@ -22,7 +23,7 @@ from inflight.http.keepalive import KeepAlive
 from inflight.http.relay import Relay, relay
 from inflight.pipeline.accounting import Counted
 from inflight.pipeline.archiving import Archiver
-from inflight.pipeline.engine import Mode, Options, Pipeline
+from inflight.pipeline.engine import CLIENT_MODES, Mode, Options, Pipeline
 from inflight.pipeline.turn import Steps, Turn
 from inflight.upstream.client import UpstreamClient
 
@@ -53,9 +54,10 @@ class ConversationHandler:
 
     async def __call__(self, request: Request, exchange: Exchange) -> Relay | KeepAlive:
         encoding = request.headers.get("content-encoding", "")
-        options = options_of(request, self.wire, client_keys=self.upstream.client_keys)
+        raw = await read_limited(request, self.limits)
+        options = options_of(request, self.wire, client_keys=self.upstream.client_keys)  # after the body: a 400 here
         intake = await read_request(
-            await read_limited(request, self.limits),
+            raw,
             encoding,
             self.pipeline,
             self.wire,
@@ -90,8 +92,15 @@ def options_of(request: Request, wire: WireFormat, *, client_keys: frozenset[byt
     the client's key (`client_keys`: the headers that carry one)."""
     header = wire.spec.session_header
     hint = request.headers.get(header) if header is not None else None
+    asked = request.headers.get("x-inflight-compaction", "")
+    if asked.strip() and asked.strip().lower() not in CLIENT_MODES:  # a typo must not pass as the configured mode
+        raise BadRequest(
+            f"x-inflight-compaction: expected off, force or shadow (or no header), got {asked!r}",
+            param="x-inflight-compaction",
+            code="invalid_header",
+        )
     return Options(
-        mode=Mode.asked(request.headers.get("x-inflight-compaction", "")),
+        mode=Mode.asked(asked),
         session=request.headers.get("x-inflight-session"),
         session_hint=hint,
         credentials=[(name, value) for name, value in request.scope["headers"] if name in client_keys],

@@ -19,7 +19,7 @@ from starlette.requests import Request
 
 from inflight.codecs.sse import EventBuffer
 from inflight.config import Limits
-from inflight.errors import ProxyError, UpstreamUnreachable
+from inflight.errors import ProxyError
 from inflight.formats import UsageReader, WireFormat
 from inflight.http.exchange import Exchange
 from inflight.http.hold import Held, hold_until_known
@@ -47,7 +47,7 @@ from inflight.pipeline.turn import (
 )
 from inflight.pipeline.turn import Relay as RelayCommand
 from inflight.policy.windows import FetchModels
-from inflight.upstream.client import UpstreamClient
+from inflight.upstream.client import UpstreamClient, missing_v1
 from inflight.upstream.exceptions import UpstreamErrors
 from inflight.upstream.headers import header_value, is_event_stream, response_headers
 from inflight.upstream.response import Response
@@ -328,8 +328,10 @@ def discovery(upstream: UpstreamClient, request: Request) -> FetchModels:
     async def fetch_models() -> bytes:
         credentials = upstream.credential_headers(request.scope["headers"])
         status, body = await upstream.fetch("/v1/models", headers=credentials)
-        if status != 200:
-            raise UpstreamUnreachable(f"GET /v1/models answered {status}")
+        if status != 200:  # it answered: not `UpstreamUnreachable`, which the log would blame on the network
+            path = upstream.target_for(b"/v1/models").decode("latin-1")
+            hint = missing_v1(upstream.base_url) if status == 404 else ""
+            raise LookupError(f"{upstream.host} answered GET {path} with {status}{hint}")
         return body
 
     return fetch_models
