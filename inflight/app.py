@@ -27,7 +27,7 @@ from inflight.errors import UpstreamNotConfigured
 from inflight.formats import Responses, Route, WireFormat, key_headers, registered
 from inflight.formats.compaction_items import ItemKey
 from inflight.http.access import AccessGuard, OriginGuard
-from inflight.http.admin import healthz, metrics_route, stats_route
+from inflight.http.admin import healthz, metrics_route, stats_route, usage_route
 from inflight.http.archive_routes import ArchiveRoutes
 from inflight.http.conversation_handler import ConversationHandler
 from inflight.http.endpoint import Endpoint, Handler
@@ -65,7 +65,7 @@ def create_app(
     def upstream_of(wire: WireFormat) -> UpstreamClient:
         return by_format.get(wire.spec.name, upstream)
 
-    metrics = Metrics()
+    metrics = Metrics(top_clients=settings.metrics.top_clients)
     summarizers = Summarizers(settings, upstream, by_format=by_format, observer=metrics)
     pipeline = build_pipeline(settings, summarizers=summarizers, background=True, observer=metrics)
     archive = None
@@ -136,6 +136,7 @@ def create_app(
     routes: list[BaseRoute] = [
         JsonRoute("/healthz", healthz, methods=["GET"]),
         JsonRoute("/inflight/stats", stats_route(pipeline), methods=["GET"]),
+        JsonRoute("/inflight/usage", usage_route(metrics), methods=["GET"]),
         JsonRoute("/metrics", metrics_route(metrics), methods=["GET"]),
         *ArchiveRoutes(archive.store if archive is not None else None, loopback_only=loopback_only).routes(),
         *Viewer().routes(),

@@ -288,6 +288,12 @@ class ModelSettings:
     encoding: str | None  # the `models:` entry's encoding override
 
 
+class MetricsSettings(Section):
+    """`GET /metrics` and `GET /inflight/usage`: how many clients get a label of their own."""
+
+    top_clients: int = Field(10, ge=0, le=1000)  # the clients sending the most tokens; the rest are `other`
+
+
 class Settings(Section):
     listen: Listen = Listen()
     upstream: Upstream = Upstream()
@@ -306,6 +312,7 @@ class Settings(Section):
     # Anthropic-compatible server and OpenAI-format agents to another.
     upstreams: dict[Literal["chat_completions", "responses", "messages"], Upstream] = Field(default_factory=dict)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    metrics: MetricsSettings = MetricsSettings()
     # Each `models.<glob>.compaction` merged over the global block once, here, not on every request.
     _compactions: dict[str, Compaction] = PrivateAttr(default_factory=dict)
     # Each wire format's own upstream: `upstreams`, plus Anthropic's API for the Messages API when the default

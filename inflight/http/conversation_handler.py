@@ -21,6 +21,7 @@ from inflight.http.exchange import Exchange
 from inflight.http.intake import read_request
 from inflight.http.keepalive import KeepAlive
 from inflight.http.relay import Relay, relay
+from inflight.metrics.usage import client_of
 from inflight.pipeline.accounting import Counted
 from inflight.pipeline.archiving import Archiver
 from inflight.pipeline.engine import CLIENT_MODES, Mode, Options, Pipeline
@@ -56,6 +57,9 @@ class ConversationHandler:
         encoding = request.headers.get("content-encoding", "")
         raw = await read_limited(request, self.limits)
         options = options_of(request, self.wire, client_keys=self.upstream.client_keys)  # after the body: a 400 here
+        exchange.client = options.tenant
+        if options.tenant:
+            exchange.note("client", client_of(options.tenant))
         intake = await read_request(
             raw,
             encoding,

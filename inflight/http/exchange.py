@@ -48,6 +48,7 @@ class Exchange:
     # The prompt cache's figures, worked out once the answer is out (off the request's path).
     cache_figures: Callable[[], CacheFigures | None] | None = field(default=None, repr=False)
     send_timed_out: bool = False  # the client was cut for reading nothing (`limits.client_send_timeout_s`)
+    client: str | None = None  # a conversation request's tenant (the digest of its key), for the usage figures
     _sent_at: float | None = field(default=None, repr=False)
     _waited_before: float = field(default=0.0, repr=False)  # by the upstream requests before the latest one
 
