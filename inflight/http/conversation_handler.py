@@ -8,6 +8,7 @@ is done by `inflight.http.driver.Driver`. What is particular to the API is the w
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from starlette.requests import Request
 
@@ -28,6 +29,9 @@ from inflight.pipeline.engine import CLIENT_MODES, Mode, Options, Pipeline
 from inflight.pipeline.turn import Steps, Turn
 from inflight.upstream.client import UpstreamClient
 
+if TYPE_CHECKING:
+    from inflight.metrics.tracing import Tracing
+
 MakeTurn = Callable[[Pipeline, Counted, Options], Steps]
 
 
@@ -44,7 +48,9 @@ class ConversationHandler:
         archive: Archiver | None = None,
         route: Route | None = None,
         make_turn: MakeTurn = Turn,
+        tracing: Tracing | None = None,
     ) -> None:
+        self.tracing = tracing  # telemetry on: a span per request
         self.wire = wire
         self.make_turn = make_turn  # the request's turn: a conversation's, or the compact endpoint's
         self.route = route  # the format's route this handler serves: what its path says, for `read`
@@ -54,6 +60,17 @@ class ConversationHandler:
         self.archive = archive  # `archive.enabled`: every counted turn, and what its compaction dropped
 
     async def __call__(self, request: Request, exchange: Exchange) -> Relay | KeepAlive:
+        if self.tracing is None:
+            return await self._handle(request, exchange)
+        trace = exchange.trace = self.tracing.request(
+            request.scope["headers"], method=request.method, route=exchange.route, wire=self.wire.spec.name
+        )
+        try:
+            return await self._handle(request, exchange)
+        finally:
+            trace.detach()
+
+    async def _handle(self, request: Request, exchange: Exchange) -> Relay | KeepAlive:
         encoding = request.headers.get("content-encoding", "")
         raw = await read_limited(request, self.limits)
         options = options_of(request, self.wire, client_keys=self.upstream.client_keys)  # after the body: a 400 here
@@ -73,6 +90,8 @@ class ConversationHandler:
             exchange.note("unread", intake.unread)
         model = intake.payload.get("model")
         exchange.note("model", model if isinstance(model, str) else "-")
+        if exchange.trace is not None and isinstance(model, str):
+            exchange.trace.named(model)
         async with cancelled_on_disconnect(request.scope, request.receive):  # the body is in: watch the client leaving
             if intake.counted is None:  # not ours to judge: the upstream answers whatever this is with its own error
                 response = await post_upstream(self.upstream, request, exchange, intake.raw, rewritten=False)

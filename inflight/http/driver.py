@@ -193,7 +193,10 @@ class Driver:
         )
 
         def counted_by_upstream() -> None:
-            turn.answered_usage(reader.finish(), reader.output_tokens)
+            prompt_tokens = reader.finish()
+            turn.answered_usage(prompt_tokens, reader.output_tokens)
+            if exchange.trace is not None:
+                exchange.trace.used(prompt_tokens, reader.output_tokens)
 
         answer = relay(response, exchange, chunks=tap(chunks, reader.feed, counted_by_upstream))
         if prepared.report is None:
@@ -218,9 +221,13 @@ async def post_upstream(
         client_headers = [(k, v) for k, v in client_headers if k.lower() != b"accept-encoding"]
         client_headers.append((b"accept-encoding", b"identity"))
     headers = upstream.headers_for(client_headers, rewrite_body=rewritten)
+    if exchange.trace is not None:  # the attempt's span, its `traceparent` sent upstream
+        headers = exchange.trace.sending(headers, host=upstream.host, path=target.partition(b"?")[0].decode("latin-1"))
     exchange.upstream_sending()
     response = await upstream.open("POST", target, headers=headers, content=body)
     exchange.upstream_answered()
+    if exchange.trace is not None:
+        exchange.trace.answered(response.status)
     return response
 
 
