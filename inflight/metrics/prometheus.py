@@ -293,7 +293,8 @@ class Metrics:
             ("upstream", usage.upstream_tokens),
             ("saved", usage.saved_tokens),
         ):
-            self._child(self.client_tokens, label, kind).inc(tokens)
+            if tokens:
+                self._child(self.client_tokens, label, kind).inc(tokens)
         for side, units in (("sent", usage.cost_units), ("client", usage.cost_units_client)):
             if units:
                 self._child(self.client_cost, label, side).inc(units)

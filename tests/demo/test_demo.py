@@ -57,6 +57,8 @@ def test_the_demo_replays_the_conversation_through_the_proxy_and_compacts_it() -
     assert (number(totals[1]), number(totals[2])) == (sum(client), sum(sent))
     assert (int(totals[3]), int(totals[4])) == (len(compacted), len(rows))
     assert int(next(match for match in map(SUMMARIES.match, lines) if match)[1]) >= 1
+    said = re.search(r"^(\d+) (compactions?) \(the viewer's count\)", "\n".join(lines), re.M)
+    assert said and (said[2] == "compaction") == (said[1] == "1"), lines  # "1 compaction", "2 compactions"
 
 
 def test_the_window_decides_when_it_compacts() -> None:
