@@ -21,12 +21,14 @@ from tests.conftest import ProxyFactory
 from tests.http.test_metrics import Scrape, scrape
 from tests.support.logs import log_lines
 from tests.support.upstream import UpstreamApp
+from tests.support.waiting import wait_until
 
 # A 4,000-token window: the long conversation is compacted (summarized on the turn: no background job to wait
 # for), the short one is not.
 SETTINGS: dict[str, Any] = {
     "models": {"*": {"context_window": 4000}},
     "compaction": {"summarize": {"background_at": None}},
+    "archive": {"enabled": True},
 }
 FIELD = re.compile(r" (\w+)=(\S+)")
 
@@ -67,6 +69,11 @@ def test_two_clients_usage_and_metrics_add_up_to_their_log_lines(
         base = proxy_url.removesuffix("/v1")
         usage = httpx.get(f"{base}/inflight/usage", timeout=10).json()
         metrics = scrape(base)
+        wait_until(lambda: sum(c["turn_count"] for c in conversations(base)) == 5, timeout=30)  # written behind
+        archived = [
+            httpx.get(f"{base}/inflight/conversations/{c['id']}", timeout=10).json()["usage"]
+            for c in conversations(base)
+        ]
     logged = figures_of(lines)
     a, b = (tenant_of([(b"authorization", f"Bearer {key}".encode())])[:16] for key in ("sk-client-a", "sk-client-b"))
     assert set(logged) == {a, b} == set(usage["clients"])
@@ -83,6 +90,14 @@ def test_two_clients_usage_and_metrics_add_up_to_their_log_lines(
     assert usage["clients"][a]["summarizer_tokens"] > 0 and usage["clients"][b]["summarizer_tokens"] == 0
     assert usage["clients"][b]["saved_tokens"] == 0
     assert usage["total"]["requests"] == 5 and usage[OTHER]["requests"] == 0
+    # The archive's per-conversation figures (one conversation each) add up to the same.
+    assert sorted(c["requests"] for c in archived) == [2, 3]
+    for kind in ("client_tokens", "upstream_tokens", "saved_tokens", "refusals_avoided"):
+        assert sum(c[kind] for c in archived) == usage["total"][kind], kind
+
+
+def conversations(base: str) -> list[dict[str, Any]]:
+    return httpx.get(f"{base}/inflight/conversations", timeout=10).json()["conversations"]  # type: ignore[no-any-return]
 
 
 def series(metrics: Scrape, client: str, kind: str) -> int:
