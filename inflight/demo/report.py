@@ -117,7 +117,8 @@ def summary(totals: Totals, window: int) -> list[str]:
     ]
     if totals.compactions:
         lines.append(
-            f"{counted(totals.compactions, 'compaction')} (the viewer's count); other compacted turns replayed one"
+            f"{counted(totals.compactions, 'compaction')} made (the viewer's count); the other compacted turns sent "
+            "one again"
         )
     if totals.over_window:
         lines.append(

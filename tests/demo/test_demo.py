@@ -57,7 +57,7 @@ def test_the_demo_replays_the_conversation_through_the_proxy_and_compacts_it() -
     assert (number(totals[1]), number(totals[2])) == (sum(client), sum(sent))
     assert (int(totals[3]), int(totals[4])) == (len(compacted), len(rows))
     assert int(next(match for match in map(SUMMARIES.match, lines) if match)[1]) >= 1
-    said = re.search(r"^(\d+) (compactions?) \(the viewer's count\)", "\n".join(lines), re.M)
+    said = re.search(r"^(\d+) (compactions?) made \(the viewer's count\)", "\n".join(lines), re.M)
     assert said and (said[2] == "compaction") == (said[1] == "1"), lines  # "1 compaction", "2 compactions"
 
 
@@ -116,7 +116,7 @@ def test_serve_keeps_the_proxy_and_its_viewer_up_until_interrupted() -> None:
             line = lines.get(timeout=120)  # a guard against a demo that hangs, not a measure
             found = re.search(r"The viewer: (http://127\.0\.0\.1:\d+)/inflight/ui", line)
             viewer = found.group(1) if found else None
-            if said := re.match(r"(\d+) compactions? \(the viewer's count\)", line):
+            if said := re.match(r"(\d+) compactions? made \(the viewer's count\)", line):
                 printed = int(said[1])
         with httpx.Client(base_url=viewer) as client:
             assert client.get("/inflight/ui").status_code == 200  # on loopback, without a key
