@@ -72,7 +72,7 @@ def test_the_window_decides_when_it_compacts() -> None:
 
 def test_a_window_too_small_for_a_summary_gives_up_on_summaries_at_once_and_the_table_explains_itself() -> None:
     """At a 2,000-token window no summary request can fit the summarizer's window: the background job that
-    finds so is not retried, nor started again on the next turns (it was, once a second, on every turn)."""
+    finds so is not retried, nor started again on the next turns."""
     result = demo_run("--window", "2000")
     assert result.stderr.count("SummarizerTooSmall") == 1, result.stderr
     assert "trying once more" not in result.stderr

@@ -23,7 +23,7 @@ def test_an_anthropic_base_url_ending_in_v1_is_told_to_drop_it(
     upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
 ) -> None:
     """Anthropic's SDK adds `/v1` itself: `ANTHROPIC_BASE_URL=http://host:port/v1` asks for `/v1/v1/messages`,
-    which went upstream and came back as its bare `404 no route`."""
+    which the upstream would answer with a bare `404 no route`."""
     app, url = upstream
     with start_proxy(url) as proxy_url:
         client = anthropic.Anthropic(base_url=proxy_url, api_key="sk-ant-test", max_retries=0)
@@ -45,7 +45,7 @@ def test_the_root_names_the_apis_and_the_viewer(proxy: str) -> None:
 def test_an_unknown_x_inflight_compaction_value_is_a_400_naming_the_header(
     upstream: tuple[UpstreamApp, str], proxy: str, value: str
 ) -> None:
-    """A typo (`of` for `off`) used to pass silently as the configured mode."""
+    """A typo (`of` for `off`) must not pass silently for the configured mode."""
     answer = httpx.post(
         f"{proxy}/chat/completions",
         json={"model": "gpt-4o", "messages": MESSAGES},
