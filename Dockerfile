@@ -4,7 +4,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY inflight ./inflight
-RUN pip install --no-cache-dir . && useradd --create-home --uid 10001 inflight \
+# With the `telemetry` extra: OTEL_EXPORTER_OTLP_ENDPOINT on the container turns traces on.
+RUN pip install --no-cache-dir ".[telemetry]" && useradd --create-home --uid 10001 inflight \
     && mkdir -p /var/lib/inflight && chown inflight /var/lib/inflight
 COPY config/inflight.yaml /etc/inflight/config.yaml
 # A relative SQLite path in state.url (the example's sqlite:///inflight.db) resolves here, not under

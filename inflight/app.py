@@ -16,32 +16,37 @@ import logging
 import os
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
 from starlette.requests import Request
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp
 
 from inflight.archive import open_archive
-from inflight.config import Settings
+from inflight.config import ConfigError, Settings
 from inflight.errors import UpstreamNotConfigured
 from inflight.formats import Responses, Route, WireFormat, key_headers, registered
 from inflight.formats.compaction_items import ItemKey
 from inflight.http.access import AccessGuard, OriginGuard
-from inflight.http.admin import healthz, metrics_route, stats_route
+from inflight.http.admin import healthz, metrics_route, stats_route, usage_route
 from inflight.http.archive_routes import ArchiveRoutes
 from inflight.http.conversation_handler import ConversationHandler
 from inflight.http.endpoint import Endpoint, Handler
 from inflight.http.exchange import Exchange
 from inflight.http.passthrough import PassThrough
-from inflight.http.routes import ExactRouter, JsonRoute, RouteTable, not_found, route_label
+from inflight.http.routes import ExactRouter, JsonRoute, RouteTable, doubled_v1, not_found, route_label
 from inflight.http.viewer import Viewer
 from inflight.metrics.prometheus import Metrics
+from inflight.metrics.usage import client_of
 from inflight.pipeline.archiving import Archiver
 from inflight.pipeline.compact_turn import CompactTurn
 from inflight.pipeline.engine import build_pipeline
 from inflight.pipeline.summarizer import Summarizers
 from inflight.tokens import FALLBACK_ENCODING, load_encoding
 from inflight.upstream.client import UpstreamClient
+
+if TYPE_CHECKING:
+    from inflight.metrics.tracing import Tracing
 
 GC_YOUNG_THRESHOLD = 10_000  # objects allocated between two collections of the youngest generation
 METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "HEAD"]
@@ -65,8 +70,10 @@ def create_app(
     def upstream_of(wire: WireFormat) -> UpstreamClient:
         return by_format.get(wire.spec.name, upstream)
 
-    metrics = Metrics()
-    summarizers = Summarizers(settings, upstream, by_format=by_format, observer=metrics)
+    metrics = Metrics(top_clients=settings.metrics.top_clients)
+    tracing = open_tracing(settings)
+    observe = traced(metrics.exchange_done, tracing)
+    summarizers = Summarizers(settings, upstream, by_format=by_format, observer=metrics, tracing=tracing)
     pipeline = build_pipeline(settings, summarizers=summarizers, background=True, observer=metrics)
     archive = None
     if settings.archive.enabled:
@@ -94,16 +101,17 @@ def create_app(
                 await summarizers.aclose()
                 for client in clients:
                     await client.aclose()
+                await shut(tracing)
 
     loopback_only = not settings.access.admin and not settings.access.allow_anonymous
 
     def conversations(route: Route, wire: WireFormat) -> JsonRoute:
         """A wire format's conversation endpoint: requests are counted, compacted when needed, and retried once."""
         handler: Handler = ConversationHandler(
-            wire, pipeline, upstream_of(wire), limits=settings.limits, archive=archive, route=route
+            wire, pipeline, upstream_of(wire), limits=settings.limits, archive=archive, route=route, tracing=tracing
         )
         handler = served_by(settings, wire, handler)
-        endpoint = Endpoint(handler, route=route.path, on_finish=metrics.exchange_done, wire=wire)
+        endpoint = Endpoint(handler, route=route.path, on_finish=observe, wire=wire)
         return JsonRoute(route.path, endpoint, methods=["POST"])
 
     # A request only one format's clients send (`anthropic-version`) goes to that format's own upstream.
@@ -128,25 +136,67 @@ def create_app(
             return []
         compact_turn = functools.partial(CompactTurn, item_key=item_key)
         handler = ConversationHandler(
-            responses, pipeline, upstream_of(responses), limits=settings.limits, make_turn=compact_turn
+            responses,
+            pipeline,
+            upstream_of(responses),
+            limits=settings.limits,
+            make_turn=compact_turn,
+            tracing=tracing,
         )
-        endpoint = Endpoint(handler, route="/v1/responses/compact", on_finish=metrics.exchange_done, wire=responses)
+        endpoint = Endpoint(handler, route="/v1/responses/compact", on_finish=observe, wire=responses)
         return [JsonRoute("/v1/responses/compact", endpoint, methods=["POST"])]
 
     routes: list[BaseRoute] = [
         JsonRoute("/healthz", healthz, methods=["GET"]),
         JsonRoute("/inflight/stats", stats_route(pipeline), methods=["GET"]),
+        JsonRoute("/inflight/usage", usage_route(metrics), methods=["GET"]),
         JsonRoute("/metrics", metrics_route(metrics), methods=["GET"]),
         *ArchiveRoutes(archive.store if archive is not None else None, loopback_only=loopback_only).routes(),
         *Viewer().routes(),
         *(conversations(route, wire) for wire in served for route in wire.spec.routes),
         *compact_route(),
+        JsonRoute("/v1/v1/{path:path}", doubled_v1, methods=METHODS),  # a base URL with /v1 where none belongs
         *(forwarded(pattern, wire) for pattern, wire in forwarded_patterns(served)),
     ]
     # A plain Router, not a Starlette app: the endpoints render their own errors, so the app's two
     # error-handling middlewares would only wrap every `send` of every response for nothing.
     router = ExactRouter(routes, lifespan=lifespan, default=not_found)
     return guarded(router, settings, routes=RouteTable(routes), client_keys=upstream.client_keys, metrics=metrics)
+
+
+def open_tracing(settings: Settings) -> Tracing | None:
+    """The OpenTelemetry exporter when telemetry is configured (`telemetry.otlp`, `OTEL_EXPORTER_OTLP_*`), else
+    None: nothing of OpenTelemetry is then imported."""
+    if not settings.telemetry.exports(os.environ):
+        return None
+    try:
+        from inflight.metrics.tracing import Tracing
+    except ImportError as exc:
+        raise ConfigError(
+            f"telemetry is configured but OpenTelemetry is not installed ({exc.name}): "
+            "pip install 'inflight[telemetry]'"
+        ) from exc
+    return Tracing(settings.telemetry)
+
+
+async def shut(tracing: Tracing | None) -> None:
+    """Export the spans not yet exported, before the process ends."""
+    if tracing is not None:
+        await asyncio.to_thread(tracing.shutdown)
+
+
+def traced(observe: Callable[[Exchange], None], tracing: Tracing | None) -> Callable[[Exchange], None]:
+    """`observe` (the metrics), then, with telemetry on, the request's spans ended with its report."""
+    if tracing is None:
+        return observe
+
+    def finish(exchange: Exchange) -> None:
+        observe(exchange)
+        if exchange.trace is not None:
+            client = client_of(exchange.client) if exchange.client is not None else None
+            exchange.trace.finish(exchange.report, status=exchange.status, client=client)
+
+    return finish
 
 
 def guarded(
@@ -225,7 +275,8 @@ def item_secret(settings: Settings) -> bytes:
         return hashlib.sha256(b"inflight compaction items\0" + key.encode()).digest()
     if settings.responses.compact_fallback:
         logging.getLogger("inflight").info(
-            "compaction items are sealed with a key of this process only (set responses.item_key "
-            "to read them after a restart or in another worker)"
+            "[responses] when inflight answers /v1/responses/compact itself, the compaction items it gives the "
+            "client are sealed with a key of this process only: after a restart or in another worker they open "
+            "no more and their turns go as a note (set responses.item_key, or upstream.api_key, to keep them)"
         )
     return os.urandom(32)

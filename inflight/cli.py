@@ -26,11 +26,11 @@ from inflight.errors import BadRequest
 from inflight.formats import CHAT_COMPLETIONS
 from inflight.http.access import startup_problem
 from inflight.http.intake import parse_object
-from inflight.http.server import prepare_process, startup_line, state_warning, uvicorn_options
+from inflight.http.server import prepare_process, startup_line, state_warning, upstream_warnings, uvicorn_options
 from inflight.http.workers import PortInUse, check_port_free, check_workers, serve_workers
 from inflight.pipeline.accounting import Counted
 from inflight.pipeline.engine import Mode, Options, Pipeline, build_pipeline
-from inflight.pipeline.evaluation import Compacted, SizedSummarizers, replay, report, totals
+from inflight.pipeline.evaluation import Compacted, SizedSummarizers, plural, replay, report, totals
 from inflight.pipeline.outgoing import Prepared
 from inflight.pipeline.summarizer import Summarizers
 from inflight.upstream.client import UpstreamClient
@@ -77,6 +77,8 @@ def serve(args: argparse.Namespace) -> int:
     log.info("%s", startup_line(settings, workers=args.workers))
     if (warning := state_warning(settings)) is not None:
         log.warning("%s", warning)
+    for hint in upstream_warnings(settings):
+        log.warning("%s", hint)
     if args.workers > 1:
         return serve_workers(settings, args.workers)
     uvicorn.run(
@@ -166,7 +168,8 @@ def count(args: argparse.Namespace) -> int:
 
 
 def compact(args: argparse.Namespace) -> int:
-    """Print the rewritten body as the proxy would send it (forced), and a one-line report on stderr."""
+    """Print the body as the proxy would send it under the config's mode (`--force`: compacted even if it fits),
+    and a one-line report on stderr."""
     settings = offline_settings(args)
     payload, prepared = asyncio.run(_compact(args, settings))
     outcome = prepared.outcome
@@ -179,11 +182,19 @@ def compact(args: argparse.Namespace) -> int:
         print(orjson.dumps(payload).decode())
         print(f"inflight: nothing to do ({prepared.limit:,}-token budget)", file=sys.stderr)
         return 0
+    if prepared.shadow:  # the proxy sends the client's body; what compaction would have sent is only reported
+        print(orjson.dumps(payload).decode())
+        print(
+            f"inflight: compaction.mode is shadow: sent as it came; compaction would have sent "
+            f"{outcome.tokens_after:,} of {outcome.tokens_before:,} tokens (actions {','.join(outcome.actions)})",
+            file=sys.stderr,
+        )
+        return 0
     print(orjson.dumps({**payload, "messages": outcome.messages}).decode())
     print(
         f"inflight: {outcome.tokens_before:,} -> {outcome.tokens_after:,} tokens (budget {prepared.limit:,}); "
-        f"actions {','.join(outcome.actions)}; {outcome.messages_replaced} messages summarized; "
-        f"{outcome.summarizer_calls} summarizer calls"
+        f"actions {','.join(outcome.actions)}; {plural(outcome.messages_replaced, 'message')} summarized; "
+        f"{plural(outcome.summarizer_calls, 'summarizer call')}"
         + "".join(f"; {key}={value}" for key, value in outcome.notes.items()),
         file=sys.stderr,
     )
@@ -200,7 +211,8 @@ async def _compact(args: argparse.Namespace, settings: Settings) -> tuple[dict[s
         payload, counted = counted_request(args, pipeline)
         accounting = pipeline.account(counted)
         key = os.environ.get("OPENAI_API_KEY", "")
-        options = Options(mode=Mode.FORCE, credentials=[(b"authorization", b"Bearer " + key.encode())] if key else [])
+        mode = Mode.FORCE if args.force else Mode.CONFIGURED
+        options = Options(mode=mode, credentials=[(b"authorization", b"Bearer " + key.encode())] if key else [])
         return payload, await pipeline.prepare(counted, accounting, options)
     finally:
         await pipeline.aclose()
@@ -326,6 +338,9 @@ def build_parser() -> argparse.ArgumentParser:
     compact_cmd.add_argument("--config", help="YAML config file")
     compact_cmd.add_argument("--model", help="compact as this model (default: the body's model)")
     compact_cmd.add_argument("--no-llm", action="store_true", help="use the local digest instead of a summarizer call")
+    compact_cmd.add_argument(
+        "--force", action="store_true", help="compact even if it fits the budget (as `x-inflight-compaction: force`)"
+    )
     add_state_option(compact_cmd)
     compact_cmd.set_defaults(run=compact)
 

@@ -4,7 +4,9 @@ against a real server."""
 from __future__ import annotations
 
 import re
+import socket
 import sqlite3
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,7 +41,7 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 
 def offline_runs(capsys: pytest.CaptureFixture[str], config: Path, *state: str) -> list[tuple[int, str, str]]:
     """`compact` twice, `count`, and `eval` twice, as an operator trying settings would run them."""
-    compact = ("compact", TRACE, "--config", str(config), "--no-llm", *state)
+    compact = ("compact", TRACE, "--config", str(config), "--no-llm", "--force", *state)
     evaluate = ("eval", TRACE, "--window", "2000", "--config", str(config), "--json", *state)
     count = ("count", TRACE, "--config", str(config), *state)
     return [run(capsys, *argv) for argv in (compact, compact, count, evaluate, evaluate)]
@@ -104,7 +106,9 @@ def test_a_relative_state_path_resolves_under_the_data_directory(
     monkeypatch.chdir(work)
     monkeypatch.setenv("INFLIGHT_STATE_URL", "memory://")
     monkeypatch.setenv("INFLIGHT_DATA_DIR", str(data))
-    code, _, err = run(capsys, "compact", TRACE, "--config", str(config), "--no-llm", "--state", "sqlite:///own.db")
+    code, _, err = run(
+        capsys, "compact", TRACE, "--config", str(config), "--no-llm", "--force", "--state", "sqlite:///own.db"
+    )
     assert code == 0, err
     assert len(sqlite_keys(data / "own.db")) == 1 and list(work.iterdir()) == []
 
@@ -115,7 +119,7 @@ def test_offline_commands_never_read_the_configured_store(
     """The live store holds this conversation's record (as a live proxy, or a `--state` run, leaves it): a
     `compact` that reads it says `summary-cached`, one that does not compacts afresh."""
     live = tmp_path / "live.db"
-    compact = ("compact", TRACE, "--config", str(config), "--no-llm")
+    compact = ("compact", TRACE, "--config", str(config), "--no-llm", "--force")
     monkeypatch.setenv("INFLIGHT_STATE_URL", "memory://")
     filled = run(capsys, *compact, "--state", f"sqlite:///{live}")
     control = run(capsys, *compact, "--state", f"sqlite:///{live}")  # one that reads the store: the record
@@ -163,3 +167,65 @@ def test_health_fails_when_nothing_answers(tmp_path: Path, capsys: pytest.Captur
     config.write_text(f"listen: {{port: {free_port()}}}\n")
     code, _, err = run(capsys, "health", "--config", str(config), "--timeout", "5")
     assert code == 1 and "refused" in err.lower()
+
+
+def test_compact_sends_as_the_proxy_would_unless_forced(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """TRACE fits a 4,000-token window: the proxy forwards it as it came, and so does `compact`; `--force`
+    compacts it anyway, and a shadow config prints the body unchanged and says what it would have sent."""
+    roomy, tight, shadow = (tmp_path / name for name in ("roomy.yaml", "tight.yaml", "shadow.yaml"))
+    roomy.write_text('models: {"*": {context_window: 4000}}\n')
+    tight.write_text('models: {"*": {context_window: 2000}}\n')
+    shadow.write_text('models: {"*": {context_window: 2000}}\ncompaction: {mode: shadow}\n')
+    original = orjson.loads(Path(TRACE).read_bytes())
+    fits = run(capsys, "compact", TRACE, "--config", str(roomy), "--no-llm")
+    forced = run(capsys, "compact", TRACE, "--config", str(roomy), "--no-llm", "--force")
+    over = run(capsys, "compact", TRACE, "--config", str(tight), "--no-llm")
+    shadowed = run(capsys, "compact", TRACE, "--config", str(shadow), "--no-llm")
+    assert fits[0] == 0 and "nothing to do" in fits[2] and orjson.loads(fits[1]) == original
+    assert "actions mask,fallback" in forced[2] and orjson.loads(forced[1]) != original
+    assert "1,964 -> 1,467 tokens" in over[2] and orjson.loads(over[1]) != original
+    assert shadowed[0] == 0 and orjson.loads(shadowed[1]) == original
+    assert "compaction.mode is shadow: sent as it came; compaction would have sent 1,467 of 1,964" in shadowed[2]
+    assert re.search(r"; \d+ messages? summarized; 0 summarizer calls", forced[2]), forced[2]
+
+
+def test_eval_numbers_turns_from_one_as_the_demo_does(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "eval", TRACE, "--window", "2000")
+    turns = [int(line.split("|")[2]) for line in out.splitlines() if line.startswith("| swe_function_calling_simple |")]
+    assert code == 0 and turns and min(turns) >= 1
+    assert re.search(r"^\d+ compacted requests?: ", out, re.M) and "1 compacted requests" not in out
+
+
+def test_serve_on_a_busy_port_says_so_in_one_line_and_never_that_it_listens() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        command = [
+            sys.executable,
+            "-m",
+            "inflight",
+            "serve",
+            "--port",
+            str(port),
+            "--upstream",
+            "http://127.0.0.1:9/v1",
+        ]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False, cwd=ROOT)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f"inflight: port {port} on 127.0.0.1 is in use (another inflight or another server listens there): stop "
+        "it, or give this one another --port"
+    ]
+    assert "listening" not in done.stdout + done.stderr
+
+
+def test_serve_warns_of_an_upstream_url_without_v1() -> None:
+    from inflight.config import load_settings
+    from inflight.http.server import upstream_warnings
+
+    bare = load_settings(None, overrides={"upstream": {"base_url": "http://127.0.0.1:8080"}})
+    [warning] = upstream_warnings(bare)
+    assert "upstream.base_url: http://127.0.0.1:8080 has no /v1" in warning
+    for url in ("http://127.0.0.1:8080/v1", "https://openrouter.ai/api/v1", "https://host/v1beta/openai"):
+        assert upstream_warnings(load_settings(None, overrides={"upstream": {"base_url": url}})) == []

@@ -10,7 +10,9 @@ exist. A command nothing here knows how to exercise fails the test, until someon
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib
+import importlib.metadata
 import os
 import re
 import shlex
@@ -315,3 +317,58 @@ def test_each_codex_provider_shown_is_configured_as_the_codex_test_configures_it
         for key in ("wire_api", "supports_websockets"):
             assert provider[key] == tested_provider[key], (document, key)
     assert shown["model_provider"] in shown["model_providers"], document
+
+
+INSTALL_TEST_EXTRAS = "pip install -e '.[test]'"
+
+
+def test_each_document_shows_the_benchmarks_install_line_before_their_commands() -> None:
+    """A benchmark command copied after the plain install fails on `pytest` or `httpx`: each document that shows
+    one shows the test extras' install first (and `.ci/run` runs that line: `test_set_up_and_test_commands...`)."""
+    for path in DOCUMENTS:
+        text = path.read_text(encoding="utf-8")
+        first = text.find("python -m benchmarks.")
+        if first >= 0:
+            assert 0 <= text.find(INSTALL_TEST_EXTRAS) < first, f"{path.name}: no {INSTALL_TEST_EXTRAS} before {first}"
+    assert INSTALL_TEST_EXTRAS in CI_RUN
+
+
+def imported_modules(path: Path) -> set[str]:
+    """The absolute imports of a Python file, dotted, function-local ones included."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module)
+    return found
+
+
+def test_the_test_extras_install_what_the_benchmarks_import() -> None:
+    """Every distribution the benchmarks import, through the test support code they use, is one the install
+    line brings: the project's own dependencies or its `test` extra."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    declared = {
+        re.split(r"[<>=\[;! ]", requirement, maxsplit=1)[0].lower().replace("_", "-")
+        for requirement in [*project["dependencies"], *project["optional-dependencies"]["test"]]
+    }
+    pending = list((ROOT / "benchmarks").glob("*.py"))
+    seen: set[Path] = set()
+    third_party: set[str] = set()
+    while pending:
+        path = pending.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        for module in imported_modules(path):
+            top = module.split(".")[0]
+            if top in ("benchmarks", "tests"):
+                local = ROOT / Path(*module.split("."))
+                candidates = (local.with_suffix(".py"), local / "__init__.py")
+                pending += [candidate for candidate in candidates if candidate.is_file()]
+            elif top != "inflight" and top not in sys.stdlib_module_names:
+                third_party.add(top)
+    distributions = importlib.metadata.packages_distributions()
+    providers = {top: {name.lower().replace("_", "-") for name in distributions.get(top, [top])} for top in third_party}
+    missing = {top: names for top, names in providers.items() if not names & declared}
+    assert not missing, missing

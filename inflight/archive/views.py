@@ -56,6 +56,26 @@ def cache_figures(turns: Sequence[dict[str, Any]]) -> CacheFigures:
     return figures
 
 
+def usage_of(turns: Sequence[dict[str, Any]]) -> dict[str, int]:
+    """What the stored turns used and saved, as `/inflight/usage` counts a client's requests: a shadow turn's
+    upstream tokens are the client's own (its `sent` is only what would have been sent)."""
+    client = upstream = avoided = 0
+    for turn in turns:
+        tokens, shadow = int(turn["tokens"]), bool(turn.get("shadow"))
+        sent = tokens if shadow else int(turn["sent"])
+        client += tokens
+        upstream += sent
+        over = tokens > int(turn["window"]) and sent < tokens
+        avoided += over and not shadow and int(turn.get("status") or 0) < 400
+    return {
+        "requests": len(turns),
+        "client_tokens": client,
+        "upstream_tokens": upstream,
+        "saved_tokens": client - upstream,
+        "refusals_avoided": avoided,
+    }
+
+
 def conversation_view(meta: dict[str, Any], turns: list[dict[str, Any]]) -> dict[str, Any]:
     """A conversation with its stored turns (oldest first), its compactions (the viewer's markers) and outlook."""
     growth = average_growth(turns)
@@ -79,6 +99,7 @@ def conversation_view(meta: dict[str, Any], turns: list[dict[str, Any]]) -> dict
         "cost": round(cache.cost) if cache.client_cost else None,
         "cost_client": round(cache.client_cost) if cache.client_cost else None,
         "turns_left": turns_left(turns, growth),
+        "usage": usage_of(turns),
         "compactions": compactions,
         "turns": turns,
     }

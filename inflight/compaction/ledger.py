@@ -54,7 +54,8 @@ class Ledger:
         def newest(items: tuple[str, ...] | list[str]) -> list[str]:
             return list(items) if keep is None else list(items)[-keep:]
 
-        lines = [LEDGER_HEADING, f"({self.dropped_messages} messages dropped in all)"]
+        noun = "message" if self.dropped_messages == 1 else "messages"
+        lines = [LEDGER_HEADING, f"({self.dropped_messages} {noun} dropped in all)"]
         if self.files:
             paths = newest(list(self.files))
             lines.append("Files: " + "; ".join(f"{path} (`{_short(self.files[path])}`)" for path in paths))

@@ -75,7 +75,7 @@ class Summarize(Section):
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
         if value is not None and not value.startswith(("http://", "https://")):
-            raise ValueError(f"expected an http:// or https:// URL, got {value!r}")
+            raise ValueError(f"expected an http:// or https:// URL such as http://127.0.0.1:8080/v1, got {value!r}")
         return value.rstrip("/") if value is not None else None
 
     @field_validator("prompt_file")

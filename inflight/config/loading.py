@@ -57,12 +57,7 @@ def load_settings(path: str | Path | None = None, *, overrides: dict[str, Any] |
             text = Path(path).read_text(encoding="utf-8")
         except OSError as exc:
             raise ConfigError(f"cannot read config file {source}: {exc.strerror}") from exc
-        try:
-            loaded = yaml.safe_load(interpolate_lines(text))
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{source}: not valid YAML: {exc}") from exc
-        except ConfigError as exc:
-            raise ConfigError(f"{exc} ({source})") from exc
+        loaded = parse_yaml(text, source)
         if loaded is None:
             loaded = {}
         if not isinstance(loaded, dict):
@@ -74,4 +69,29 @@ def load_settings(path: str | Path | None = None, *, overrides: dict[str, Any] |
         return Settings.model_validate(raw, context={DATA_DIR: os.environ.get(DATA_DIR_VARIABLE) or None})
     except ValidationError as exc:
         problems = "; ".join(describe(error) for error in exc.errors())
+        if overrides and any(overridden(overrides, error["loc"]) for error in exc.errors()):
+            source = "the command line" if path is None else f"the command line over {source}"
         raise ConfigError(f"{problems} ({source})") from exc
+
+
+def parse_yaml(text: str, source: str) -> Any:
+    """The YAML document in `text`, `${VAR}` expanded; its errors name `source`, the file it came from."""
+    try:
+        return yaml.safe_load(interpolate_lines(text))
+    except yaml.YAMLError as exc:
+        for mark in (getattr(exc, "context_mark", None), getattr(exc, "problem_mark", None)):
+            if mark is not None:  # a string was parsed: name the file, not `<unicode string>`
+                mark.name = source
+        raise ConfigError(f"{source}: not valid YAML: {exc}") from exc
+    except ConfigError as exc:
+        raise ConfigError(f"{exc} ({source})") from exc
+
+
+def overridden(overrides: dict[str, Any], location: tuple[int | str, ...]) -> bool:
+    """Whether the value at `location` (a validation error's) is one the command line gave (`--upstream`)."""
+    value: Any = overrides
+    for part in location:
+        if not isinstance(value, dict) or part not in value:
+            return False
+        value = value[part]
+    return True

@@ -10,6 +10,7 @@ import base64
 import fnmatch
 import functools
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any, Literal
@@ -74,7 +75,7 @@ class Upstream(Section):
     @classmethod
     def _http_url(cls, value: str) -> str:
         if not value.startswith(("http://", "https://")):
-            raise ValueError(f"expected an http:// or https:// URL, got {value!r}")
+            raise ValueError(f"expected an http:// or https:// URL such as http://127.0.0.1:8080/v1, got {value!r}")
         return value.rstrip("/")
 
     @field_validator("api_key", mode="before")
@@ -288,6 +289,45 @@ class ModelSettings:
     encoding: str | None  # the `models:` entry's encoding override
 
 
+class Otlp(Section):
+    """Where traces go over OTLP/HTTP; unset, the standard `OTEL_EXPORTER_OTLP_*` variables say."""
+
+    endpoint: str | None = None  # the collector's base URL (`/v1/traces` is appended), as OTEL_EXPORTER_OTLP_ENDPOINT
+    headers: dict[str, str] = Field(default_factory=dict)  # sent with each export, e.g. a collector's key
+    service_name: str = "inflight"  # `service.name` (OTEL_SERVICE_NAME wins)
+    schedule_delay_ms: int = Field(5000, ge=1, le=600_000)  # the longest a finished span waits to be exported
+
+    @field_validator("endpoint")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError(f"expected an http:// or https:// URL such as http://127.0.0.1:4318, got {value!r}")
+        return value
+
+
+OTEL_ENDPOINTS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+
+
+class Telemetry(Section):
+    """OpenTelemetry traces (off unless an endpoint is given here or in the standard variables)."""
+
+    otlp: Otlp = Otlp()
+
+    def exports(self, environ: Mapping[str, str]) -> bool:
+        """Whether to export traces: an endpoint here or in the variables, and the SDK not disabled by them."""
+        if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+            return False
+        if environ.get("OTEL_TRACES_EXPORTER", "").strip().lower() == "none":
+            return False
+        return bool(self.otlp.endpoint) or any(environ.get(name) for name in OTEL_ENDPOINTS)
+
+
+class MetricsSettings(Section):
+    """`GET /metrics` and `GET /inflight/usage`: how many clients get a label of their own."""
+
+    top_clients: int = Field(10, ge=0, le=1000)  # the clients sending the most tokens; the rest are `other`
+
+
 class Settings(Section):
     listen: Listen = Listen()
     upstream: Upstream = Upstream()
@@ -306,6 +346,8 @@ class Settings(Section):
     # Anthropic-compatible server and OpenAI-format agents to another.
     upstreams: dict[Literal["chat_completions", "responses", "messages"], Upstream] = Field(default_factory=dict)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    metrics: MetricsSettings = MetricsSettings()
+    telemetry: Telemetry = Telemetry()
     # Each `models.<glob>.compaction` merged over the global block once, here, not on every request.
     _compactions: dict[str, Compaction] = PrivateAttr(default_factory=dict)
     # Each wire format's own upstream: `upstreams`, plus Anthropic's API for the Messages API when the default
@@ -448,9 +490,16 @@ def _first_error(exc: ValidationError) -> str:
 
 def describe(error: Any) -> str:
     location = ".".join(str(part) for part in error["loc"])
-    message = error["msg"]
+    message = error["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")
     if error["type"] == "extra_forbidden":
-        message = "unknown key (check the spelling; see the YAML reference in README.md)"
-    elif "input" in error and error["type"] != "missing" and not isinstance(error["input"], dict):
+        message = "unknown key (check the spelling; every key is in docs/configuration.md)"
+    elif (
+        "input" in error
+        and error["type"] != "missing"
+        and not isinstance(error["input"], dict)
+        and (
+            "got " not in message  # our own validators say what they got
+        )
+    ):
         message = f"{message}, got {error['input']!r}"
     return f"{location}: {message}" if location else message

@@ -170,6 +170,7 @@ def row_of(turn: int, request: dict[str, Any], status: int, headers: dict[str, s
         actions=actions_of(headers),
         budget=int(headers.get("x-inflight-budget", 0)),
         problem=problem,
+        compaction_id=headers.get("x-inflight-compaction-id") or headers.get("x-inflight-shadow-compaction-id"),
     )
 
 

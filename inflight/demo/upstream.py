@@ -26,11 +26,12 @@ from starlette.routing import Route
 from inflight.compaction.conversation import Message
 from inflight.demo.summary import PROMPT_OPENING, handoff_note, is_summary_request
 from inflight.formats.seam import openai_error
+from inflight.pipeline.evaluation import plural
 from inflight.tokens import TokenCounter
 
 ENCODING = "o200k_base"
 SCRIPTED_REPLY = (
-    "This is inflight's demo upstream: no model here. It received {messages} messages ({tokens:,} prompt "
+    "This is inflight's demo upstream: no model here. It received {messages} ({tokens:,} prompt "
     "tokens as it counts them); inflight's headers on this answer say what the proxy did to them."
 )
 
@@ -143,7 +144,8 @@ class ScriptedUpstream:
             return {"role": "assistant", "content": recorded.get("content"), "refusal": None} | (
                 {"tool_calls": recorded["tool_calls"]} if recorded.get("tool_calls") else {}
             )
-        return {"role": "assistant", "content": SCRIPTED_REPLY.format(messages=len(messages), tokens=tokens)}
+        reply = SCRIPTED_REPLY.format(messages=plural(len(messages), "message"), tokens=tokens)
+        return {"role": "assistant", "content": reply}
 
     def answer(self, payload: dict[str, Any], body: dict[str, Any]) -> Response:
         """The completion as JSON, or as the events of a stream when the request asked for one."""

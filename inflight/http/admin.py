@@ -28,6 +28,20 @@ def stats_route(pipeline: Pipeline) -> Callable[[Request], Awaitable[Response]]:
     return stats
 
 
+def usage_route(metrics: Metrics) -> Callable[[Request], Awaitable[Response]]:
+    """What each client used and saved (`inflight.metrics.usage`): the top `?limit=` clients (100), the rest as
+    `other`, and the totals; this worker's own figures."""
+
+    async def usage(request: Request) -> Response:
+        try:
+            limit = max(0, min(int(request.query_params.get("limit", "100")), 10_000))
+        except ValueError:
+            limit = 100
+        return JSONResponse(metrics.usage.report(limit) | {"worker_pid": os.getpid()})
+
+    return usage
+
+
 def metrics_route(metrics: Metrics) -> Callable[[Request], Awaitable[Response]]:
     """`GET /metrics` for Prometheus: every worker's figures (`inflight.metrics.prometheus`)."""
 

@@ -8,10 +8,12 @@ is done by `inflight.http.driver.Driver`. What is particular to the API is the w
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from starlette.requests import Request
 
 from inflight.config import Limits
+from inflight.errors import BadRequest
 from inflight.formats import Route, Target, WireFormat
 from inflight.http.body import read_limited
 from inflight.http.disconnect import cancelled_on_disconnect
@@ -20,11 +22,15 @@ from inflight.http.exchange import Exchange
 from inflight.http.intake import read_request
 from inflight.http.keepalive import KeepAlive
 from inflight.http.relay import Relay, relay
+from inflight.metrics.usage import client_of
 from inflight.pipeline.accounting import Counted
 from inflight.pipeline.archiving import Archiver
-from inflight.pipeline.engine import Mode, Options, Pipeline
+from inflight.pipeline.engine import CLIENT_MODES, Mode, Options, Pipeline
 from inflight.pipeline.turn import Steps, Turn
 from inflight.upstream.client import UpstreamClient
+
+if TYPE_CHECKING:
+    from inflight.metrics.tracing import Tracing
 
 MakeTurn = Callable[[Pipeline, Counted, Options], Steps]
 
@@ -42,7 +48,9 @@ class ConversationHandler:
         archive: Archiver | None = None,
         route: Route | None = None,
         make_turn: MakeTurn = Turn,
+        tracing: Tracing | None = None,
     ) -> None:
+        self.tracing = tracing  # telemetry on: a span per request
         self.wire = wire
         self.make_turn = make_turn  # the request's turn: a conversation's, or the compact endpoint's
         self.route = route  # the format's route this handler serves: what its path says, for `read`
@@ -52,10 +60,25 @@ class ConversationHandler:
         self.archive = archive  # `archive.enabled`: every counted turn, and what its compaction dropped
 
     async def __call__(self, request: Request, exchange: Exchange) -> Relay | KeepAlive:
+        if self.tracing is None:
+            return await self._handle(request, exchange)
+        trace = exchange.trace = self.tracing.request(
+            request.scope["headers"], method=request.method, route=exchange.route, wire=self.wire.spec.name
+        )
+        try:
+            return await self._handle(request, exchange)
+        finally:
+            trace.detach()
+
+    async def _handle(self, request: Request, exchange: Exchange) -> Relay | KeepAlive:
         encoding = request.headers.get("content-encoding", "")
-        options = options_of(request, self.wire, client_keys=self.upstream.client_keys)
+        raw = await read_limited(request, self.limits)
+        options = options_of(request, self.wire, client_keys=self.upstream.client_keys)  # after the body: a 400 here
+        exchange.client = options.tenant
+        if options.tenant:
+            exchange.note("client", client_of(options.tenant))
         intake = await read_request(
-            await read_limited(request, self.limits),
+            raw,
             encoding,
             self.pipeline,
             self.wire,
@@ -67,6 +90,8 @@ class ConversationHandler:
             exchange.note("unread", intake.unread)
         model = intake.payload.get("model")
         exchange.note("model", model if isinstance(model, str) else "-")
+        if exchange.trace is not None and isinstance(model, str):
+            exchange.trace.named(model)
         async with cancelled_on_disconnect(request.scope, request.receive):  # the body is in: watch the client leaving
             if intake.counted is None:  # not ours to judge: the upstream answers whatever this is with its own error
                 response = await post_upstream(self.upstream, request, exchange, intake.raw, rewritten=False)
@@ -90,8 +115,15 @@ def options_of(request: Request, wire: WireFormat, *, client_keys: frozenset[byt
     the client's key (`client_keys`: the headers that carry one)."""
     header = wire.spec.session_header
     hint = request.headers.get(header) if header is not None else None
+    asked = request.headers.get("x-inflight-compaction", "")
+    if asked.strip() and asked.strip().lower() not in CLIENT_MODES:  # a typo must not pass as the configured mode
+        raise BadRequest(
+            f"x-inflight-compaction: expected off, force or shadow (or no header), got {asked!r}",
+            param="x-inflight-compaction",
+            code="invalid_header",
+        )
     return Options(
-        mode=Mode.asked(request.headers.get("x-inflight-compaction", "")),
+        mode=Mode.asked(asked),
         session=request.headers.get("x-inflight-session"),
         session_hint=hint,
         credentials=[(name, value) for name, value in request.scope["headers"] if name in client_keys],

@@ -19,7 +19,7 @@ from starlette.requests import Request
 
 from inflight.codecs.sse import EventBuffer
 from inflight.config import Limits
-from inflight.errors import ProxyError, UpstreamUnreachable
+from inflight.errors import ProxyError
 from inflight.formats import UsageReader, WireFormat
 from inflight.http.exchange import Exchange
 from inflight.http.hold import Held, hold_until_known
@@ -52,7 +52,7 @@ from inflight.pipeline.turn import (
 )
 from inflight.pipeline.turn import Relay as RelayCommand
 from inflight.policy.windows import FetchModels
-from inflight.upstream.client import UpstreamClient
+from inflight.upstream.client import UpstreamClient, missing_v1
 from inflight.upstream.exceptions import UpstreamErrors
 from inflight.upstream.headers import header_value, is_event_stream, response_headers
 from inflight.upstream.response import Response
@@ -204,7 +204,10 @@ class Driver:
         )
 
         def counted_by_upstream() -> None:
-            turn.answered_usage(reader.finish(), reader.output_tokens)
+            prompt_tokens = reader.finish()
+            turn.answered_usage(prompt_tokens, reader.output_tokens)
+            if exchange.trace is not None:
+                exchange.trace.used(prompt_tokens, reader.output_tokens)
 
         whole = response.whole_body() if held is None and prepared.report is None else None
         if whole is not None:  # all of it is in: its counts read now, with no iterator in between
@@ -234,9 +237,13 @@ async def post_upstream(
         client_headers = [(k, v) for k, v in client_headers if k.lower() != b"accept-encoding"]
         client_headers.append((b"accept-encoding", b"identity"))
     headers = upstream.headers_for(client_headers, rewrite_body=rewritten)
+    if exchange.trace is not None:  # the attempt's span, its `traceparent` sent upstream
+        headers = exchange.trace.sending(headers, host=upstream.host, path=target.partition(b"?")[0].decode("latin-1"))
     exchange.upstream_sending()
     response = await upstream.open("POST", target, headers=headers, content=body)
     exchange.upstream_answered()
+    if exchange.trace is not None:
+        exchange.trace.answered(response.status)
     return response
 
 
@@ -346,8 +353,10 @@ def discovery(upstream: UpstreamClient, request: Request) -> FetchModels:
     async def fetch_models() -> bytes:
         credentials = upstream.credential_headers(request.scope["headers"])
         status, body = await upstream.fetch("/v1/models", headers=credentials)
-        if status != 200:
-            raise UpstreamUnreachable(f"GET /v1/models answered {status}")
+        if status != 200:  # it answered: not `UpstreamUnreachable`, which the log would blame on the network
+            path = upstream.target_for(b"/v1/models").decode("latin-1")
+            hint = missing_v1(upstream.base_url) if status == 404 else ""
+            raise LookupError(f"{upstream.host} answered GET {path} with {status}{hint}")
         return body
 
     return fetch_models

@@ -11,9 +11,13 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from inflight.compaction.report import CacheFigures, TurnReport
 from inflight.offload import LaneWait
+
+if TYPE_CHECKING:
+    from inflight.metrics.tracing import RequestTrace
 
 log = logging.getLogger("inflight")
 MAX_FIELD_CHARS = 256
@@ -48,6 +52,8 @@ class Exchange:
     # The prompt cache's figures, worked out once the answer is out (off the request's path).
     cache_figures: Callable[[], CacheFigures | None] | None = field(default=None, repr=False)
     send_timed_out: bool = False  # the client was cut for reading nothing (`limits.client_send_timeout_s`)
+    client: str | None = None  # a conversation request's tenant (the digest of its key), for the usage figures
+    trace: RequestTrace | None = field(default=None, repr=False)  # its spans, when telemetry is on
     _sent_at: float | None = field(default=None, repr=False)
     _waited_before: float = field(default=0.0, repr=False)  # by the upstream requests before the latest one
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from starlette.requests import Request
+from starlette.responses import Response
 from starlette.routing import BaseRoute, Route, Router
 from starlette.types import Receive, Scope, Send
 
@@ -39,7 +41,23 @@ async def not_found(scope: Scope, receive: Receive, send: Send) -> None:
     if scope["type"] != "http":
         return
     message = f"no route for {scope['path']!r}: the OpenAI API is served under /v1"
+    if scope["path"] == "/":
+        message = (
+            "inflight: the OpenAI and Anthropic APIs are served under /v1 (/v1/chat/completions, /v1/responses, "
+            "/v1/messages); the archive's viewer is at /inflight/ui (with archive.enabled)"
+        )
     await render(NotFound(message))(scope, receive, send)
+
+
+async def doubled_v1(request: Request) -> Response:
+    """A request for `/v1/v1/...`: the client's base URL ends in `/v1` and its SDK adds another (Anthropic's
+    SDK adds `/v1` itself, so `ANTHROPIC_BASE_URL` takes none). Answered here, not forwarded to a bare 404."""
+    message = (
+        f"no route for {request.url.path!r}: /v1 is in the path twice, so the client's base URL ends in /v1 and its "
+        "SDK adds another. Anthropic's clients (Claude Code, the Anthropic SDK) take the proxy's address without /v1: "
+        "ANTHROPIC_BASE_URL=http://HOST:PORT; OpenAI's take it with /v1 once: OPENAI_BASE_URL=http://HOST:PORT/v1"
+    )
+    return render(NotFound(message))
 
 
 def route_label(pattern: str) -> str:

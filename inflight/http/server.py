@@ -60,6 +60,7 @@ from inflight.config.settings import redacted_url
 from inflight.http.disconnect import DISCONNECT, SEND_TIMED_OUT, Disconnect
 from inflight.http.error_response import error_body
 from inflight.http.exchange import clean
+from inflight.upstream.client import missing_v1
 
 log = logging.getLogger("inflight")
 
@@ -409,6 +410,18 @@ def startup_line(settings: Settings, *, workers: int) -> str:
         f"{upstreams}; compaction {compaction}; state {settings.state.redacted_url}; "
         f"archive {'on' if settings.archive.enabled else 'off'}; access: {access_summary(settings)}; workers {workers}"
     )
+
+
+def upstream_warnings(settings: Settings) -> list[str]:
+    """A hint for each upstream base URL with no version segment: `/v1/chat/completions` would reach
+    `http://host:8080/chat/completions`, which llama.cpp, vLLM and OpenAI answer with a bare 404."""
+    upstreams = {"upstream": settings.upstream, **{f"upstreams.{k}": v for k, v in settings.format_upstreams.items()}}
+    return [
+        f"{name}.base_url: {redacted_url(upstream.base_url)} has no /v1, so a request for /v1/X goes to "
+        f"{redacted_url(upstream.base_url)}/X; most servers (llama.cpp, vLLM, OpenAI, Anthropic) want it to end in /v1"
+        for name, upstream in upstreams.items()
+        if missing_v1(upstream.base_url)
+    ]
 
 
 def state_warning(settings: Settings) -> str | None:

@@ -24,6 +24,9 @@ class Observer(Protocol):
     def summarizer_called(self, *, outcome: SummarizerOutcome, seconds: float) -> None:
         """A summarizer call finished: it answered (`ok`), its reply was rejected (`rejected`), or it failed."""
 
+    def summarizer_spent(self, tenant: str, tokens: int) -> None:
+        """A summarizer call of `tokens` input tokens is made for a conversation of the client `tenant`."""
+
 
 class NoObserver:
     def record_lookup(self, *, hit: bool) -> None:
@@ -36,6 +39,9 @@ class NoObserver:
         pass
 
     def summarizer_called(self, *, outcome: SummarizerOutcome, seconds: float) -> None:
+        pass
+
+    def summarizer_spent(self, tenant: str, tokens: int) -> None:
         pass
 
 

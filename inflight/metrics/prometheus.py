@@ -22,6 +22,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from inflight.compaction.actions import Action
 from inflight.compaction.report import Plan, TurnReport
 from inflight.metrics.observer import SummarizerOutcome
+from inflight.metrics.usage import ClientUsage, Usage, client_of, used_by
 
 # Seconds. The proxy's own share is usually under a millisecond: fine buckets there.
 ADDED_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
@@ -56,6 +57,9 @@ class FinishedRequest(Protocol):
     @property
     def send_timed_out(self) -> bool: ...
 
+    @property
+    def client(self) -> str | None: ...  # the tenant of a conversation request (None: another route)
+
 
 def multiprocess_directory() -> str | None:
     """Where the workers' values are, when prometheus_client keeps them in files (else None)."""
@@ -65,10 +69,12 @@ def multiprocess_directory() -> str | None:
 
 
 class Metrics:
-    def __init__(self) -> None:
+    def __init__(self, *, top_clients: int = 10) -> None:
         self.registry = CollectorRegistry()
+        self.usage = Usage(top=top_clients)  # per client: `GET /inflight/usage`, and the `inflight_client_*` series
         self._define_requests(self.registry)
         self._define_compactions(self.registry)
+        self._define_clients(self.registry)
         self._children: dict[tuple[object, ...], Any] = {}  # `labels()` costs microseconds: each child once
         for side in ("before", "after"):  # the label values known ahead, at 0 from the start
             self._child(self.tokens, side)
@@ -190,6 +196,32 @@ class Metrics:
             registry=registry,
         )
 
+    def _define_clients(self, registry: CollectorRegistry) -> None:
+        label = ["client"]  # the digest of the client's key for the top clients by tokens sent, else `other`
+        self.client_requests = Counter(
+            "inflight_client_requests", "Conversation requests, by client.", label, registry=registry
+        )
+        self.client_tokens = Counter(
+            "inflight_client_tokens",
+            "Prompt tokens by client: as the client sent them (kind=client), as they went upstream (upstream), "
+            "taken off by compaction (saved), and sent to the summarizer for its conversations (summarizer).",
+            [*label, "kind"],
+            registry=registry,
+        )
+        self.client_cost = Counter(
+            "inflight_client_cost_units",
+            "Estimated prompt cost by client, in units of one uncached input token: what was sent (side=sent), and "
+            "what the client's own requests would have cost (side=client).",
+            [*label, "side"],
+            registry=registry,
+        )
+        self.client_refusals_avoided = Counter(
+            "inflight_client_refusals_avoided",
+            "Requests over the window (or refused and retried) that the client got an answer to, by client.",
+            label,
+            registry=registry,
+        )
+
     def render(self, accept: str) -> tuple[bytes, str]:
         """The metrics as the scraper's `Accept` asks (Prometheus text unless OpenMetrics), and its content type."""
         encode, content_type = choose_encoder(accept)
@@ -209,6 +241,8 @@ class Metrics:
         if exchange.send_timed_out:
             self.send_timeouts.inc()
         self._reported(exchange.report)
+        if exchange.client is not None:
+            self._client_used(client_of(exchange.client), used_by(exchange.report, status=exchange.status))
 
     def _reported(self, report: TurnReport) -> None:
         """What the turn's report says: the prompt cache's figures, and what compaction did or planned."""
@@ -250,6 +284,26 @@ class Metrics:
 
     def store_error(self, *, store: str) -> None:
         self._child(self.store_errors, store).inc()
+
+    def _client_used(self, client: str, usage: ClientUsage) -> None:
+        label = self.usage.add(client, usage)
+        self._child(self.client_requests, label).inc(usage.requests)
+        for kind, tokens in (
+            ("client", usage.client_tokens),
+            ("upstream", usage.upstream_tokens),
+            ("saved", usage.saved_tokens),
+        ):
+            if tokens:
+                self._child(self.client_tokens, label, kind).inc(tokens)
+        for side, units in (("sent", usage.cost_units), ("client", usage.cost_units_client)):
+            if units:
+                self._child(self.client_cost, label, side).inc(units)
+        if usage.refusals_avoided:
+            self._child(self.client_refusals_avoided, label).inc(usage.refusals_avoided)
+
+    def summarizer_spent(self, tenant: str, tokens: int) -> None:
+        label = self.usage.summarized(client_of(tenant), tokens)
+        self._child(self.client_tokens, label, "summarizer").inc(tokens)
 
     def summarizer_called(self, *, outcome: SummarizerOutcome, seconds: float) -> None:
         self._child(self.summarizer_calls, outcome).inc()

@@ -586,6 +586,7 @@ class Pipeline:
             wire=counted.wire,
             budget=self._budget,
             spender=self._spender_of(options, settings),
+            tenant=options.tenant,
             prices=self._prices(counted) if self._scheduled_by_cost(counted, settings, tenant=options.tenant) else None,
             instructions=options.summary_instructions,
         )
@@ -673,6 +674,7 @@ def build_pipeline(
         idle_s = settings.compaction.cache.ttl_s
         jobs = BackgroundSummaries(max_running=summarize.max_concurrent_jobs, idle_s=idle_s, observer=observer)
     records = open_record_store(settings.state, settings.compaction.cache, observer=observer)
+    limited = background if budgeted is None else budgeted
     return Pipeline(
         settings,
         counter=TokenCounter(),
@@ -680,7 +682,7 @@ def build_pipeline(
         calibration=Calibration(max_key_chars=settings.limits.max_key_chars),
         compactions=ConversationCompactions(records, jobs, observer=observer),
         summarizers=summarizers,
-        budget=SummaryBudget(settings.limits.summarizer) if (background if budgeted is None else budgeted) else None,
+        budget=SummaryBudget(settings.limits.summarizer, on_spend=observer.summarizer_spent) if limited else None,
     )
 
 

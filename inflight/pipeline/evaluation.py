@@ -165,7 +165,7 @@ def wrong_placeholders(original: Sequence[Message], sent: Sequence[Message]) -> 
 class ReplayedTurn:
     """One turn's request from a replayed conversation, which the pipeline compacted."""
 
-    turn: int
+    turn: int  # numbered from 1, as `inflight demo` numbers its rows
     request: dict[str, Any]  # the body with the messages up to this turn
     counted: Counted
     accounting: Accounting
@@ -181,7 +181,7 @@ async def compacted_turns(
 
     Every turn's prompt cache figures are added to `cache` (`inflight.compaction.prefix`)."""
     messages: list[Message] = body["messages"]
-    for turn, end in enumerate(turns(messages)):
+    for turn, end in enumerate(turns(messages), start=1):
         request = {**body, "messages": messages[:end]}
         counted = pipeline.count(orjson.dumps(request), request, CHAT_COMPLETIONS)
         if counted is None:
@@ -327,10 +327,16 @@ def report(
         )
     lines.append("")
     lines.append(
-        f"{t['compacted_requests']} compacted requests: task kept {percent(t['task_kept'])}, latest request kept "
+        f"{plural(t['compacted_requests'], 'compacted request')}: task kept {percent(t['task_kept'])}, "
+        "latest request kept "
         f"{percent(t['latest_request_kept'])}; of the dropped messages' facts kept: "
         + ", ".join(f"{kind} {percent(t[f'{kind}_kept'])} (of {t[f'{kind}_found']})" for kind in KINDS)
         + f"; wrong placeholders {t['wrong_placeholders']}; summarizer requests {summarizer_calls}, "
         f"larger than its window {oversize}"
     )
     return "\n".join(lines)
+
+
+def plural(n: int, noun: str) -> str:
+    """`1 compacted request`, `2 compacted requests`."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"

@@ -66,6 +66,7 @@ class CompactionParts:
     wire: WireFormat | None = None  # the request's format, used to ask the upstream's own model for a summary
     budget: SummaryBudget | None = None  # the summarizer calls clients may cause (None: no limit)
     spender: str = ""  # whose budget this request's summaries spend, including background jobs'
+    tenant: str = ""  # whose key the request came with: its summaries count in that client's usage
     prices: Prices | None = None  # the upstream's prices, when compactions are scheduled by cost
     instructions: str = ""  # the user's own instructions for the summary (an agent's `/compact <instructions>`)
 
@@ -86,7 +87,7 @@ class CompactionParts:
         made = self.summarizers(self.settings, model=model, client_credentials=self.client_credentials, wire=self.wire)
         if self.instructions:
             made = with_instructions(made, self.instructions)
-        return on_home_loop(budgeted(made, self.budget, self.spender) if self.budget is not None else made)
+        return on_home_loop(budgeted(made, self.budget, self.spender, self.tenant) if self.budget is not None else made)
 
     def count_message(self) -> Callable[[Message], int]:
         counter, encoding = self.counter, self.counter.encoding(self.accounting.encoding)
@@ -148,12 +149,12 @@ def with_instructions(summarize: Summarize, instructions: str) -> Summarize:
     return instructed
 
 
-def budgeted(summarize: Summarize, budget: SummaryBudget, spender: str) -> Summarize:
+def budgeted(summarize: Summarize, budget: SummaryBudget, spender: str, tenant: str = "") -> Summarize:
     """`summarize`, with each call charged first to `spender`'s budget and the proxy's; if either is spent, the
     call is not made."""
 
     async def run(job: SummaryJob) -> str:
-        if not budget.spend(spender, job.input_tokens):
+        if not budget.spend(spender, job.input_tokens, tenant=tenant):
             raise SummaryBudgetSpent(f"the summarizer budget of {spender[:40]} is spent")
         return await summarize(job)
 

@@ -12,6 +12,7 @@ import functools
 import logging
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import orjson
 
@@ -26,6 +27,9 @@ from inflight.offload import call_sized
 from inflight.policy.windows import ContextRegistry
 from inflight.upstream.client import UpstreamClient
 from inflight.upstream.headers import RawHeaders, key_headers
+
+if TYPE_CHECKING:
+    from inflight.metrics.tracing import Tracing
 
 log = logging.getLogger("inflight")
 DISCOVERY_TIMEOUT_S = 10.0
@@ -55,11 +59,13 @@ class Summarizer:
         timeout_s: float,
         wire: WireFormat = CHAT_COMPLETIONS,
         observer: Observer = NO_OBSERVER,
+        tracing: Tracing | None = None,
     ) -> None:
         self.client = client
         self.timeout_s = timeout_s
         self.wire = wire
         self.observer = observer  # receives each model call's outcome and duration
+        self.tracing = tracing  # telemetry on: a span per call
 
     async def __call__(self, job: SummaryJob, *, models: Sequence[str], credentials: RawHeaders) -> str:
         errors: list[str] = []
@@ -70,7 +76,11 @@ class Summarizer:
         for model in models:
             started = time.perf_counter()
             try:
-                text, finish_reason = await self.complete(job, model=model, credentials=credentials)
+                if self.tracing is None:
+                    text, finish_reason = await self.complete(job, model=model, credentials=credentials)
+                else:
+                    with self.tracing.summary(model=model, wire=self.wire.spec.name, input_tokens=job.input_tokens):
+                        text, finish_reason = await self.complete(job, model=model, credentials=credentials)
             except (ProxyError, SummarizerError, ValueError) as exc:
                 self.observer.summarizer_called(outcome="error", seconds=time.perf_counter() - started)
                 status = getattr(exc, "status", None) or status
@@ -135,11 +145,13 @@ class Summarizers:
         *,
         by_format: dict[str, UpstreamClient] | None = None,
         observer: Observer = NO_OBSERVER,
+        tracing: Tracing | None = None,
     ) -> None:
         self.settings = settings
         self.upstream = upstream  # the proxy's own client: summaries sent to the upstream share its pool
         self.by_format = by_format or {}  # a format's own upstream, for formats that have one
         self.observer = observer
+        self.tracing = tracing
         self._registries: dict[str, ContextRegistry] = {}  # one per summarizer endpoint, discovered once
         self._clients: dict[str, UpstreamClient] = {}  # one per `summarize.base_url` (a handful, from the config)
 
@@ -199,7 +211,9 @@ class Summarizers:
         # A separate summarizer (`summarize.base_url`) is asked through Chat Completions; the upstream is asked
         # in the request's own format (`wire`).
         shape = wire if wire is not None and summarize.base_url is None else CHAT_COMPLETIONS
-        summarizer = Summarizer(client, timeout_s=summarize.timeout_s, wire=shape, observer=self.observer)
+        summarizer = Summarizer(
+            client, timeout_s=summarize.timeout_s, wire=shape, observer=self.observer, tracing=self.tracing
+        )
         models = [summarize.model or model, *summarize.fallback_models]
         credentials = self._credentials(options, client, client_credentials, wire=wire)
 

@@ -112,9 +112,11 @@ class SummaryBudget:
         *,
         clock: Callable[[], float] = time.monotonic,
         max_clients: int = MAX_CLIENTS,
+        on_spend: Callable[[str, int], None] | None = None,
     ) -> None:
         self.settings = settings
         self.clock = clock
+        self.on_spend = on_spend  # told each call charged: the tenant whose conversation caused it, its tokens
         self.refused = 0  # calls not made, for the stats
         self._all = Spending(settings.global_calls_per_minute, settings.global_tokens_per_hour, clock())
         self._clients: LRUCache[str, Spending] = LRUCache(maxsize=max_clients)
@@ -124,13 +126,16 @@ class SummaryBudget:
         now = self.clock()
         return self._all.allows(tokens, now) and self._of(client, now).allows(tokens, now)
 
-    def spend(self, client: str, tokens: int) -> bool:
-        """Charge one call of `tokens` to `client`'s budget and the proxy's; return False, charging nothing, if over."""
+    def spend(self, client: str, tokens: int, *, tenant: str = "") -> bool:
+        """Charge one call of `tokens` to `client`'s budget and the proxy's; return False, charging nothing, if over.
+        `tenant`: whose key the conversation came with, for the usage figures (`client` may be an address)."""
         if not self.allows(client, tokens):
             self.refused += 1
             return False
         self._all.take(tokens)
         self._of(client, self.clock()).take(tokens)
+        if self.on_spend is not None:
+            self.on_spend(tenant, tokens)
         return True
 
     def _of(self, client: str, now: float) -> Spending:

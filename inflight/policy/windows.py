@@ -221,7 +221,7 @@ class ContextRegistry:
                 body = await asyncio.wait_for(fetch(), DISCOVERY_TIMEOUT_S)
             except Exception as exc:  # any failure just means we fall back to the table
                 self._discovery_failed_at = time.monotonic()
-                log.info("[context] window discovery failed (%s); using the built-in table", type(exc).__name__)
+                log.info("[context] window discovery failed (%s); using the built-in table", str(exc) or repr(exc))
                 return
             self._discovered = parse_model_list(body)
             self._resolved.clear()

@@ -7,6 +7,7 @@ The one HTTP stack: forwarded requests, model discovery and summarizer calls all
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator, Iterable
 from urllib.parse import urlsplit
 
@@ -18,6 +19,8 @@ from inflight.upstream.headers import IDENTITY_HEADERS, RawHeaders, filter_heade
 from inflight.upstream.pool import ConnectionPool, Timeouts
 from inflight.upstream.reader import ResponseHeadersTooLarge
 from inflight.upstream.response import Response
+
+VERSION_SEGMENT = re.compile(r"v\d+(?:alpha|beta)?\d*")  # `/v1`, `/v1beta`: a base URL that names an API version
 
 
 class UpstreamClient:
@@ -35,6 +38,7 @@ class UpstreamClient:
         max_header_bytes: int = 64 * 1024,
     ) -> None:
         parts = urlsplit(settings.base_url)
+        self.base_url = settings.base_url
         self.host = parts.netloc
         self.api_key = settings.api_key
         self.basic_auth = settings.basic_auth
@@ -153,3 +157,12 @@ class UpstreamClient:
 
     async def aclose(self) -> None:
         await self.pool.aclose()
+
+
+def missing_v1(base_url: str) -> str:
+    """A hint for an upstream's 404 when its base URL has no version segment (`http://host:8080`, where
+    llama.cpp, vLLM and OpenAI serve `/v1/...`), else ""."""
+    segments = urlsplit(base_url).path.split("/")
+    if any(VERSION_SEGMENT.fullmatch(segment) for segment in segments):
+        return ""
+    return f" ({base_url} has no /v1; most servers want the upstream's base URL to end in /v1)"

@@ -42,6 +42,8 @@ function s(tag, attrs = {}, ...children) {
 }
 
 const number = (n) => (n === null || n === undefined ? "–" : Number(n).toLocaleString("en-US"));
+// "1 compaction", "2 compactions": a count and its noun.
+const counted = (n, noun) => `${number(n)} ${noun}${n === 1 ? "" : "s"}`;
 const when = (t) => (t ? new Date(t * 1000).toLocaleString() : "–");
 const conversationLink = (id, compaction) =>
   `#/c/${encodeURIComponent(id)}` + (compaction ? `/${encodeURIComponent(compaction)}` : "");
@@ -150,8 +152,8 @@ async function showConversation(id, stale) {
       fact("prefix rewrites per 100 turns", rewrites),
       fact("cached share (estimated)", cached),
       fact("prompt cost in input tokens (estimated)", cost),
-      churned > 0 && fact("churn", `${number(churned)} compactions left too few turns before the next`),
-      shadows > 0 && fact("shadow", `${number(shadows)} compactions planned, not sent`),
+      churned > 0 && fact("churn", `${counted(churned, "compaction")} left too few turns before the next`),
+      shadows > 0 && fact("shadow", `${counted(shadows, "compaction")} planned, not sent`),
       fact("last seen", when(view.last)),
     ),
     h("figure", { class: "chart" }, ...drawing(view)),

@@ -116,3 +116,33 @@ def test_a_summarizer_prompt_file_must_be_there_and_have_sections(tmp_path: Path
     flat.write_text("Summarize the conversation.")
     with pytest.raises(ConfigError, match="names no sections"):
         load_settings(None, overrides={"compaction": {"summarize": {"prompt_file": str(flat)}}})
+
+
+def test_a_config_error_points_to_the_configuration_reference_without_pydantics_prefix(tmp_path: Path) -> None:
+    path = write(tmp_path, "upstreem: {}\nupstream: {base_url: ftp://host/v1}\n")
+    with pytest.raises(ConfigError) as info:
+        load_settings(path)
+    message = str(info.value)
+    assert "upstreem: unknown key (check the spelling; every key is in docs/configuration.md)" in message
+    assert "README" not in message and "Value error" not in message
+    assert message.count("got 'ftp://host/v1'") == 1 and message.endswith(f"({path})")
+
+
+def test_a_yaml_syntax_error_names_the_file_and_the_line(tmp_path: Path) -> None:
+    path = write(tmp_path, "upstream: {base_url: x\nfoo: [\n")
+    with pytest.raises(ConfigError) as info:
+        load_settings(path)
+    message = str(info.value)
+    assert "<unicode string>" not in message and f'in "{path}", line 1' in message
+
+
+def test_a_url_without_a_scheme_from_the_command_line_is_blamed_on_the_command_line(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_settings(None, overrides={"upstream": {"base_url": "127.0.0.1:8080/v1"}})
+    message = str(info.value)
+    assert "expected an http:// or https:// URL such as http://127.0.0.1:8080/v1, got '127.0.0.1:8080/v1'" in message
+    assert message.endswith("(the command line)") and "built-in defaults" not in message
+    path = write(tmp_path, "listen: {port: 9000}\n")
+    with pytest.raises(ConfigError) as info:
+        load_settings(path, overrides={"upstream": {"base_url": "127.0.0.1:8080/v1"}})
+    assert str(info.value).endswith(f"(the command line over {path})")

@@ -28,11 +28,15 @@ def number(text: str) -> int:
 
 
 def demo(*args: str) -> list[str]:
+    return demo_run(*args).stdout.splitlines()
+
+
+def demo_run(*args: str) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "inflight", "demo", *args]
     result = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=300, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Traceback" not in result.stderr
-    return result.stdout.splitlines()
+    return result
 
 
 def test_the_demo_replays_the_conversation_through_the_proxy_and_compacts_it() -> None:
@@ -53,6 +57,8 @@ def test_the_demo_replays_the_conversation_through_the_proxy_and_compacts_it() -
     assert (number(totals[1]), number(totals[2])) == (sum(client), sum(sent))
     assert (int(totals[3]), int(totals[4])) == (len(compacted), len(rows))
     assert int(next(match for match in map(SUMMARIES.match, lines) if match)[1]) >= 1
+    said = re.search(r"^(\d+) (compactions?) made \(the viewer's count\)", "\n".join(lines), re.M)
+    assert said and (said[2] == "compaction") == (said[1] == "1"), lines  # "1 compaction", "2 compactions"
 
 
 def test_the_window_decides_when_it_compacts() -> None:
@@ -64,6 +70,19 @@ def test_the_window_decides_when_it_compacts() -> None:
     assert int(next(match for match in map(SUMMARIES.match, lines) if match)[1]) == 0
 
 
+def test_a_window_too_small_for_a_summary_gives_up_on_summaries_at_once_and_the_table_explains_itself() -> None:
+    """At a 2,000-token window no summary request can fit the summarizer's window: the background job that
+    finds so is not retried, nor started again on the next turns."""
+    result = demo_run("--window", "2000")
+    assert result.stderr.count("SummarizerTooSmall") == 1, result.stderr
+    assert "trying once more" not in result.stderr
+    lines = result.stdout.splitlines()
+    assert any("budget: the most it sends upstream; the rest is kept for the reply" in line for line in lines)
+    explained = {line.split()[0] for line in lines[lines.index("actions:") + 1 :]}
+    shown = {action for line in lines if (row := ROW.match(line)) for action in re.split(r"[, ]+", row[6]) if action}
+    assert "churn" in shown and shown - {"none"} <= explained, (shown, explained)
+
+
 def test_under_a_shadow_config_it_shows_what_would_have_been_sent(tmp_path: Path) -> None:
     config = tmp_path / "shadow.yaml"
     config.write_text("compaction: {mode: shadow}\n")
@@ -72,13 +91,14 @@ def test_under_a_shadow_config_it_shows_what_would_have_been_sent(tmp_path: Path
     assert len(rows) == 14
     assert all(row[2] == row[3] for row in rows)  # the client's request went upstream as it came
     assert any(row[5].startswith("shadow, would send ") for row in rows)
-    refused = [row for row in rows if row[5].startswith("FAILED")]
+    refused = [row for row in rows if "FAILED" in row[5]]
     assert refused and all(number(row[2]) > 8_000 for row in refused)  # the upstream's own refusals, as without
+    assert all(row[5].startswith("shadow, would send ") for row in refused)  # and what inflight would have sent
     assert any(line.startswith("shadow mode: every request went as the client sent it") for line in lines)
 
 
 def test_serve_keeps_the_proxy_and_its_viewer_up_until_interrupted() -> None:
-    command = [sys.executable, "-m", "inflight", "demo", "--serve", "--turns", TURNS]
+    command = [sys.executable, "-m", "inflight", "demo", "--serve", "--turns", TURNS, "--window", "6000"]
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines: queue.Queue[str] = queue.Queue()
     assert process.stdout is not None
@@ -91,10 +111,13 @@ def test_serve_keeps_the_proxy_and_its_viewer_up_until_interrupted() -> None:
     threading.Thread(target=read, daemon=True).start()
     try:
         viewer = None
+        printed = 0  # the compactions the table counts: none unless it says so
         while viewer is None:
             line = lines.get(timeout=120)  # a guard against a demo that hangs, not a measure
             found = re.search(r"The viewer: (http://127\.0\.0\.1:\d+)/inflight/ui", line)
             viewer = found.group(1) if found else None
+            if said := re.match(r"(\d+) compactions? made \(the viewer's count\)", line):
+                printed = int(said[1])
         with httpx.Client(base_url=viewer) as client:
             assert client.get("/inflight/ui").status_code == 200  # on loopback, without a key
 
@@ -103,6 +126,8 @@ def test_serve_keeps_the_proxy_and_its_viewer_up_until_interrupted() -> None:
                 return any(c["label"] == "inflight-demo" and c["turn_count"] == int(TURNS) for c in conversations)
 
             wait_until(archived, timeout=60)
+            [conversation] = client.get("/inflight/conversations").json()["conversations"]
+            assert conversation["compaction_count"] == printed  # the table and the viewer count alike
             answer = client.post(
                 "/v1/chat/completions", json={"model": "gpt-4o", "messages": [{"role": "user", "content": "hello"}]}
             )

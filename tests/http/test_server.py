@@ -74,7 +74,7 @@ def test_a_request_that_calls_the_summarizer_logs_its_one_line_and_no_library_li
     assert response.status_code == 200 and "summarize" in response.headers["x-inflight-actions"]
     requests = [line for line in ours if line.startswith("POST ")]
     assert len(requests) == 1 and " 200 " in requests[0] and "summarizer_calls=1" in requests[0]
-    events = [line for line in ours[1:] if not line.startswith(("POST ", "compaction items are sealed"))]
+    events = [line for line in ours[1:] if not line.startswith(("POST ", "[responses] when inflight answers"))]
     assert len(events) == 1 and events[0].startswith("[compaction] summary made ahead for ")
     assert not [line for line in lines if re.search(r"httpx|httpcore|HTTP Request|HTTP/1\.1\"", line)]
     # Everything else is uvicorn's start and stop, and the startup line: no other line for the request.

@@ -102,10 +102,11 @@ class AheadJobs:
             finally:
                 await self.records.release(lease, self.owner)
             log.info(
-                "[compaction] summary made ahead for %s: messages up to %d, %d summarizer call(s), %.0f ms",
+                "[compaction] summary made ahead for %s: messages up to %d, %d summarizer %s, %.0f ms",
                 key[:48],
                 result.cut,
                 result.calls,
+                "call" if result.calls == 1 else "calls",
                 result.made_ms,
             )
 

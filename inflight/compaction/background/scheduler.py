@@ -47,6 +47,8 @@ class Superseded(Elsewhere):
     ran, as happens in a burst of requests from one conversation."""
 
 
+# What `_failed` holds for a conversation whose failure no later base can mend (`lasting` on the exception).
+EVERY_BASE = b""
 QUEUED_PER_RUNNING = 1  # jobs that may wait for a slot, per slot (each keeps its conversation in memory)
 RETRY_AFTER_S = 1.0
 
@@ -118,7 +120,7 @@ class BackgroundSummaries:
 
         Returns None when the conversation already has a job, a job from this base failed, or the queue (or the
         tenant's share of it) is full."""
-        if key in self._jobs or self._failed.get(key) == base:
+        if key in self._jobs or self._failed.get(key) in (base, EVERY_BASE):
             return None
         tenants_jobs = sum(1 for job in self._jobs.values() if job.tenant == tenant)
         full = len(self._jobs) >= self.max_running * (1 + QUEUED_PER_RUNNING)
@@ -186,7 +188,7 @@ class BackgroundSummaries:
             self.counts.failed += 1
             # A Final failure (nothing to summarize yet) is not remembered: a later turn from this base may have more.
             if not isinstance(exc, Final):
-                self._failed[job.key] = job.base
+                self._failed[job.key] = EVERY_BASE if getattr(exc, "lasting", False) else job.base
             log.log(
                 logging.INFO if isinstance(exc, Final) else logging.WARNING,
                 "[compaction] background summary for %s failed: %s: %s",
@@ -208,6 +210,8 @@ class BackgroundSummaries:
         except Final:
             raise
         except Exception as exc:
+            if getattr(exc, "lasting", False):  # the same conversation would fail the same way a second later
+                raise
             log.info("[compaction] background summary for %s failed (%s); trying once more", job.key[:48], exc)
             self.counts.retried += 1
             await asyncio.sleep(RETRY_AFTER_S)

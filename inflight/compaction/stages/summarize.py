@@ -41,6 +41,9 @@ MIN_ROOM_TOKENS = 256
 class SummarizerTooSmall(ValueError):
     """The summarizer's window is too small for a useful piece of transcript plus what is sent with it."""
 
+    # Trying again, or from the conversation's next turn, cannot help: the background jobs give it up (`lasting`).
+    lasting = True
+
 
 @dataclass(frozen=True)
 class SummaryPlan:
