@@ -16,14 +16,16 @@ from __future__ import annotations
 
 from collections.abc import Generator
 from dataclasses import replace
+from typing import Any
 
 import orjson
 
 from inflight.compaction.actions import Action
 from inflight.compaction.report import TurnReport
 from inflight.formats.compaction_items import ItemKey, compaction_answer, sealed_output
-from inflight.pipeline.accounting import Counted
+from inflight.pipeline.accounting import Accounting, Counted
 from inflight.pipeline.engine import Mode, Options, Pipeline
+from inflight.pipeline.outgoing import Prepared as PreparedBody
 from inflight.pipeline.turn import (
     Answer,
     Answered,
@@ -55,7 +57,7 @@ class CompactTurn(Steps):
         self.item_key = item_key
 
     def _run(self) -> Generator[Command, Event, None]:
-        counted, pipeline = self.counted, self.pipeline
+        counted = self.counted
         if (yield from self._answer_at_once()):
             return
         body, rewritten = counted.raw, False
@@ -69,16 +71,7 @@ class CompactTurn(Steps):
             return
         read = yield ReadAnswer()  # the upstream's "no such route", kept to relay if inflight cannot answer either
         assert isinstance(read, AnswerRead)
-        if pipeline.discovers(counted, self.options):
-            yield Discover()
-        accounting = pipeline.account(counted, tenant=self.options.tenant)
-        made = yield Prepare(counted, accounting, self.options)
-        assert isinstance(made, Prepared)
-        prepared = made.prepared
-        output = None
-        if prepared.rewritten:
-            compacted = orjson.loads(prepared.body)["input"]
-            output = sealed_output(original, compacted, self.item_key, tenant=self.options.tenant)
+        accounting, prepared, output = yield from self._compacted(original)
         # Nothing was summarized (not compactable, compaction off, or it failed): relay the upstream's answer.
         if output is None:
             self._fields["compacted_by"] = "none"
@@ -88,27 +81,35 @@ class CompactTurn(Steps):
         self._fields.update(accounting.log_fields() | prepared.fields | {"compacted_by": "inflight"})
         yield Answer(compaction_answer(output, prompt_tokens=accounting.prompt_tokens), 200)
 
-    def _answer_at_once(self) -> Generator[Command, Event, bool]:
-        """Answer from a summary made ahead, without asking the upstream (the agent's own compaction, answered);
-        False when none is ready, and the upstream is asked first as usual."""
+    def _compacted(
+        self, original: list[Any]
+    ) -> Generator[Command, Event, tuple[Accounting, PreparedBody, list[Any] | None]]:
+        """The request compacted as the proxy would send it, and its `original` input's sealed output (None: nothing
+        was compacted)."""
         counted, pipeline = self.counted, self.pipeline
-        original = counted.payload.get("input")
-        if not isinstance(original, list):
-            return False
-        ready = yield CheckSummary(counted, self.options)
-        if not isinstance(ready, SummaryReady) or not ready.ready:
-            return False
         if pipeline.discovers(counted, self.options):
             yield Discover()
         accounting = pipeline.account(counted, tenant=self.options.tenant)
         made = yield Prepare(counted, accounting, self.options)
         assert isinstance(made, Prepared)
         prepared = made.prepared
-        output = None
-        if prepared.rewritten and Action.FALLBACK not in prepared.plan.actions:
-            compacted = orjson.loads(prepared.body)["input"]
-            output = sealed_output(original, compacted, self.item_key, tenant=self.options.tenant)
-        if output is None:
+        if not prepared.rewritten:
+            return accounting, prepared, None
+        compacted = orjson.loads(prepared.body)["input"]
+        return accounting, prepared, sealed_output(original, compacted, self.item_key, tenant=self.options.tenant)
+
+    def _answer_at_once(self) -> Generator[Command, Event, bool]:
+        """Answer from a summary made ahead, without asking the upstream (the agent's own compaction, answered);
+        False when none is ready, and the upstream is asked first as usual."""
+        counted = self.counted
+        original = counted.payload.get("input")
+        if not isinstance(original, list):
+            return False
+        ready = yield CheckSummary(counted, self.options)
+        if not isinstance(ready, SummaryReady) or not ready.ready:
+            return False
+        accounting, prepared, output = yield from self._compacted(original)
+        if output is None or Action.FALLBACK in prepared.plan.actions:
             return False
         sent = prepared.plan
         self.report = replace(
