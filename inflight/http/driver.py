@@ -22,7 +22,7 @@ from inflight.config import Limits
 from inflight.errors import ProxyError
 from inflight.formats import UsageReader, WireFormat
 from inflight.http.exchange import Exchange
-from inflight.http.hold import Held, hold_until_known
+from inflight.http.hold import Held, hold_until_known, may_refuse
 from inflight.http.keepalive import KeepAlive
 from inflight.http.relay import Relay, prepend, relay, tap
 from inflight.http.target import checked_path
@@ -166,8 +166,8 @@ class Driver:
         self.response = response = await post_upstream(
             self.upstream, self.request, self.exchange, command.body, rewritten=command.rewritten, identity=identity
         )
-        if not command.hold or (response.status < 400 and not command.event_stream):
-            return Answered(response.status)  # nothing to hold: only an error body or a stream's start can refuse
+        if not command.hold or not may_refuse(response.status, event_stream=command.event_stream):
+            return Answered(response.status)
         self.held = held = await hold_until_known(
             response,
             self.wire,
@@ -187,7 +187,7 @@ class Driver:
         """Relay the answer unchanged, reading the upstream's counts on the way to calibrate the estimates."""
         response, held, turn, exchange = self.response, self.held, self.turn, self.exchange
         assert response is not None
-        chunks = response.aiter_raw() if held is None else prepend(held.chunks, held.rest)
+        chunks = None if held is None else prepend(held.chunks, held.rest)  # None: the response's own, as it comes
         prepared = command.prepared
         if prepared is None:  # not a request inflight counted: as it came
             return relay(response, exchange, chunks=chunks)
@@ -214,7 +214,8 @@ class Driver:
             reader.feed(whole)
             counted_by_upstream()
             return relay(response, exchange, body=whole)
-        answer = relay(response, exchange, chunks=tap(chunks, reader.feed, counted_by_upstream))
+        body = chunks if chunks is not None else response.aiter_raw()
+        answer = relay(response, exchange, chunks=tap(body, reader.feed, counted_by_upstream))
         if prepared.report is None:
             return answer
         return reported(answer, self.wire, prepared.report, max_event_bytes=self.limits.max_event_bytes)

@@ -32,6 +32,12 @@ class Held:
     refusal: Refusal | None = None
 
 
+def may_refuse(status: int, *, event_stream: bool) -> bool:
+    """Whether an answer can hold a refusal at all: an error body, or a stream the client asked for. Any other
+    answer is relayed without being held."""
+    return status >= 400 or event_stream
+
+
 async def hold_until_known(
     response: UpstreamResponse,
     wire: WireFormat,
