@@ -1,9 +1,11 @@
 """The real agents' own compaction, fired early, straight to the fake upstream and answered by inflight.
 
-    python -m benchmarks.agent_compaction [--agent claude|codex|both] [--steps 30] [--lines 60]
+    python -m benchmarks.agent_compaction [--agent claude|codex|codex-openai|all] [--steps 30] [--lines 60]
 
 Claude Code's auto-compaction is made to fire at about 22-27k tokens (`CLAUDE_CODE_AUTO_COMPACT_WINDOW=100000`
-with `CLAUDE_AUTOCOMPACT_PCT_OVERRIDE=30`), Codex's at `model_auto_compact_token_limit` 20000, both below
+with `CLAUDE_AUTOCOMPACT_PCT_OVERRIDE=30`), Codex's at `model_auto_compact_token_limit` 20000 (`codex`: with a
+custom provider, its checkpoint prompt; `codex-openai`: with OpenAI as its provider and its remote compaction,
+a `compaction_trigger` item, which the fake upstream does not serve, so that one runs through inflight only), all below
 where inflight compacts in the fake upstream's window (and, in a third run, below where inflight makes summaries
 ahead: `background_at` 0.3). Prints, per run, the steps finished, the agent's compaction requests the upstream
 got, those inflight answered (and of them, those a summary made ahead or in place served), the slowest answer
@@ -33,6 +35,7 @@ from tests.support.upstream import UpstreamApp
 PROMPT = f"Do the {TASK_MARKER}: run the steps one by one."
 CLAUDE_MODEL, CLAUDE_WINDOW = "claude-sonnet-4-5", 55_000
 CODEX_MODEL, CODEX_WINDOW, CODEX_LIMIT = "gpt-5.1-codex", 48_000, 20_000
+AGENTS = ("claude", "codex", "codex-openai")
 EARLY = {"CLAUDE_CODE_AUTO_COMPACT_WINDOW": "100000", "CLAUDE_AUTOCOMPACT_PCT_OVERRIDE": "30"}
 TOTAL_MS = re.compile(r" total_ms=([\d.]+)")
 
@@ -101,6 +104,8 @@ def asks_compaction(body: dict[str, Any], *, claude: bool) -> bool:
     if claude:
         return COMPACTION_REQUEST in text_of(body["messages"][-1].get("content"))
     last = body["input"][-1]
+    if last.get("type") == "compaction_trigger":
+        return True
     return last.get("role") == "user" and CHECKPOINT in orjson.dumps(last.get("content")).decode()
 
 
@@ -113,14 +118,20 @@ def drive(agent: str, base: str, model: str, steps: int) -> str:
     window = CODEX_WINDOW
     url = base if base.endswith("/v1") else f"{base}/v1"
     return run_codex(
-        codex_binary() or "codex", url, PROMPT, model=model, context_window=window, auto_compact_limit=CODEX_LIMIT
+        codex_binary() or "codex",
+        url,
+        PROMPT,
+        model=model,
+        context_window=window,
+        auto_compact_limit=CODEX_LIMIT,
+        openai_provider=agent == "codex-openai",
     ).output
 
 
 def arguments() -> argparse.ArgumentParser:
     """The command line (`tests/test_docs.py` checks each command the docs show against it)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--agent", choices=("claude", "codex", "both"), default="both")
+    parser.add_argument("--agent", choices=(*AGENTS, "all"), default="all")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument(
         "--lines", type=int, default=60, help="lines each step's command prints (60: about 1.4k tokens)"
@@ -130,7 +141,7 @@ def arguments() -> argparse.ArgumentParser:
 
 def main() -> None:
     args = arguments().parse_args()
-    agents = ("claude", "codex") if args.agent == "both" else (args.agent,)
+    agents = AGENTS if args.agent == "all" else (args.agent,)
     runs = [
         ("alone, its own compaction early", False, None),
         ("through inflight", True, None),
@@ -140,6 +151,7 @@ def main() -> None:
         [agent, label, *run(agent, args.steps, lines=args.lines, through=through, background_at=at)]
         for agent in agents
         for label, through, at in runs
+        if through or agent != "codex-openai"  # the fake upstream has no remote compaction of its own
     ]
     header = ["agent", "run", "steps", "its compactions upstream", "answered by inflight", "of them made ahead"]
     header += ["forwarded", "slowest answer"]

@@ -5,11 +5,16 @@ keeps nothing else; Codex keeps the user's messages). A compaction of inflight's
 verbatim tail beside its summary, so the handoff says all three in text: the user's messages from the head
 (unless the agent keeps them), the summary with its ledger, and the tail's turns, each long text cut to its
 head and end so the handoff stays a few thousand tokens.
+
+When the agent compacts again before much has happened, the summary its head already holds is carried over with
+the turns since, and no summarizer is asked (`carried_handoff`): the handoff ends with a marker, so inflight finds
+its own parts again inside whatever the agent wrapped them in.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from inflight.compaction.conversation import Message, describe_call, text_of
 from inflight.compaction.ledger import LEDGER_HEADING
@@ -21,6 +26,8 @@ USER_MESSAGES = "The user's messages at the start of the conversation:\n"
 LATEST_TURNS = "The latest turns, as they happened (long outputs cut):\n"
 LEDGER_CHARS = 1_500  # the ledger below a summary: the agent keeps it in its context from then on
 TAIL_CHARS = 4_000  # all of the tail (about a thousand tokens): past it, its oldest turns go first
+INSTRUCTIONS = "Written following the user's instructions for this summary: "
+END = "[End of the summary]"  # the handoff's last line, so that the next compaction finds where it ends
 
 
 def handoff_text(
@@ -39,33 +46,124 @@ def handoff_text(
     ledger is cut to its head and end. Text in `context_tag` elements is left out: the agent's own context (Claude
     Code's `<system-reminder>`s), which it adds again itself."""
 
-    def text(message: Message) -> str:
-        readable = text_of(message.get("content"))
-        return without_tagged(readable, context_tag) if context_tag else readable
-
     written = [i for i, origin in enumerate(origins) if origin is None]
-    parts: list[str] = []
-    if not keeps_user_messages:
-        asked = [
-            cut(said, MESSAGE_CHARS)
-            for message, origin in zip(messages, origins, strict=True)
-            if origin is not None and origin < head_len and message.get("role") == "user"
-            if (said := users_part(text(message)).strip())
-        ]
-        if asked:
-            parts.append(USER_MESSAGES + "\n\n".join(asked))
-    parts.extend(with_ledger_cut(text(messages[i])) for i in written)
+    users = [] if keeps_user_messages else users_said(messages, origins, head_len, context_tag)
+    summaries = [with_ledger_cut(readable(messages[i], context_tag)) for i in written]
     after_head = (i for i, origin in enumerate(origins) if origin is not None and origin >= head_len)
     start = written[-1] + 1 if written else next(after_head, len(messages))
     recent = [] if keeps_recent_turns and written else messages[start:]
-    tail = [line for message in recent if (line := turn_text(message, text(message)))]
+    tail = turn_lines(recent, context_tag)
     while tail and sum(map(len, tail)) > TAIL_CHARS:
         tail.pop(0)
+    return assembled(users, summaries, tail, instructions)
+
+
+def carried_handoff(
+    messages: Sequence[Message],
+    *,
+    head_len: int,
+    keeps_user_messages: bool,
+    context_tag: str = "",
+    made_ahead: tuple[int, str] | None = None,
+) -> str | None:
+    """The handoff written without asking the summarizer, from the latest summary there is and every turn since.
+
+    That summary is `made_ahead` (the messages up to its cut, and its text), else the summary of an earlier handoff
+    in the head (the agent installed it), else none: only the turns after the head. None when the turns since do not
+    all fit the tail, since what they did would be cut away: a new summary is needed."""
+    if made_ahead is not None:
+        cut, summary = made_ahead
+        earlier = EarlierHandoff(summary, "")
+    else:
+        cut = head_len
+        earlier = next(
+            (
+                found
+                for message in messages[:head_len]
+                if message.get("role") == "user" and (found := EarlierHandoff.within(readable(message, context_tag)))
+            ),
+            EarlierHandoff("", ""),
+        )
+    tail = ([earlier.turns] if earlier.turns else []) + turn_lines(messages[cut:], context_tag)
+    if sum(map(len, tail)) + len(tail) > TAIL_CHARS:
+        return None
+    origins: list[int | None] = list(range(len(messages)))
+    users = [] if keeps_user_messages else users_said(messages, origins, head_len, context_tag)
+    summaries = [with_ledger_cut(earlier.summary)] if earlier.summary else []
+    return assembled(users, summaries, tail, "")
+
+
+@dataclass(frozen=True, slots=True)
+class EarlierHandoff:
+    """The parts of a handoff of ours found in a message: its summary (with its ledger) and its latest turns."""
+
+    summary: str
+    turns: str
+
+    @classmethod
+    def within(cls, text: str) -> EarlierHandoff | None:
+        """The handoff that ends in `text` at our end marker, or None if it holds none."""
+        end = text.rfind(END)
+        if end < 0:
+            return None
+        body = text[:end]
+        said_at = body.rfind(f"\n\n{INSTRUCTIONS}")
+        body = body[:said_at] if said_at >= 0 else body
+        summary_at = body.find(SUMMARY_PREFIX)
+        turns_at = body.find(LATEST_TURNS, max(summary_at, 0))
+        summary = body[summary_at : turns_at if turns_at >= 0 else len(body)] if summary_at >= 0 else ""
+        turns = body[turns_at + len(LATEST_TURNS) :] if turns_at >= 0 else ""
+        return cls(summary.strip(), turns.strip())
+
+
+def handed_over(head: Sequence[Message]) -> tuple[list[Message], str] | None:
+    """A head that holds an earlier handoff of ours (the agent installed it), for the summarizer: the head with that
+    message cut to the user's messages it quoted, and the handoff's summary and latest turns as the note to extend.
+    None if the head holds none. Without this the summarizer would take the earlier work for part of the task."""
+    for index, message in enumerate(head):
+        text = text_of(message.get("content")) if message.get("role") == "user" else ""
+        earlier = EarlierHandoff.within(text)
+        if earlier is None:
+            continue
+        note = "\n\n".join(part for part in (earlier.summary, earlier.turns and LATEST_TURNS + earlier.turns) if part)
+        task = {**message, "content": users_part(text)}
+        return [*head[:index], task, *head[index + 1 :]], note.removeprefix(SUMMARY_PREFIX).strip()
+    return None
+
+
+def assembled(users: list[str], summaries: list[str], tail: list[str], instructions: str) -> str:
+    """A handoff's text from its parts, in order, with the end marker last."""
+    parts = [USER_MESSAGES + "\n\n".join(users)] if users else []
+    parts.extend(summaries)
     if tail:
         parts.append(LATEST_TURNS + "\n".join(tail))
     if instructions:
-        parts.append(f"Written following the user's instructions for this summary: {instructions}")
+        parts.append(INSTRUCTIONS + instructions)
+    parts.append(END)
     return "\n\n".join(parts)
+
+
+def users_said(
+    messages: Sequence[Message], origins: Sequence[int | None], head_len: int, context_tag: str
+) -> list[str]:
+    """The user's messages of the head (of one holding an earlier handoff, the ones it quoted), each cut."""
+    return [
+        cut(said, MESSAGE_CHARS)
+        for message, origin in zip(messages, origins, strict=True)
+        if origin is not None and origin < head_len and message.get("role") == "user"
+        if (said := users_part(readable(message, context_tag)).strip())
+    ]
+
+
+def turn_lines(messages: Sequence[Message], context_tag: str) -> list[str]:
+    """The messages as the tail's lines, one entry a message (empty ones left out)."""
+    return [line for message in messages if (line := turn_text(message, readable(message, context_tag)))]
+
+
+def readable(message: Message, context_tag: str) -> str:
+    """A message's text without the agent's own context elements (`context_tag`), which it adds again itself."""
+    text = text_of(message.get("content"))
+    return without_tagged(text, context_tag) if context_tag else text
 
 
 def users_part(text: str) -> str:
@@ -75,7 +173,8 @@ def users_part(text: str) -> str:
     if start < 0:
         return text
     start += len(USER_MESSAGES)
-    ends = [end for mark in (f"\n\n{SUMMARY_PREFIX}", f"\n\n{LATEST_TURNS}") if (end := text.find(mark, start)) >= 0]
+    marks = (f"\n\n{SUMMARY_PREFIX}", f"\n\n{LATEST_TURNS}", f"\n\n{END}")
+    ends = [end for mark in marks if (end := text.find(mark, start)) >= 0]
     return text[start : min(ends, default=len(text))]
 
 

@@ -32,7 +32,7 @@ from inflight.compaction.background.scheduler import BackgroundSummaries, Elsewh
 from inflight.compaction.compactor import Compactor
 from inflight.compaction.conversation import Conversation
 from inflight.compaction.draft import Budget
-from inflight.compaction.record import Record, RecordStore, best_record, new_compaction_id, with_record
+from inflight.compaction.record import Precomputed, Record, RecordStore, best_record, new_compaction_id, with_record
 from inflight.compaction.stage import Outcome
 from inflight.compaction.stages.precomputed import PRECOMPUTED
 from inflight.metrics.observer import NO_OBSERVER, Observer
@@ -170,8 +170,12 @@ class ConversationCompactions:
     async def summary_ready(self, key: str, digests: Sequence[bytes]) -> bool:
         """Whether a summary made ahead for this conversation is stored and still fits it, so a compaction now needs
         no summarizer call."""
+        return await self.summary_ahead(key, digests) is not None
+
+    async def summary_ahead(self, key: str, digests: Sequence[bytes]) -> Precomputed | None:
+        """The summary made ahead for this conversation, if one is stored and still fits it."""
         record = best_record(await self.records.load(key), digests)
-        return record is not None and record.ahead_usable(digests)
+        return record.ahead if record is not None and record.ahead_usable(digests) else None
 
     @property
     def background(self) -> bool:

@@ -4,7 +4,9 @@ Claude Code asks for its summary with the whole history and one more text block,
 the end of the last user message (after that turn's tool results); it reads the `<summary>` of a text
 answer. Codex (with a custom provider) sends the whole history and then a user message holding only its
 "CONTEXT CHECKPOINT COMPACTION" prompt on `/v1/responses`, and installs the assistant message of the
-answer. A request is recognised only by its structure and a pinned version's prompt
+answer; with OpenAI as its provider it may instead end a request with a `compaction_trigger` item, and
+installs the one `compaction` item it is answered (sealed by inflight, `inflight.formats.compaction_items`).
+A request is recognised only by its structure and a pinned version's prompt
 (`inflight.formats.agent_prompts`); the same words elsewhere (inside a tool result, in a user's own
 question) are not the agent asking, and such a request is forwarded.
 """
@@ -18,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from inflight.formats.agent_prompts import CLAUDE_CODE, CODEX, CheckpointPrompt, SummaryPrompt
+from inflight.formats.agent_prompts import CLAUDE_CODE, CODEX, CODEX_TRIGGER, CheckpointPrompt, SummaryPrompt
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +34,7 @@ class AgentCompaction:
     keeps_user_messages: bool  # the agent keeps the user's messages beside the summary (Codex), so it need not
     context_tag: str = ""  # the element the agent's own context comes in (left out of the handoff: it adds it again)
     keeps_recent_turns: bool = False  # the agent keeps its latest turns after the summary, so the handoff need not
+    wants_item: bool = False  # it is answered with one sealed `compaction` item, not with text
 
 
 def recognised(format_name: str, payload: dict[str, Any]) -> AgentCompaction | None:
@@ -99,11 +102,16 @@ def summary_instructions(prompt: SummaryPrompt, text: str) -> str | None:
 
 
 def codex_compaction(payload: dict[str, Any]) -> AgentCompaction | None:
-    """Codex's: the last input item is a user message of its checkpoint prompt alone, after a history."""
+    """Codex's: the last input item is a user message of its checkpoint prompt alone, or its compaction trigger
+    item, after a history."""
     items = payload.get("input")
     if not isinstance(items, list) or len(items) < 2 or payload.get("previous_response_id"):
         return None
     last = items[-1]
+    agent, trigger = CODEX_TRIGGER
+    if isinstance(last, dict) and last.get("type") == trigger:
+        history = {**payload, "input": items[:-1]}
+        return AgentCompaction(agent, "", history, keeps_user_messages=True, wants_item=True)
     if not isinstance(last, dict) or last.get("role") != "user" or last.get("type", "message") != "message":
         return None
     content = last.get("content")
@@ -124,10 +132,23 @@ def is_checkpoint(prompt: CheckpointPrompt, text: str) -> bool:
 
 
 def answer(
-    format_name: str, text: str, *, model: str, prompt_tokens: int, output_tokens: int, stream: bool
+    format_name: str,
+    text: str,
+    *,
+    model: str,
+    prompt_tokens: int,
+    output_tokens: int,
+    stream: bool,
+    item: dict[str, Any] | None = None,
 ) -> tuple[bytes, bytes]:
     """The answer (its body and content type) an agent installs as its summary: an Anthropic message of one text
-    block, or a response of one assistant message; as a stream if the request asked for one."""
+    block, or a response of one assistant message, or of the one `item` given; as a stream if the request asked
+    for one."""
+    if item is not None:
+        response = {**openai_response("", model=model, prompt_tokens=prompt_tokens, output_tokens=0), "output": [item]}
+        if stream:
+            return events(item_events(response)), b"text/event-stream"
+        return orjson.dumps(response), b"application/json"
     if format_name == "messages":  # Claude Code installs what its answer's `<summary>` block holds
         text = f"<summary>\n{text}\n</summary>"
         message = anthropic_message(text, model=model, prompt_tokens=prompt_tokens, output_tokens=output_tokens)
@@ -226,6 +247,20 @@ def response_events(response: dict[str, Any]) -> list[dict[str, Any]]:
         {"type": "response.output_text.delta", **base, "delta": text},
         {"type": "response.output_text.done", **base, "text": text},
         {"type": "response.content_part.done", **base, "part": {**part, "text": text}},
+        {"type": "response.output_item.done", "output_index": 0, "item": item},
+        {"type": "response.completed", "response": response},
+    ]
+    return [{**event, "sequence_number": n} for n, event in enumerate(named)]
+
+
+def item_events(response: dict[str, Any]) -> list[dict[str, Any]]:
+    """The stream of a response whose output is one finished item (a `compaction` item)."""
+    opening = {**response, "status": "in_progress", "output": [], "usage": None}
+    [item] = response["output"]
+    named: list[dict[str, Any]] = [
+        {"type": "response.created", "response": opening},
+        {"type": "response.in_progress", "response": opening},
+        {"type": "response.output_item.added", "output_index": 0, "item": item},
         {"type": "response.output_item.done", "output_index": 0, "item": item},
         {"type": "response.completed", "response": response},
     ]

@@ -44,7 +44,10 @@ CLAUDE_CODE = (
         reminder="\nREMINDER: Do NOT call any tools. Respond with plain text only",
         ending="Tool calls will be rejected and you will fail the task.",
         context_tag="system-reminder",
-        keeps_recent_turns=True,  # "The messages after this summary are the most recent messages ..., kept verbatim"
+        # Its wrapper says "the messages after this summary are ... kept verbatim", but 2.1.328 keeps none of the
+        # turns it summarized (its next request holds only the summary and the turn that was under way): the
+        # handoff carries them.
+        keeps_recent_turns=False,
     ),
 )
 
@@ -60,3 +63,7 @@ CODEX = (
         ),
     ),
 )
+
+# Codex's remote compaction (`remote_compaction_v2`, with OpenAI as its provider): an otherwise normal request whose
+# last input item is of this type, answered with exactly one `compaction` item.
+CODEX_TRIGGER = ("codex remote compaction", "compaction_trigger")

@@ -107,32 +107,35 @@ class Driver:
                 if self.archive is not None and command.archived is not None:
                     self.archive.turn(*command.archived, status=command.status)
                 return own_answer(command.body, self.exchange, status=command.status, content_type=command.content_type)
-            if isinstance(command, Prepare) and command.keepalive_after is not None:
-                preparing = asyncio.ensure_future(self._prepare(command))
+            waits = isinstance(command, Prepare | Summarize) and command.keepalive_after is not None
+            if waits and not self.identity:  # a compaction or summary that may take long, and no stream begun yet
+                assert isinstance(command, Prepare | Summarize) and command.keepalive_after is not None
+                working = asyncio.ensure_future(self._do(command))
                 try:
-                    await asyncio.wait_for(asyncio.shield(preparing), command.keepalive_after)
-                except TimeoutError:  # still compacting: begin the stream, and keep it alive until it is sent
+                    await asyncio.wait_for(asyncio.shield(working), command.keepalive_after)
+                except TimeoutError:  # still working: begin the stream, and keep it alive until it is sent
                     self.identity = True  # the headers go out now, with no Content-Encoding: the upstream sends none
-                    work = asyncio.ensure_future(self._after(preparing))
+                    work = asyncio.ensure_future(self._after(working))
                     return KeepAlive(work, command.keepalive_after, self.exchange, self.wire)
                 except BaseException:
-                    preparing.cancel()
+                    working.cancel()
                     raise
-                event: Event = preparing.result()
+                event: Event = working.result()
             else:
                 event = await self._do(command)
             command = self.turn.send(event)
             if isinstance(event, Answered) and not isinstance(command, RelayCommand | ReadAnswer):
                 await self._close()  # refused: not kept open while the retry is compacted
 
-    async def _after(self, preparing: asyncio.Future[Prepared]) -> Relay:
-        """The rest of the turn once the compaction a keep-alive stream waited for is done."""
+    async def _after(self, working: asyncio.Future[Event]) -> Relay:
+        """The rest of the turn once the compaction (or the agent's summary) a keep-alive stream waited for is done:
+        the upstream's answer, or inflight's own."""
         try:
-            answer = await self._carry_out(self.turn.send(await preparing))
+            answer = await self._carry_out(self.turn.send(await working))
         except BaseException:
             await self._close()
             raise
-        assert isinstance(answer, Relay)  # only the first compaction may begin a keep-alive stream
+        assert isinstance(answer, Relay)  # a stream once begun is not begun again (`identity` is set)
         return answer
 
     async def _do(self, command: Command) -> Event:

@@ -57,7 +57,8 @@ def used_by(report: TurnReport, *, status: int) -> ClientUsage:
         usage.client_tokens, usage.upstream_tokens = sent.tokens_before, sent.tokens_after
     elif window is not None:
         usage.client_tokens = usage.upstream_tokens = window.prompt_tokens
-    usage.saved_tokens = usage.client_tokens - usage.upstream_tokens
+    # A forced compaction of a short history can come out longer than it went in: that saved nothing.
+    usage.saved_tokens = max(usage.client_tokens - usage.upstream_tokens, 0)
     if report.cache is not None and not report.shadow_mode:
         usage.cost_units = report.cache.cost or 0
         usage.cost_units_client = report.cache.cost_client or 0

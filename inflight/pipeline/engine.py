@@ -22,7 +22,7 @@ from inflight.compaction import Budget, Conversation, ConversationCompactions, O
 from inflight.compaction.actions import Action
 from inflight.compaction.background.scheduler import BackgroundSummaries
 from inflight.compaction.prefix import CacheTurn, PrefixTracker, SentRequest, view_ids
-from inflight.compaction.record import shadow_key
+from inflight.compaction.record import Precomputed, shadow_key
 from inflight.config import Compaction, ModelSettings, Prices, Settings
 from inflight.errors import ProxyError
 from inflight.formats import UNROUTED, Target, WireFormat
@@ -412,6 +412,13 @@ class Pipeline:
             return False
         key = key_of(counted, options, max_chars=self._max_key_chars)
         return await self._compactions.summary_ready(key, counted.count.digests)
+
+    async def summary_ahead(self, counted: Counted, options: Options) -> Precomputed | None:
+        """The summary made ahead for this request's conversation, if one is ready (never in shadow mode)."""
+        if not self.compacts(counted, options):
+            return None
+        key = key_of(counted, options, max_chars=self._max_key_chars)
+        return await self._compactions.summary_ahead(key, counted.count.digests)
 
     def plans(self, counted: Counted, options: Options) -> bool:
         """Whether this request's compaction is planned, either to be sent or, in shadow mode, only reported."""

@@ -18,7 +18,9 @@ import xxhash
 
 from inflight.compaction import head_length
 from inflight.compaction.actions import Action
-from inflight.compaction.handoff import handoff_text
+from inflight.compaction.handoff import LEDGER_CHARS, carried_handoff, handoff_text
+from inflight.compaction.record import Precomputed
+from inflight.compaction.summary_job import SUMMARY_PREFIX
 from inflight.formats.agent_compaction import AgentCompaction
 from inflight.offload import call_sized
 from inflight.pipeline.accounting import Accounting, Counted
@@ -36,6 +38,7 @@ class Handoff:
     tokens: int  # the text's tokens, by our count
     prepared: Prepared
     accounting: Accounting
+    actions: tuple[Action, ...] = ()  # what served it beyond the compaction in `prepared` (a summary made ahead)
 
 
 async def handoff_for(pipeline: Pipeline, counted: Counted, options: Options, asked: AgentCompaction) -> Handoff | str:
@@ -54,19 +57,34 @@ async def made_handoff(pipeline: Pipeline, counted: Counted, options: Options, a
     history = await call_sized(lambda: pipeline.count(raw, asked.history, counted.wire, tenant=options.tenant), size)
     if history is None:
         return "unreadable"
+    accounting = pipeline.account(history, tenant=options.tenant)
+    messages = history.request.messages
+    if not asked.instructions:  # little has happened since the last summary: no summarizer call
+        ahead = await pipeline.summary_ahead(history, options)
+        summaries = [made_ahead(ahead), None] if ahead is not None else [None]
+        for summary in summaries:
+            carried = carried_handoff(
+                messages,
+                head_len=head_length(messages),
+                keeps_user_messages=asked.keeps_user_messages,
+                context_tag=asked.context_tag,
+                made_ahead=summary,
+            )
+            if carried is not None:  # the history goes nowhere: it is reported as sent untouched
+                untouched = await pipeline.prepare(history, accounting, replace(options, mode=Mode.OFF))
+                served = (Action.SUMMARY_PRECOMPUTED,) if summary is not None else ()
+                return Handoff(carried, pipeline.text_tokens(counted.model, carried), untouched, accounting, served)
     forced = replace(options, mode=Mode.FORCE, agent_compaction=True, summary_instructions=asked.instructions)
     if asked.instructions:  # a summary of its own, which the summarizer writes with the instructions
         key = key_of(history, options)
         name = (key.rpartition("#")[0] if "#" in key else key).removeprefix("session:")  # its scope is added again
         digest = xxhash.xxh3_64_hexdigest(asked.instructions.encode("utf-8", "surrogatepass"))
         forced = replace(forced, session=f"{name}/instructions:{digest}")
-    accounting = pipeline.account(history, tenant=options.tenant)
     prepared = await pipeline.prepare(history, accounting, forced)
     outcome = prepared.outcome
     if prepared.shadow or Action.ERROR in prepared.plan.actions:
         return "error"
     if outcome is None or not prepared.rewritten:  # nothing before the latest turns to summarize: they are the handoff
-        messages = history.request.messages
         origins: list[int | None] = list(range(len(messages)))
         text = handoff_text(
             messages,
@@ -88,3 +106,9 @@ async def made_handoff(pipeline: Pipeline, counted: Counted, options: Options, a
             context_tag=asked.context_tag,
         )
     return Handoff(text, pipeline.text_tokens(counted.model, text), prepared, accounting)
+
+
+def made_ahead(ahead: Precomputed) -> tuple[int, str]:
+    """A summary made ahead as the handoff needs it: the messages it covers, and its text with its ledger."""
+    ledger = ahead.ledger.render(LEDGER_CHARS) if ahead.ledger is not None else ""
+    return ahead.cut, "\n\n".join(part for part in (f"{SUMMARY_PREFIX}\n{ahead.text.strip()}", ledger) if part)

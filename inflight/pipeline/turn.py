@@ -11,12 +11,14 @@ log line. Once the answer is relayed, `answered_usage` tells the turn what the u
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Generator
 from dataclasses import dataclass, replace
 
 from inflight.compaction.actions import Action
 from inflight.compaction.report import Plan, TurnReport
 from inflight.formats.agent_compaction import AgentCompaction, answer, recognised
+from inflight.formats.responses import Responses
 from inflight.pipeline.accounting import Accounting, Counted
 from inflight.pipeline.engine import Options, Pipeline
 from inflight.pipeline.handoff import Handoff
@@ -102,6 +104,7 @@ class Summarize:
     counted: Counted
     options: Options
     asked: AgentCompaction
+    keepalive_after: float | None = None  # as for `Prepare`: a streaming agent is kept waiting with comments
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,12 +280,21 @@ class Turn(Steps):
         if not self.compacts:
             self.shadow_answered = True
             return False
-        made = yield Summarize(counted, self.options, asked)
+        item_key = counted.wire.item_key if asked.wants_item and isinstance(counted.wire, Responses) else None
+        if asked.wants_item and item_key is None:  # no key to seal its item with: the upstream compacts
+            self._fields["agent_compaction_answer"] = "forwarded:no-item-key"
+            return False
+        keepalive = self.pipeline.keepalive_after(counted.model) if counted.streams else None
+        made = yield Summarize(counted, self.options, asked, keepalive)
         assert isinstance(made, Summarized)
         handoff = made.handoff
         if isinstance(handoff, str):
             self._fields["agent_compaction_answer"] = f"forwarded:{handoff}"
             return False
+        item = None
+        if item_key is not None:  # sealed for this client, as inflight's answers to `/responses/compact` are
+            sealed = item_key.seal(handoff.text, tenant=self.options.tenant)
+            item = {"type": "compaction", "id": f"cmp_{uuid.uuid4().hex}", "encrypted_content": sealed}
         body, content_type = answer(
             counted.wire.spec.name,
             handoff.text,
@@ -290,9 +302,11 @@ class Turn(Steps):
             prompt_tokens=self.accounting.prompt_tokens,
             output_tokens=handoff.accounting.calibrated(handoff.tokens),
             stream=counted.streams,
+            item=item,
         )
         compacted = handoff.prepared.plan  # the compaction of the history the summary came from
-        actions = (Action.ANSWERED_COMPACTION, *(action for action in compacted.actions if action != Action.NONE))
+        done = (*handoff.actions, *compacted.actions)
+        actions = (Action.ANSWERED_COMPACTION, *(action for action in done if action != Action.NONE))
         tokens = handoff.accounting.calibrated(handoff.tokens)
         plan = Plan(actions, self.accounting.prompt_tokens, tokens, compacted.compaction_id)
         self.report = TurnReport(window=self.accounting.window(), sent=plan)

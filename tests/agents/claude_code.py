@@ -63,19 +63,27 @@ def run_claude(
     timeout_s: float = 600,
     env: dict[str, str] | None = None,
     arguments: tuple[str, ...] = (),
+    then: tuple[str, ...] = (),
 ) -> ClaudeRun:
     """`claude -p PROMPT` against `base_url` (an origin, no `/v1`); `own_compaction`: leave Claude Code's
-    auto-compaction on; `env`: more variables (where its auto-compaction fires); `arguments`: more flags."""
+    auto-compaction on; `env`: more variables (where its auto-compaction fires); `arguments`: more flags;
+    `then`: more prompts, each in the same session resumed (`--continue`), as a user types `/compact` later.
+    The run's code is the first that failed (else 0), its output all of theirs."""
     with tempfile.TemporaryDirectory() as home, tempfile.TemporaryDirectory() as workdir:
-        command = [binary, "-p", prompt, "--output-format", "stream-json", "--verbose"]
-        command += ["--dangerously-skip-permissions", "--model", model, *arguments]
-        done = subprocess.run(
-            command,
-            cwd=workdir,
-            env=claude_environment(home, base_url, own_compaction=own_compaction) | (env or {}),
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-        )
-    return ClaudeRun(done.returncode, done.stdout + done.stderr)
+        returncode, output = 0, ""
+        for n, said in enumerate((prompt, *then)):
+            command = [binary, "-p", said, "--output-format", "stream-json", "--verbose"]
+            command += ["--dangerously-skip-permissions", "--model", model, *arguments]
+            command += ["--continue"] if n else []
+            done = subprocess.run(
+                command,
+                cwd=workdir,
+                env=claude_environment(home, base_url, own_compaction=own_compaction) | (env or {}),
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+            )
+            returncode = returncode or done.returncode
+            output += done.stdout + done.stderr
+    return ClaudeRun(returncode, output)

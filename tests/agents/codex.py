@@ -44,21 +44,32 @@ def run_codex(
     context_window: int | None = None,
     auto_compact_limit: int | None = None,
     timeout_s: float = 600,
+    openai_provider: bool = False,
 ) -> CodexRun:
     """`codex exec PROMPT` against `base_url`; `model` None: Codex's default (code mode). `context_window` and
     `auto_compact_limit` (tokens) are what Codex believes the window is and where it compacts by itself;
-    None keeps each out of reach."""
+    None keeps each out of reach. `openai_provider`: Codex's own OpenAI provider pointed at `base_url`, with its
+    remote compaction (`remote_compaction_v2`: a compaction trigger item at the end of a request) turned on,
+    instead of a custom provider (whose compaction is a request of its checkpoint prompt)."""
     window = OUT_OF_REACH_WINDOW if context_window is None else context_window
     limit = OUT_OF_REACH_LIMIT if auto_compact_limit is None else auto_compact_limit
     with tempfile.TemporaryDirectory() as home, tempfile.TemporaryDirectory() as workdir:
         config = f'model = "{model}"\n' if model else ""
-        config += f"""model_provider = "inflight-test"
-approval_policy = "never"
+        config += f"""approval_policy = "never"
 sandbox_mode = "danger-full-access"
 model_context_window = {window}
 model_auto_compact_token_limit = {limit}
 tool_output_token_limit = 100000
+"""
+        if openai_provider:
+            config += f"""openai_base_url = "{base_url}"
 
+[features]
+remote_compaction_v2 = true
+"""
+        else:
+            config = f"""model_provider = "inflight-test"
+{config}
 [model_providers.inflight-test]
 name = "inflight test"
 base_url = "{base_url}"
@@ -68,6 +79,8 @@ supports_websockets = false
 """
         Path(home, "config.toml").write_text(config)
         env = {**os.environ, "CODEX_HOME": home, "INFLIGHT_TEST_KEY": "sk-dummy", "NO_COLOR": "1"}
+        if openai_provider:
+            env |= {"OPENAI_API_KEY": "sk-dummy", "OPENAI_BASE_URL": base_url}
         done = subprocess.run(
             [binary, "exec", "--skip-git-repo-check", prompt],
             cwd=workdir,

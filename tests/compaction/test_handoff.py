@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from inflight.compaction.handoff import TAIL_CHARS, handoff_text
+from inflight.compaction.handoff import END, TAIL_CHARS, carried_handoff, handed_over, handoff_text
 
 SUMMARY = {"role": "user", "content": "[Previous conversation summary]\nThe parser is fixed."}
 
@@ -25,10 +25,11 @@ def compacted() -> tuple[list[dict[str, Any]], list[int | None]]:
 def test_the_handoff_holds_the_task_the_summary_and_the_latest_turn_cut() -> None:
     messages, origins = compacted()
     text = handoff_text(messages, origins, head_len=2, keeps_user_messages=False)
-    task, summary, tail = text.split("\n\n", 2)
+    task, summary, tail = text.removesuffix(f"\n\n{END}").split("\n\n", 2)
     assert task.endswith("Fix the parser in src/app.py.") and "You are an agent." not in text
     assert summary == SUMMARY["content"]
     assert "Running the tests." in tail and 'bash(cmd="pytest -q")' in tail and tail.endswith("3 passed")
+    assert text.endswith(END)
     assert "characters cut" in tail and len(tail) < 1_500
 
 
@@ -36,7 +37,7 @@ def test_an_agent_that_keeps_the_users_messages_gets_no_copy_and_instructions_ar
     messages, origins = compacted()
     text = handoff_text(messages, origins, head_len=2, keeps_user_messages=True, instructions="focus on tests")
     assert "Fix the parser" not in text and text.startswith(SUMMARY["content"])
-    assert text.endswith("instructions for this summary: focus on tests")
+    assert text.endswith(f"instructions for this summary: focus on tests\n\n{END}")
 
 
 def test_with_nothing_summarized_the_turns_after_the_head_follow_the_task() -> None:
@@ -69,3 +70,57 @@ def test_a_handoff_installed_as_the_head_gives_only_its_users_messages_to_the_ne
     second = handoff_text(messages, origins, head_len=2, keeps_user_messages=False)
     assert second.count("Fix the parser in src/app.py.") == 1 and second.count("This session") == 0
     assert second.count(SUMMARY["content"]) == 1
+
+
+def step(n: int) -> list[dict[str, Any]]:
+    """One turn: the assistant runs a command and its output comes back."""
+    call = {"id": f"c{n}", "type": "function", "function": {"name": "bash", "arguments": f'{{"cmd": "step {n}"}}'}}
+    return [
+        {"role": "assistant", "content": f"Running step {n}.", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": f"c{n}", "content": f"output of step {n}\n" + "y" * 900 + f"\nSTEP {n} DONE"},
+    ]
+
+
+def installed(handoff: str) -> dict[str, Any]:
+    """The message an agent starts its new conversation with: its own words around the handoff it was given."""
+    return {"role": "user", "content": f"This session is being continued.\nSummary:\n{handoff}\n\nContinue the work."}
+
+
+def test_a_few_turns_after_an_earlier_handoff_are_carried_with_its_summary_and_no_summarizer() -> None:
+    messages, origins = compacted()
+    first = handoff_text(messages, origins, head_len=2, keeps_user_messages=False)
+    later = [installed(first), *step(1), *step(2)]
+    text = carried_handoff(later, head_len=1, keeps_user_messages=False)
+    assert text is not None and text.endswith(END)
+    assert text.count("Fix the parser in src/app.py.") == 1 and text.count(SUMMARY["content"]) == 1
+    assert "This session is being continued" not in text and "Continue the work" not in text
+    # the earlier handoff's latest turn, then the new ones, in order, nothing nested
+    assert text.index("Running the tests.") < text.index("Running step 1.") < text.index("Running step 2.")
+    assert "STEP 2 DONE" in text and text.count(END) == 1
+
+
+def test_turns_that_no_longer_fit_the_tail_are_not_carried_but_summarized() -> None:
+    messages, origins = compacted()
+    first = handoff_text(messages, origins, head_len=2, keeps_user_messages=False)
+    turns = [message for n in range(1, 20) for message in step(n)]
+    assert carried_handoff([installed(first), *turns], head_len=1, keeps_user_messages=False) is None
+
+
+def test_a_summary_made_ahead_stands_for_the_messages_up_to_its_cut() -> None:
+    messages = [{"role": "user", "content": "Fix the parser."}, *step(1), *step(2), *step(3)]
+    made = (3, "[Previous conversation summary]\nSteps 1 done.")
+    text = carried_handoff(messages, head_len=1, keeps_user_messages=False, made_ahead=made)
+    assert text is not None and "Steps 1 done." in text and "Fix the parser." in text
+    assert "Running step 1." not in text and "Running step 2." in text and "Running step 3." in text
+
+
+def test_the_summarizer_extends_an_earlier_handoff_instead_of_taking_it_for_the_task() -> None:
+    messages, origins = compacted()
+    first = handoff_text(messages, origins, head_len=2, keeps_user_messages=False)
+    head = [{"role": "system", "content": "You are an agent."}, installed(first)]
+    handed = handed_over(head)
+    assert handed is not None
+    task, note = handed
+    assert task[0] == head[0] and task[1]["content"].strip() == "Fix the parser in src/app.py."
+    assert note.startswith("The parser is fixed.") and "Running the tests." in note and END not in note
+    assert handed_over([{"role": "user", "content": "Fix the parser."}]) is None

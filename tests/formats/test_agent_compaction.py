@@ -127,3 +127,16 @@ def test_the_answers_are_in_each_apis_shape_with_usage() -> None:
     assert kind == b"text/event-stream" and events[-1]["type"] == "response.completed"
     assert events[-1]["response"]["output"][0]["content"][0]["text"] == "the handoff"
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
+
+
+def test_codexs_compaction_trigger_is_recognised_only_as_the_last_item_of_a_history_kept_here() -> None:
+    history = [{"type": "message", "role": "user", "content": "Fix it."}, {"type": "function_call_output"}]
+    trigger = {"type": "compaction_trigger"}
+    asked = recognised("responses", {"model": "gpt-5.5", "input": [*history, trigger]})
+    assert asked is not None and asked.wants_item and asked.history["input"] == history
+    assert recognised("responses", {"model": "gpt-5.5", "input": [history[0], trigger, history[1]]}) is None
+    stored = {"model": "gpt-5.5", "input": [*history, trigger], "previous_response_id": "resp_1"}
+    assert recognised("responses", stored) is None  # the history is the upstream's: it compacts it
+    item = {"type": "compaction", "id": "cmp_1", "encrypted_content": "inflight2.x"}
+    body, kind = answer("responses", "", model="gpt-5.5", prompt_tokens=9, output_tokens=0, stream=False, item=item)
+    assert kind == b"application/json" and orjson.loads(body)["output"] == [item]

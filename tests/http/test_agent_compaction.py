@@ -94,8 +94,8 @@ def test_claude_codes_compaction_is_answered_from_the_summary_made_ahead_without
     [block] = reply.content
     assert block.type == "text" and block.text.startswith("<summary>") and block.text.endswith("</summary>")
     assert "Summary number 1" in block.text and "Do the FAKE-TASK" in block.text  # the summary, and the task
-    # Claude Code keeps its latest turns after the summary itself: the handoff does not repeat them
-    assert f"STEP {len(messages) // 2} DONE" not in block.text and len(block.text) < 8_000
+    # Claude Code keeps none of the turns it asked to summarize: the handoff carries those after the summary's cut
+    assert f"STEP {len(messages) // 2} DONE" in block.text and len(block.text) < 8_000
     assert reply.usage.input_tokens > 0 and reply.usage.output_tokens > 0 and reply.stop_reason == "end_turn"
     assert "agent_compaction=claude-code\\x202.1.328" in line and "agent_compaction_answer=answered" in line
 
@@ -130,7 +130,7 @@ def test_codexs_checkpoint_request_is_answered_with_one_assistant_message_throug
     app, url = upstream
     app.responses.agent = TaskAgent(steps=60)
     prompt = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": CODEX_PROMPT}]}
-    items = agent_items(8, lines=10)
+    items = agent_items(12, lines=10)  # too many turns to carry in the handoff's tail: a summary is made
     with start_proxy(url, models={CODEX_MODEL: {"context_window": WINDOW}}) as proxy_url:
         client = openai.OpenAI(base_url=proxy_url, api_key="sk-test", max_retries=0)
         raw = client.responses.with_raw_response.create(
@@ -144,7 +144,7 @@ def test_codexs_checkpoint_request_is_answered_with_one_assistant_message_throug
     [message] = completed.response.output
     assert message.type == "message" and message.role == "assistant"
     text = message.content[0].text
-    assert "Summary number 1" in text and "STEP 8 DONE" in text
+    assert "Summary number 1" in text and "STEP 12 DONE" in text
     assert "Do the FAKE-TASK" not in text  # Codex keeps the user's messages itself
     assert completed.response.usage is not None and completed.response.usage.output_tokens > 0
 
@@ -199,7 +199,7 @@ def test_the_answered_compaction_is_archived_and_marked_as_such(
     upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
 ) -> None:
     app, url = upstream
-    body = {"model": MODEL, "max_tokens": 8_000, "tools": TOOLS, "messages": asking(agent_messages(6))}
+    body = {"model": MODEL, "max_tokens": 8_000, "tools": TOOLS, "messages": asking(agent_messages(10))}
     config = {"models": {MODEL: {"context_window": WINDOW}}, "archive": {"enabled": True}}
     with start_proxy(url, **config) as proxy_url:
         response = httpx.post(f"{proxy_url}/messages", json=body, headers=SESSION, timeout=30)
@@ -235,3 +235,91 @@ def test_the_compact_endpoint_is_answered_at_once_when_a_summary_was_made_ahead(
     assert [item["type"] for item in response.json()["output"]].count("compaction") == 1
     assert not [r for r in app.requests if r.path.endswith("/compact")]  # the upstream was never asked
     assert app.summary_count == 1
+
+
+def test_a_compaction_soon_after_the_last_carries_its_summary_and_asks_the_summarizer_nothing(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    """Claude Code installs the handoff as the start of its new conversation, runs two steps and compacts again:
+    the answer is the earlier summary and every turn since, with no summarizer call."""
+    app, url = upstream
+    history = agent_messages(12)
+    with start_proxy(url, models={MODEL: {"context_window": WINDOW}}) as proxy_url:
+        body = {"model": MODEL, "max_tokens": 8_000, "tools": TOOLS, "messages": asking(history)}
+        first = httpx.post(f"{proxy_url}/messages", json=body, headers=SESSION, timeout=30).json()
+        handoff = first["content"][0]["text"].removeprefix("<summary>\n").removesuffix("\n</summary>")
+        installed = {"role": "user", "content": f"This session is being continued.\n\nSummary:\n{handoff}\n\nGo on."}
+        later = [installed, *agent_messages(14)[25:]]  # steps 13 and 14, after the summary
+        body = {"model": MODEL, "max_tokens": 8_000, "tools": TOOLS, "messages": asking(later)}
+        response = httpx.post(f"{proxy_url}/messages", json=body, headers=SESSION, timeout=30)
+    assert app.messages_requests() == [] and len(app.summaries) == 1  # only the first compaction's summary
+    assert response.status_code == 200 and response.headers["x-inflight-actions"] == "answered-compaction"
+    text = response.json()["content"][0]["text"]
+    assert text.count("Summary number 1") == 1 and text.count("Do the FAKE-TASK") == 1
+    assert "STEP 12 DONE" in text and "STEP 13 DONE" in text and "STEP 14 DONE" in text
+    assert "This session is being continued" not in text  # the agent's own words around the handoff are not nested
+
+
+def test_codexs_compaction_trigger_is_answered_with_one_sealed_compaction_item_that_opens_on_the_next_turn(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    """Codex with OpenAI as its provider (`remote_compaction_v2`) ends a request with a `compaction_trigger` item and
+    installs the one `compaction` item it is answered; inflight seals its summary into it and opens it again."""
+    app, url = upstream
+    app.responses.agent = TaskAgent(steps=60)
+    items = agent_items(12, lines=10)
+    trigger = {"type": "compaction_trigger"}
+    beta = {"x-codex-beta-features": "remote_compaction_v2"}
+    with start_proxy(url, models={CODEX_MODEL: {"context_window": WINDOW}}) as proxy_url:
+        client = openai.OpenAI(base_url=proxy_url, api_key="sk-test", max_retries=0)
+        raw = client.responses.with_raw_response.create(
+            model=CODEX_MODEL,
+            input=cast(Any, [*items, trigger]),
+            tools=RESPONSES_TOOLS,
+            store=False,
+            stream=True,
+            extra_headers=beta,
+        )
+        events: list[Any] = list(raw.parse())
+        assert app.responses_requests() == [] and len(app.summaries) == 1  # answered here, from one summary
+        assert raw.headers["x-inflight-actions"].startswith("answered-compaction")
+        completed = events[-1]
+        assert completed.type == "response.completed"
+        [item] = [event.item for event in events if event.type == "response.output_item.done"]
+        output = [entry.model_dump() if hasattr(entry, "model_dump") else entry for entry in completed.response.output]
+        assert [entry["type"] for entry in output] == ["compaction"]
+        sealed = output[0]["encrypted_content"]
+        assert sealed.startswith("inflight2.") and "Summary number 1" not in sealed and item.type == "compaction"
+        users = [entry for entry in items if entry.get("role") == "user"]  # Codex keeps the user's messages
+        step = agent_items(13, lines=10)[-2:]  # its next call and output
+        client.responses.create(
+            model=CODEX_MODEL, input=cast(Any, [*users, output[0], *step]), tools=RESPONSES_TOOLS, store=False
+        )
+    sent = app.responses_requests()[-1].body.decode()
+    assert "Summary number 1" in sent and "inflight2." not in sent  # opened for the upstream, which never sees it
+
+
+def test_a_streamed_compaction_request_waiting_for_its_summary_is_kept_alive_then_answered(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    """With `summarize.keepalive_after_s`, a streaming agent waiting for the summary its compaction needs gets its
+    stream's headers and comment lines at once (so it does not time out), then the answer as usual."""
+    app, url = upstream
+    app.summarizer_delay = 1.0  # the summary takes at least a second: the keep-alive comes first, whatever the load
+    config: dict[str, Any] = {
+        "models": {MODEL: {"context_window": WINDOW}},
+        "compaction": {"summarize": {"keepalive_after_s": 0.2}},
+    }
+    body = {"model": MODEL, "max_tokens": 8_000, "tools": TOOLS, "messages": asking(agent_messages(12)), "stream": True}
+    with start_proxy(url, **config) as proxy_url:
+        with httpx.stream("POST", f"{proxy_url}/messages", json=body, headers=SESSION, timeout=30) as response:
+            raw = b"".join(response.iter_bytes())
+            headers = response.headers
+        with client_for(proxy_url) as client:  # the SDK reads such a stream as any other
+            kwargs: dict[str, Any] = {"model": MODEL, "max_tokens": 8_000, "tools": TOOLS, "extra_headers": SESSION}
+            with client.messages.stream(messages=as_params(asking(agent_messages(12))), **kwargs) as events:
+                reply = events.get_final_message()
+    assert app.messages_requests() == [] and headers["content-type"].startswith("text/event-stream")
+    assert raw.startswith(b": inflight is compacting") and b"event: message_stop" in raw
+    assert b"<summary>" in raw and b"Summary number 1" in raw
+    assert reply.content[0].type == "text" and reply.content[0].text.startswith("<summary>")

@@ -260,3 +260,31 @@ def test_one_tenant_cannot_take_every_background_slot(
         released.set()
     assert held["queued"] == 1 and held["refused"] == 2  # its share: one running, one queued
     assert "summary-precomputed" in second.headers["x-inflight-actions"].split(",")
+
+
+def test_a_conversation_restarted_under_the_same_session_keeps_the_summary_made_ahead_for_it(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    """An agent that compacts by itself starts a new, shorter conversation under the same session, beside the
+    record of its old one. A summary made ahead for the new one is found on its next turn, not made again."""
+    app, url = upstream
+    session = {"x-inflight-session": "one-session"}
+    old = conversation_at(0.9)
+    restarted = [dict(message) for message in conversation_at(0.62)]
+    restarted[1] = {"role": "user", "content": "Summary of the work so far: the test is found. Go on."}
+    with start_proxy(url, **CONFIG) as proxy_url:
+        post(proxy_url, old, **session)  # compacted: a record of the old conversation, longer than the new one
+        wait_until(lambda: jobs(proxy_url)["running"] == 0 and jobs(proxy_url)["queued"] == 0)
+        before = jobs(proxy_url)["started"]
+        post(proxy_url, restarted, **session)
+        wait_until(lambda: jobs(proxy_url)["started"] == before + 1 and jobs(proxy_url)["running"] == 0)
+        wait_until(lambda: jobs(proxy_url)["queued"] == 0)
+        summaries = app.summary_count
+        post(proxy_url, [*restarted, {"role": "user", "content": "Go on."}], **session)
+        post(
+            proxy_url,
+            [*restarted, {"role": "user", "content": "Go on."}, {"role": "user", "content": "Next."}],
+            **session,
+        )
+        after = jobs(proxy_url)["started"]
+    assert after == before + 1 and app.summary_count == summaries  # one summary made ahead for it, used as is

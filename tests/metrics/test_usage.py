@@ -14,7 +14,7 @@ from inflight.compaction.actions import Action
 from inflight.compaction.report import CacheFigures, Plan, TurnReport, Window
 from inflight.http.exchange import Exchange
 from inflight.metrics.prometheus import Metrics
-from inflight.metrics.usage import OTHER
+from inflight.metrics.usage import OTHER, used_by
 from inflight.policy.tenants import tenant_of
 from tests.compaction.test_compactor import agent_conversation
 from tests.conftest import ProxyFactory
@@ -135,3 +135,11 @@ def test_the_client_label_stays_bounded_under_ten_thousand_keys_and_the_totals_s
     report = metrics.usage.report(limit=5)
     assert set(report["clients"]) == {client[:16] for client in heavy}
     assert report["total"]["client_tokens"] == total
+
+
+def test_a_compaction_that_came_out_longer_saved_nothing_rather_than_a_negative_count() -> None:
+    """A forced compaction of a short history (an agent's own compaction request) can add more than it removes:
+    the client's savings stay at zero, which a Prometheus counter can take (it never goes down)."""
+    grown = TurnReport(window=Window(900, 8000, 6000), sent=Plan((Action.SUMMARIZE,), 900, 1100))
+    usage = used_by(grown, status=200)
+    assert (usage.client_tokens, usage.upstream_tokens, usage.saved_tokens) == (900, 1100, 0)

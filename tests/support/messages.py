@@ -49,7 +49,7 @@ import tiktoken
 from inflight.tokens import load_encoding
 from inflight.tokens.media import image_size
 from tests.support.billing import Bill
-from tests.support.responses import STEP_DONE, TASK_MARKER, TaskAgent, sign, verified
+from tests.support.responses import STEP_DONE, TASK_MARKER, TaskAgent, last_step, sign, verified
 
 MAX_BREAKPOINTS = 4
 LOOKBACK_BLOCKS = 20  # how far before a breakpoint Anthropic looks for an earlier cache entry
@@ -172,7 +172,8 @@ class CacheUsage:
 class MessagesTaskAgent:
     """A scripted agent: `steps` shell commands (those of the Responses fake's `TaskAgent`), each printing
     `output_lines` lines, then a final answer. It finds the step it is at from the latest tool result
-    (`STEP n DONE`) and fails loudly (a message saying so) if the task is gone from the conversation."""
+    (`STEP n DONE`), or with none, from the summary it starts from; it fails loudly (a message saying so) if the
+    task is gone from the conversation."""
 
     steps: int = 30
     output_lines: int = 200
@@ -189,7 +190,12 @@ class MessagesTaskAgent:
             return [text_block(side_answer(payload))]
         if TASK_MARKER not in orjson.dumps(messages).decode():
             return [text_block(f"I no longer know my task ({TASK_MARKER} is gone).")]
-        done = [int(n) for n in STEP_DONE.findall(latest_tool_result(messages))]
+        result = latest_tool_result(messages)
+        if result:
+            done = [int(n) for n in STEP_DONE.findall(result)]
+        else:  # a conversation that starts afresh from a summary: where it stands is in the summary's text
+            summarized = last_step(text_of(messages[-1].get("content")), self.steps) if messages else 0
+            done = [summarized] if summarized else []
         step = (max(done) if done else 0) + 1
         content: list[dict[str, Any]] = []
         if thinking_enabled(payload):

@@ -156,16 +156,19 @@ def last_user_text(items: list[Any]) -> str:
 
 
 def steps_done(items: list[Any]) -> int:
-    """The steps done, from whichever comes last: a tool output (its `STEP n DONE`) or the agent's own summary
-    of a compaction ("steps 1 to n are done")."""
+    """The steps done, from whichever comes last: a tool output (its `STEP n DONE`) or a summary of a compaction
+    ("steps 1 to n are done", and the `STEP n DONE` of the turns a handoff quotes after it)."""
     for item in reversed(items):
         if not isinstance(item, dict):
             continue
         if str(item.get("type", "")).endswith("_call_output"):
             done = [int(n) for n in STEP_DONE.findall(latest_output([item]))]
             return max(done, default=0)
-        if item.get("role") == "user" and (found := PROGRESS.search(message_text(item))):
-            return int(found[1])
+        if item.get("role") == "user":
+            text = message_text(item)
+            done = [int(n) for n in (*PROGRESS.findall(text), *STEP_DONE.findall(text))]
+            if done:
+                return max(done)
     return 0
 
 

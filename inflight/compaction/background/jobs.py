@@ -133,7 +133,7 @@ class AheadJobs:
         )
 
     async def land(self, key: str, conversation: Conversation, ahead: Precomputed) -> None:
-        """Save a job's summary in every record it may serve, or in a new bare record if there is none.
+        """Save a job's summary in every record it may serve, and in a new bare record if none matches its messages.
 
         A record matching the job's messages qualifies, and so does a longer one made since (a turn compacted
         while the job ran), which no hash can tell apart from an unrelated record. That is safe because
@@ -141,9 +141,13 @@ class AheadJobs:
         async with self.lock_for(key):
             records = await self.records.load(key)
             digests = conversation.digests
-            serves = [r.matches(digests) or r.prefix_len > len(digests) for r in records]
+            matching = [r.matches(digests) for r in records]
+            serves = [ok or r.prefix_len > len(digests) for r, ok in zip(records, matching, strict=True)]
             updated = [dataclasses.replace(r, ahead=ahead) if ok else r for r, ok in zip(records, serves, strict=True)]
-            if not any(serves):  # no record yet (before the first compaction): a bare record carries the summary
+            # No record of these messages yet (before the first compaction, or a conversation the agent restarted
+            # from its own summary under the same key, beside the longer record of its old history): a bare record
+            # carries the summary, so the next turn finds it.
+            if not any(matching):
                 head_len = head_length(conversation.messages)
                 bare = dataclasses.replace(Draft(head_len, head_len).freeze(conversation), ahead=ahead)
                 updated = with_record(records, None, bare)

@@ -9,11 +9,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from inflight.compaction.actions import Action
 from inflight.compaction.conversation import Message
+from inflight.compaction.handoff import handed_over
 from inflight.compaction.middle import due_cut, grown_ledger, max_summary_tokens, replace_middle, span
 from inflight.compaction.stage import Work
 from inflight.compaction.stages.digest import without_notes
@@ -99,11 +100,14 @@ class SummarizeStage:
         the usual transcript chunks are prepared too, in case that fails."""
         draft = work.draft
         previous = without_notes(written_part(draft.summary)) if draft.summary else None
+        head = work.conversation.messages[: draft.head_len]
+        if not previous and (handed := handed_over(head)) is not None:  # the agent's head holds our earlier handoff
+            head, previous = handed
         messages = span(work, cut)
         max_tokens = self.max_tokens(work)
         in_place_job = self.in_place_job(messages, in_place, max_tokens) if in_place is not None else None
         try:
-            jobs = self.rolling_jobs(messages, max_tokens, work, previous=previous or None)
+            jobs = self.rolling_jobs(messages, max_tokens, work, head, previous=previous or None)
         except SummarizerTooSmall as exc:
             return SummaryPlan([], previous or None, in_place_job, exc)
         return SummaryPlan(jobs, previous or None, in_place_job)
@@ -157,11 +161,17 @@ class SummarizeStage:
         return min(max_summary_tokens(self.settings, work.budget), self.input_tokens // 4)
 
     def rolling_jobs(
-        self, messages: list[Message], max_tokens: int, work: Work, *, previous: str | None
+        self,
+        messages: list[Message],
+        max_tokens: int,
+        work: Work,
+        head_messages: Sequence[Message],
+        *,
+        previous: str | None,
     ) -> list[SummaryJob]:
         """One request per chunk of the transcript; `ask` fills in `previous` with the summary so far."""
         draft = work.draft
-        head = head_for_summarizer(work.conversation.messages[: draft.head_len])
+        head = head_for_summarizer(head_messages)
         ledger = draft.ledger.render(LEDGER_CHARS) if draft.ledger else ""
         prompt = load_prompt(self.settings.prompt_file)
         context = self.count_text(prompt) + self.count_text(head) + self.count_text(ledger)
