@@ -19,7 +19,7 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 from pydantic import Field, PrivateAttr, ValidationError, ValidationInfo, field_validator, model_validator
 
 from inflight.config.compaction import Compaction
-from inflight.config.pricing import Pricing
+from inflight.config.pricing import FormatName, Pricing
 from inflight.config.section import Section
 
 
@@ -272,6 +272,16 @@ class Messages(Section):
     count_tokens_band: float = Field(0.05, gt=0, le=1)
 
 
+class Gemini(Section):
+    """The Gemini API: its upstream's exact count. `count_tokens`: "near" asks the upstream's
+    `POST /v1beta/models/{model}:countTokens` on a turn whose estimate is within `count_tokens_band` of a
+    threshold, as `messages.count_tokens` does; "off" decides on the calibrated estimate (Gemini's tokenizer is
+    not public, so the estimate is o200k_base corrected by `usageMetadata`)."""
+
+    count_tokens: Literal["off", "near"] = "off"
+    count_tokens_band: float = Field(0.05, gt=0, le=1)
+
+
 Encoding = Literal["o200k_base", "cl100k_base"]
 
 
@@ -342,9 +352,10 @@ class Settings(Section):
     archive: Archive = Archive()
     responses: Responses = Responses()
     messages: Messages = Messages()
+    gemini: Gemini = Gemini()
     # A separate upstream per wire format (else `upstream`), so one proxy can send Claude Code to an
     # Anthropic-compatible server and OpenAI-format agents to another.
-    upstreams: dict[Literal["chat_completions", "responses", "messages"], Upstream] = Field(default_factory=dict)
+    upstreams: dict[FormatName, Upstream] = Field(default_factory=dict)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     metrics: MetricsSettings = MetricsSettings()
     telemetry: Telemetry = Telemetry()
@@ -402,6 +413,10 @@ class Settings(Section):
     def upstream_for(self, wire: str) -> Upstream:
         """The upstream of a wire format (`format_upstreams`, else `upstream`)."""
         return self._format_upstreams.get(wire, self.upstream)
+
+    def exact_counts(self, wire: str) -> Messages | Gemini:
+        """The section that says when to ask a wire format's upstream for an exact count."""
+        return self.gemini if wire == "gemini" else self.messages
 
     def manages_context(self, wire: str) -> bool:
         """Inflight always does what a request of `wire` asks of the upstream's context management."""

@@ -130,6 +130,9 @@ class CoreRequest:
     # User messages that are not requests: text sent alongside a turn's tool results (Claude Code's
     # `<system-reminder>`s). The latest request is searched for among the messages before them.
     observations: frozenset[int] = field(default_factory=frozenset)
+    # Whether the answer streams, when the path says so (Gemini's `:streamGenerateContent`); None: the body's
+    # `stream` says.
+    streams: bool | None = None
 
     @property
     def server_managed(self) -> bool:
@@ -192,10 +195,11 @@ class ErrorShape(Protocol):
 
 
 class ExactCount(Protocol):
-    """An upstream's exact count of a prompt (Anthropic's `count_tokens`)."""
+    """An upstream's exact count of a prompt (Anthropic's `count_tokens`, Gemini's `countTokens`)."""
 
-    def request(self, payload: dict[str, Any]) -> UpstreamCall:
-        """The call that counts a request's prompt, without the fields only generation accepts."""
+    def request(self, payload: dict[str, Any], *, model: str) -> UpstreamCall:
+        """The call that counts a request's prompt for `model` (Gemini's path names it), without the fields only
+        generation accepts."""
         ...
 
     def tokens(self, document: object) -> int | None:

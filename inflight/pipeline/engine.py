@@ -318,12 +318,12 @@ class Pipeline:
         return budget if ceiling is None else min(budget, ceiling)
 
     def asks_exact_count(self, counted: Counted, accounting: Accounting, options: Options) -> bool:
-        """Whether to ask the upstream for an exact count (`messages.count_tokens: near`).
+        """Whether to ask the upstream for an exact count (`messages.count_tokens: near`, `gemini.count_tokens`).
 
         Only if the format offers one and our estimate is within `count_tokens_band` of the budget from a
         compaction threshold. Never in shadow mode: the call would use the client's key and add a wait the
         client did not ask for."""
-        config = self.settings.messages
+        config = self.settings.exact_counts(counted.wire.spec.name)
         if counted.wire.spec.exact_count is None or config.count_tokens != "near" or accounting.exact:
             return False
         if self._shadows(counted, options):
