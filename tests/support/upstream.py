@@ -488,7 +488,9 @@ class UpstreamApp:
         return [
             r
             for r in self.requests
-            if r.method == "POST" and "Generate" in r.path and model_of(r.path) and r not in self.summaries
+            if r.method == "POST"
+            and (model_of(r.path) or ("", ""))[1] in ("generateContent", "streamGenerateContent")
+            and r not in self.summaries
         ]
 
     def cached_share(self) -> float:
