@@ -135,10 +135,12 @@ def gemini_cli_conversation(steps: int, *, output_lines: int) -> dict[str, Any]:
     """What Gemini CLI sends after `steps` shell calls: each call turn signed by the fake, each response after it."""
     contents: list[dict[str, Any]] = [{"role": "user", "parts": [{"text": "Do the FAKE-TASK."}]}]
     for n in range(1, steps + 1):
-        call = {"functionCall": {"id": f"c{n}", "name": "run_shell_command", "args": {"command": f"run step {n}"}}}
+        call: dict[str, Any] = {
+            "functionCall": {"id": f"c{n}", "name": "run_shell_command", "args": {"command": f"run step {n}"}}
+        }
         call["thoughtSignature"] = part_signature(call, n)
         output = "\n".join(f"step {n} line {i}: checked module_{n}_{i}.py" for i in range(output_lines))
-        response = {"functionResponse": {"id": f"c{n}", "name": "run_shell_command"}}
+        response: dict[str, Any] = {"functionResponse": {"id": f"c{n}", "name": "run_shell_command"}}
         response["functionResponse"]["response"] = {"output": f"{output}\nSTEP {n} DONE"}
         contents += [{"role": "model", "parts": [call]}, {"role": "user", "parts": [response]}]
     return {**BODY, "contents": contents}

@@ -40,10 +40,12 @@ def agent_contents(turns: int, *, lines: int = 60) -> list[dict[str, Any]]:
         {"role": "user", "parts": [{"text": f"Do the {TASK_MARKER}: run the steps one by one."}]}
     ]
     for step in range(1, turns + 1):
-        call = {"functionCall": {"id": f"c{step}", "name": "run_shell_command", "args": {"command": f"step {step}"}}}
+        call: dict[str, Any] = {
+            "functionCall": {"id": f"c{step}", "name": "run_shell_command", "args": {"command": f"step {step}"}}
+        }
         call["thoughtSignature"] = part_signature(call, step)
         output = "\n".join(f"step {step} log line {i}: checked module_{step}_{i}.py" for i in range(lines))
-        response = {"functionResponse": {"id": f"c{step}", "name": "run_shell_command"}}
+        response: dict[str, Any] = {"functionResponse": {"id": f"c{step}", "name": "run_shell_command"}}
         response["functionResponse"]["response"] = {"output": f"{output}\nSTEP {step} DONE"}
         contents += [{"role": "model", "parts": [call]}, {"role": "user", "parts": [response]}]
     return contents

@@ -1,0 +1,93 @@
+"""The real Gemini CLI against the fake Gemini API, whose window its 30-step task outgrows about three times.
+
+Gemini CLI assumes a 1,048,576-token window for every Gemini model, so its own compression never starts in
+this task, and it does not retry a 400: alone it is refused at step 10 and exits. With a large window it
+finishes every step, and the fake, which verifies every `thoughtSignature` it gets back and that each call
+turn is answered, rejects nothing: the fake is faithful to what Gemini CLI sends. Through inflight it
+finishes, told the window or learning it from the one refusal.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.agents.gemini_cli import run_gemini
+from tests.agents.installed import required_binary
+from tests.conftest import ProxyFactory
+from tests.support.gemini import GeminiTaskAgent
+from tests.support.responses import TASK_MARKER, last_step
+from tests.support.servers import serve
+from tests.support.upstream import UpstreamApp
+
+BINARY = required_binary("gemini", "INFLIGHT_GEMINI", agent="Gemini CLI", package="@google/gemini-cli")
+
+STEPS = 30
+OUTPUT_LINES = 170  # each step: about 3.5k tokens; its first request alone is about 12k (instructions, 16 tools)
+WINDOW = 45_000  # outgrown at step 10; the whole task is about 115k tokens
+LARGE_WINDOW = 1_000_000
+PROMPT = f"Do the {TASK_MARKER}: run the steps one by one."
+MODEL = "gemini-2.5-pro"
+
+
+def fake_upstream(window: int) -> UpstreamApp:
+    app = UpstreamApp(windows={MODEL: window})
+    app.gemini.agent = GeminiTaskAgent(steps=STEPS, output_lines=OUTPUT_LINES)
+    return app
+
+
+def steps_done(app: UpstreamApp) -> int:
+    """The highest step whose output reached the upstream: how far Gemini CLI got."""
+    return last_step(app.gemini_requests()[-1].body.decode(), STEPS)
+
+
+def report(app: UpstreamApp, label: str) -> None:
+    fake = app.gemini
+    share = fake.cached_tokens / max(fake.prompt_tokens, 1)
+    print(
+        f"\n{label}: {len(app.gemini_requests())} requests, {fake.refused} refused, {fake.signatures_seen} "
+        f"signatures verified, cached share {share:.1%}, inflight's summaries {len(app.summaries)}"
+    )
+
+
+def test_gemini_cli_alone_runs_out_of_room() -> None:
+    assert BINARY is not None
+    app = fake_upstream(WINDOW)
+    with serve(app) as url:
+        run = run_gemini(BINARY, url.removesuffix("/v1"), PROMPT, model=MODEL, timeout_s=300)
+    assert "FINISHED" not in run.output
+    assert "exceeds the maximum number of tokens allowed" in run.output  # it exits on the 400
+    assert app.gemini.refused == 1 and 8 <= steps_done(app) <= 12
+    assert app.gemini.rejected == []
+    report(app, f"{MODEL} alone, window {WINDOW}")
+
+
+def test_gemini_cli_finishes_every_step_in_a_large_window() -> None:
+    assert BINARY is not None
+    app = fake_upstream(LARGE_WINDOW)
+    with serve(app) as url:
+        run = run_gemini(BINARY, url.removesuffix("/v1"), PROMPT, model=MODEL, timeout_s=300)
+    assert run.returncode == 0, run.output[-2000:]
+    assert f"All {STEPS} steps are done. FINISHED" in run.output
+    assert steps_done(app) == STEPS
+    assert app.gemini.rejected == [] and app.gemini.refused == 0 and app.gemini.signatures_seen > STEPS
+    report(app, f"{MODEL} alone, window {LARGE_WINDOW}")
+
+
+@pytest.mark.parametrize("told", [False, True], ids=["learned", "told"])
+def test_gemini_cli_finishes_every_step_through_inflight(start_proxy: ProxyFactory, told: bool) -> None:
+    """Compacted before a refusal reaches it: every signed turn verbatim or dropped whole, every request the
+    upstream got after inflight knew the window inside it."""
+    assert BINARY is not None
+    app = fake_upstream(WINDOW)
+    models = {MODEL: {"context_window": WINDOW}} if told else {}
+    with serve(app) as url:
+        upstreams = {"gemini": {"base_url": url.removesuffix("/v1")}}
+        with start_proxy(url, models=models, upstreams=upstreams) as proxy_url:
+            run = run_gemini(BINARY, proxy_url.removesuffix("/v1"), PROMPT, model=MODEL, timeout_s=600)
+    assert run.returncode == 0, run.output[-2000:]
+    assert f"All {STEPS} steps are done. FINISHED" in run.output
+    assert "exceeds the maximum number of tokens allowed" not in run.output  # Gemini CLI never saw a refusal
+    assert steps_done(app) == STEPS
+    assert app.gemini.rejected == []  # every thoughtSignature verbatim, every call answered
+    assert app.gemini.refused == (0 if told else 1)  # learned once, from the first refusal
+    report(app, f"{MODEL} through inflight, window {WINDOW}, told={told}")
