@@ -13,6 +13,8 @@ import pytest
 from inflight.compaction.summary_job import SUMMARY_PREFIX
 from inflight.config import Settings
 from inflight.formats import GEMINI, Target
+from inflight.formats.agent_compaction import recognised
+from inflight.formats.agent_prompts import GEMINI_CLI
 from inflight.pipeline.engine import Options, build_pipeline
 from tests.support.gemini import FakeGemini, part_signature, refusal_body
 
@@ -181,3 +183,21 @@ def test_the_fake_refuses_an_edited_signed_turn() -> None:
     edited = orjson.loads(orjson.dumps(body))
     edited["contents"][1]["parts"][0]["functionCall"]["args"]["command"] = "rm -rf /"
     assert fake.problem(edited) == "Thought signature is not valid (contents[1])."
+
+
+def test_gemini_clis_snapshot_request_is_recognised_by_its_structure_and_prompt_only() -> None:
+    prompt = GEMINI_CLI[0]
+    system = {"parts": [{"text": f"{prompt.system}\n\n(the rest of its prompt)"}]}
+    history = BODY["contents"][:3]
+    asking = {
+        "contents": [*history, {"role": "user", "parts": [{"text": prompt.asks[1]}]}],
+        "systemInstruction": system,
+    }
+    found = recognised("gemini", asking)
+    assert found is not None and found.history["contents"] == history and found.keeps_recent_turns
+    snapshot = {"role": "model", "parts": [{"text": "<state_snapshot>...</state_snapshot>"}]}
+    verifying = {**asking, "contents": [*history, snapshot, {"role": "user", "parts": [{"text": prompt.verify}]}]}
+    assert recognised("gemini", verifying).history["contents"] == history  # type: ignore[union-attr]
+    inside = {"functionResponse": {"name": "read_file", "response": {"output": prompt.asks[0]}}}
+    assert recognised("gemini", {**asking, "contents": [*history, {"role": "user", "parts": [inside]}]}) is None
+    assert recognised("gemini", {**asking, "systemInstruction": BODY["systemInstruction"]}) is None

@@ -13,6 +13,7 @@ import httpx
 import orjson
 import pytest
 
+from inflight.formats.agent_prompts import GEMINI_CLI
 from tests.conftest import ProxyFactory
 from tests.support.gemini import FakeGemini, GeminiTaskAgent, part_signature
 from tests.support.responses import TASK_MARKER
@@ -187,3 +188,41 @@ def test_our_own_errors_on_the_gemini_api_take_googles_shape(
     assert answer.status_code == 413
     error = answer.json()["error"]
     assert set(error) == {"code", "message", "status"} and error["code"] == 413
+
+
+COMPRESSION_SYSTEM = {
+    "parts": [
+        {
+            "text": "You are a specialized system component responsible for distilling chat history into a "
+            "structured XML <state_snapshot>.\n\n(the rest of Gemini CLI's prompt)"
+        }
+    ]
+}
+
+
+def test_gemini_clis_compression_and_its_verification_are_answered_from_one_summary_without_the_upstream(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    """Its snapshot request, then the same with the snapshot it got and a request to verify it: both answered
+    with inflight's summary as a `<state_snapshot>`, made once; nothing reaches the upstream's model."""
+    app, url = upstream
+    history = agent_contents(12, lines=10)
+    (prompt, verify) = GEMINI_CLI[0].asks[0], GEMINI_CLI[0].verify
+    asked = {
+        "contents": [*history, {"role": "user", "parts": [{"text": prompt}]}],
+        "systemInstruction": COMPRESSION_SYSTEM,
+    }
+    with gemini_proxy(start_proxy, url, models={MODEL: {"context_window": 20_000}}) as origin:
+        first = generate(origin, asked, stream=False)
+        snapshot = first.json()["candidates"][0]["content"]["parts"][0]["text"]
+        contents = [*history, {"role": "model", "parts": [{"text": snapshot}]}]
+        checked = {
+            "contents": [*contents, {"role": "user", "parts": [{"text": verify}]}],
+            "systemInstruction": COMPRESSION_SYSTEM,
+        }
+        second = generate(origin, checked, stream=False)
+    assert [r.headers["x-inflight-actions"].split(",")[0] for r in (first, second)] == ["answered-compaction"] * 2
+    assert app.gemini_requests() == [] and len(app.summaries) == 1
+    assert snapshot.startswith("<state_snapshot>") and "Summary number 1" in snapshot and TASK_MARKER in snapshot
+    assert second.json()["candidates"][0]["content"]["parts"][0]["text"] == snapshot
+    assert first.json()["usageMetadata"]["candidatesTokenCount"] > 0
