@@ -4,14 +4,16 @@ Gemini CLI assumes a 1,048,576-token window for every Gemini model, so its own c
 this task, and it does not retry a 400: alone it is refused at step 10 and exits. With a large window it
 finishes every step, and the fake, which verifies every `thoughtSignature` it gets back and that each call
 turn is answered, rejects nothing: the fake is faithful to what Gemini CLI sends. Through inflight it
-finishes, told the window or learning it from the one refusal.
+finishes, told the window or learning it from the one refusal. A session resumed past its compression
+threshold has its own compression answered by inflight.
 """
 
 from __future__ import annotations
 
+import orjson
 import pytest
 
-from tests.agents.gemini_cli import run_gemini
+from tests.agents.gemini_cli import GeminiSession, run_gemini
 from tests.agents.installed import required_binary
 from tests.conftest import ProxyFactory
 from tests.support.gemini import GeminiTaskAgent
@@ -91,3 +93,30 @@ def test_gemini_cli_finishes_every_step_through_inflight(start_proxy: ProxyFacto
     assert app.gemini.rejected == []  # every thoughtSignature verbatim, every call answered
     assert app.gemini.refused == (0 if told else 1)  # learned once, from the first refusal
     report(app, f"{MODEL} through inflight, window {WINDOW}, told={told}")
+
+
+def test_gemini_clis_own_compression_is_answered_by_inflight_and_the_session_goes_on(
+    start_proxy: ProxyFactory,
+) -> None:
+    """A session resumed with a new prompt, its compression threshold passed: Gemini CLI's snapshot request and
+    its verifying one are answered by inflight from one summary, none reaching the upstream's model, and the
+    session goes on from the snapshot it installed."""
+    assert BINARY is not None
+    app = fake_upstream(LARGE_WINDOW)
+    app.gemini.agent = GeminiTaskAgent(steps=3, output_lines=50)
+    with serve(app) as url:
+        upstreams = {"gemini": {"base_url": url.removesuffix("/v1")}}
+        models = {MODEL: {"context_window": 20_000}}
+        with start_proxy(url, models=models, upstreams=upstreams) as proxy_url:
+            origin = proxy_url.removesuffix("/v1")
+            with GeminiSession(BINARY, origin, compression_threshold=0.001) as session:
+                first = session.run(PROMPT, model=MODEL, timeout_s=300)
+                later = session.run("Go on.", model=MODEL, resume=True, timeout_s=300)
+    assert first.returncode == 0 and "All 3 steps are done. FINISHED" in first.output, first.output[-2000:]
+    assert later.returncode == 0, later.output[-2000:]
+    assert app.gemini.compressions == 0  # neither request reached the model: inflight answered both
+    assert len(app.summaries) >= 1  # inflight's own summary, through the Gemini API
+    resumed = app.gemini_requests()[-1].json()["contents"]
+    assert "<state_snapshot>" in orjson.dumps(resumed[0]).decode() and TASK_MARKER in orjson.dumps(resumed).decode()
+    assert resumed[-1]["parts"] == [{"text": "Go on."}]
+    assert app.gemini.rejected == [] and app.gemini.refused == 0
