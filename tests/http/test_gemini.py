@@ -5,6 +5,7 @@ near a threshold; our own errors in Google's shape. (The real Gemini CLI is driv
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -16,6 +17,7 @@ import pytest
 from inflight.formats.agent_prompts import GEMINI_CLI
 from tests.conftest import ProxyFactory
 from tests.support.gemini import FakeGemini, GeminiTaskAgent, part_signature
+from tests.support.logs import log_lines
 from tests.support.responses import TASK_MARKER
 from tests.support.upstream import UpstreamApp
 
@@ -226,3 +228,15 @@ def test_gemini_clis_compression_and_its_verification_are_answered_from_one_summ
     assert snapshot.startswith("<state_snapshot>") and "Summary number 1" in snapshot and TASK_MARKER in snapshot
     assert second.json()["candidates"][0]["content"]["parts"][0]["text"] == snapshot
     assert first.json()["usageMetadata"]["candidatesTokenCount"] > 0
+
+
+def test_a_key_in_the_query_goes_upstream_as_sent_and_into_no_log_line(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    app, url = upstream
+    hello = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
+    with caplog.at_level(logging.DEBUG, logger="inflight"), gemini_proxy(start_proxy, url) as origin:
+        answer = httpx.post(f"{origin}/v1beta/models/{MODEL}:generateContent?key=query-secret", json=hello)
+        [line] = log_lines(caplog, f"POST /v1beta/models/{MODEL}:generateContent")
+    assert answer.status_code == 200 and app.gemini_requests()[0].query == b"key=query-secret"
+    assert "query-secret" not in caplog.text and f"model={MODEL}" in line
