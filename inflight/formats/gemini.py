@@ -118,6 +118,7 @@ class Gemini:
         client_header="x-goog-api-client",  # the genai SDK's
         usage_marker=b'"usageMetadata"',
         exact_count=CountTokens(),
+        model_list=False,  # `GET /v1beta/models` answers `inputTokenLimit`s in Google's shape: not read yet
     )
 
     def read(self, payload: dict[str, Any], target: Target = UNROUTED, *, tenant: str = "") -> CoreRequest | None:

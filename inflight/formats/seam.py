@@ -18,7 +18,8 @@ The spec (`FormatSpec`) holds:
 - its session header;
 - `usage_marker`: bytes every stream event that reports usage contains;
 - `in_place_summaries`: whether a summary may be asked as a continuation of the body;
-- `exact_count`: the upstream's exact prompt count, where it offers one.
+- `exact_count`: the upstream's exact prompt count, where it offers one;
+- `model_list`: whether its upstream lists its models' windows at `GET /v1/models`.
 The app's routes, the credentials the upstream replaces, a path's error shape and the metrics' route
 labels all come from the registered formats' specs (`inflight.formats.registered`).
 
@@ -231,6 +232,9 @@ class FormatSpec:
     usage_marker: bytes = b'"usage"'  # a stream event without these bytes carries no usage and is not parsed
     in_place_summaries: bool = False  # a summary may be asked as a Chat Completions continuation of this body
     exact_count: ExactCount | None = None  # how the upstream counts a prompt exactly (None: it cannot)
+    # Its upstream lists its models' windows at `GET /v1/models` (Gemini's list is elsewhere, in its own shape, so
+    # a Gemini request never starts the discovery).
+    model_list: bool = True
 
 
 class WireFormat(Protocol):

@@ -266,7 +266,10 @@ class Pipeline:
         """Whether to look up the model's window in the upstream's model list before accounting this request.
 
         Never for a request that is only shadowed or not compacted: the call would go with the client's key
-        though nothing it was sent for needs the window (the report then uses `models:` or the default)."""
+        though nothing it was sent for needs the window (the report then uses `models:` or the default); nor for a
+        format whose upstream has no `/v1/models` list (Gemini's)."""
+        if not counted.wire.spec.model_list:
+            return False
         return self.compacts(counted, options) and self._registry.discovers(counted.model)
 
     async def discover(self, fetch_models: FetchModels) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
+from inflight.config.pricing import DEFAULT_FORMAT_PRICES
 from tests.agents.gemini_cli import GeminiSession, run_gemini
 from tests.agents.installed import required_binary
 from tests.conftest import ProxyFactory
@@ -120,3 +121,23 @@ def test_gemini_clis_own_compression_is_answered_by_inflight_and_the_session_goe
     assert "<state_snapshot>" in orjson.dumps(resumed[0]).decode() and TASK_MARKER in orjson.dumps(resumed).decode()
     assert resumed[-1]["parts"] == [{"text": "Go on."}]
     assert app.gemini.rejected == [] and app.gemini.refused == 0
+
+
+def test_gemini_cli_through_inflight_costs_at_most_0_8_of_the_task_with_no_window(start_proxy: ProxyFactory) -> None:
+    """At Gemini's prices (an implicit-cache read about a quarter of an input token, no write premium, output 5),
+    with inflight's summaries billed too: each request stays under the window instead of growing to about 115k."""
+    assert BINARY is not None
+    prices = DEFAULT_FORMAT_PRICES["gemini"]
+    unbounded = fake_upstream(LARGE_WINDOW)
+    with serve(unbounded) as url:
+        alone = run_gemini(BINARY, url.removesuffix("/v1"), PROMPT, model=MODEL, timeout_s=300)
+    bounded = fake_upstream(WINDOW)
+    with serve(bounded) as url:
+        upstreams = {"gemini": {"base_url": url.removesuffix("/v1")}}
+        models = {MODEL: {"context_window": WINDOW}}
+        with start_proxy(url, models=models, upstreams=upstreams) as proxy_url:
+            through = run_gemini(BINARY, proxy_url.removesuffix("/v1"), PROMPT, model=MODEL, timeout_s=600)
+    assert "FINISHED" in alone.output and "FINISHED" in through.output
+    ratio = bounded.bill.cost(prices) / unbounded.bill.cost(prices)
+    print(f"\ncost through inflight at {WINDOW}: {ratio:.2f}x the task with no window")
+    assert bounded.bill.requests("summary") > 0 and ratio <= 0.8

@@ -90,6 +90,22 @@ def test_a_request_that_fits_passes_through_byte_for_byte(
     assert "step 3" in orjson.dumps(whole.json()["candidates"][0]["content"]).decode()
 
 
+def test_the_estimate_is_calibrated_from_usage_metadata(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Gemini's tokenizer is not public: the o200k_base estimate is corrected by `promptTokenCount`, streamed or
+    not (the fake counts each part's JSON, more than the estimate)."""
+    app, url = upstream
+    app.gemini.agent = GeminiTaskAgent(steps=40)
+    with caplog.at_level(logging.INFO, logger="inflight"), gemini_proxy(start_proxy, url) as origin:
+        for turns, stream in ((2, True), (3, False), (4, True)):
+            generate(origin, body_of(agent_contents(turns)), stream=stream)
+        lines = log_lines(caplog, f"POST /v1beta/models/{MODEL}:")
+    ratios = [float(line.split(" calibration=")[1].split()[0]) for line in lines]
+    assert ratios[0] == 1.0 and ratios[-1] > 1.01
+    assert not [r for r in app.requests if r.method == "GET"]  # no model list asked of Gemini's upstream
+
+
 @pytest.mark.parametrize("stream", [False, True])
 def test_a_long_conversation_is_compacted_with_every_signed_turn_verbatim(
     upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory, stream: bool
