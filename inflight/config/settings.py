@@ -29,6 +29,12 @@ class ConfigError(ValueError):
 
 OPENAI_HOST = "api.openai.com"
 ANTHROPIC_API = "https://api.anthropic.com/v1"  # where Messages requests go when the default upstream is OpenAI's
+GOOGLE_API = "https://generativelanguage.googleapis.com"  # and Gemini's (its paths carry their version: `/v1beta`)
+# The wire formats OpenAI's API lacks, with where they go instead, their name and whose keys they take.
+PROVIDER_APIS = {
+    "messages": (ANTHROPIC_API, "the Messages API", "Anthropic's"),
+    "gemini": (GOOGLE_API, "the Gemini API", "Google's"),
+}
 
 
 class Listen(Section):
@@ -384,30 +390,34 @@ class Settings(Section):
     def _messages_go_to_anthropic(self) -> Settings:
         """With no `upstreams.messages` and the default upstream OpenAI's, which has no Messages API, `/v1/messages`
         goes to Anthropic's, with the client's own key; with `access.keys` the proxy has no Anthropic key to send,
-        so it goes nowhere (`unserved` says why)."""
+        so it goes nowhere (`unserved` says why). The Gemini API likewise goes to Google's."""
         for name, own in self.upstreams.items():
             self._format_upstreams[name] = own
-        if "messages" in self.upstreams or urlsplit(self.upstream.base_url).hostname != OPENAI_HOST or self.access.keys:
+        if urlsplit(self.upstream.base_url).hostname != OPENAI_HOST or self.access.keys:
             return self
-        self._format_upstreams["messages"] = self.upstream.model_copy(
-            update={"base_url": ANTHROPIC_API, "api_key": "", "auth": None, "basic_auth": ""}
-        )
+        for wire, (base_url, _, _) in PROVIDER_APIS.items():
+            if wire not in self.upstreams:
+                self._format_upstreams[wire] = self.upstream.model_copy(
+                    update={"base_url": base_url, "api_key": "", "auth": None, "basic_auth": ""}
+                )
         return self
 
     @property
     def format_upstreams(self) -> dict[str, Upstream]:
-        """The wire formats that have an upstream of their own (`upstreams`, or Anthropic's API for Messages)."""
+        """The wire formats that have an upstream of their own (`upstreams`, or Anthropic's API for Messages and
+        Google's for Gemini)."""
         return self._format_upstreams
 
     def unserved(self, wire: str) -> str | None:
         """Why the proxy cannot forward a wire format's requests anywhere (None: it can)."""
         openai = urlsplit(self.upstream.base_url).hostname == OPENAI_HOST
-        if wire != "messages" or wire in self._format_upstreams or not openai:
+        if wire not in PROVIDER_APIS or wire in self._format_upstreams or not openai:
             return None
+        base_url, api, whose = PROVIDER_APIS[wire]
         return (
-            f"the Messages API has no upstream: upstream.base_url is OpenAI's ({self.upstream.base_url}), which has "
-            f"none, and access.keys is set, so clients' keys are not Anthropic's; set upstreams.messages.base_url "
-            f"({ANTHROPIC_API}) and upstreams.messages.api_key"
+            f"{api} has no upstream: upstream.base_url is OpenAI's ({self.upstream.base_url}), which has "
+            f"none, and access.keys is set, so clients' keys are not {whose}; set upstreams.{wire}.base_url "
+            f"({base_url}) and upstreams.{wire}.api_key"
         )
 
     def upstream_for(self, wire: str) -> Upstream:

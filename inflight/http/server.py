@@ -402,8 +402,9 @@ def startup_line(settings: Settings, *, workers: int) -> str:
     host = f"[{listen.host}]" if ":" in listen.host else listen.host
     upstream = redacted_url(settings.upstream.base_url)
     upstreams = "".join(f", {name} -> {redacted_url(own.base_url)}" for name, own in settings.format_upstreams.items())
-    if settings.unserved("messages") is not None:
-        upstreams += ", messages -> none (set upstreams.messages)"
+    for wire in ("messages", "gemini"):
+        if settings.unserved(wire) is not None:
+            upstreams += f", {wire} -> none (set upstreams.{wire})"
     compaction = settings.compaction.mode if settings.compaction.enabled else "off"  # `models:` may override it
     return (
         f"inflight {__version__} listening on http://{host}:{listen.port}/v1 -> {upstream}"

@@ -19,6 +19,7 @@ from tests.conftest import ProxyFactory
 from tests.support.gemini import FakeGemini, GeminiTaskAgent, part_signature
 from tests.support.logs import log_lines
 from tests.support.responses import TASK_MARKER
+from tests.support.servers import serve
 from tests.support.upstream import UpstreamApp
 
 MODEL = "gemini-2.5-pro"
@@ -256,3 +257,20 @@ def test_a_key_in_the_query_goes_upstream_as_sent_and_into_no_log_line(
         [line] = log_lines(caplog, f"POST /v1beta/models/{MODEL}:generateContent")
     assert answer.status_code == 200 and app.gemini_requests()[0].query == b"key=query-secret"
     assert "query-secret" not in caplog.text and f"model={MODEL}" in line
+
+
+def test_with_client_keys_and_no_gemini_upstream_gemini_clients_are_told_what_to_set() -> None:
+    """With the default upstream OpenAI's and `access.keys`, no client key can go to Google: the Gemini API
+    answers 502 in Google's shape, naming `upstreams.gemini`, and nothing is forwarded."""
+    from inflight.app import create_app
+    from inflight.config import load_settings
+    from inflight.http.server import startup_line
+
+    overrides = {"access": {"keys": ["proxy-key"]}, "upstream": {"api_key": "sk-openai", "connect_timeout_s": 0.5}}
+    settings = load_settings(None, overrides=overrides)
+    hello = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
+    with serve(create_app(settings)) as origin:
+        answer = generate(origin, hello, stream=True, headers={"x-goog-api-key": "proxy-key"})
+    assert answer.status_code == 502 and "upstreams.gemini" in answer.json()["error"]["message"]
+    assert answer.json()["error"]["status"] == "UNAVAILABLE"
+    assert "gemini -> none (set upstreams.gemini)" in startup_line(settings, workers=1)
