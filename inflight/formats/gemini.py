@@ -268,13 +268,14 @@ class CallIds:
         self.pending = list(ids)
         return ids
 
-    def response(self, response: dict[str, Any]) -> str:
+    def response(self, response: dict[str, Any], *, where: str) -> str:
+        """The id of the call a response answers (`where` names an unpaired one: it answers no call)."""
         own = response.get("id")
         if isinstance(own, str) and own:
             if own in self.pending:
                 self.pending.remove(own)
             return own
-        return self.pending.pop(0) if self.pending else f"gemini-unpaired-{id(response)}"
+        return self.pending.pop(0) if self.pending else f"gemini-unpaired-{where}"
 
 
 def views_of(index: int, content: Content, calls: CallIds) -> list[View]:
@@ -292,7 +293,15 @@ def views_of(index: int, content: Content, calls: CallIds) -> list[View]:
     for j in responses:
         response = parts[j]["functionResponse"]
         views.append(
-            ({"role": "tool", "tool_call_id": calls.response(response), "content": output_of(response)}, (index, j), "")
+            (
+                {
+                    "role": "tool",
+                    "tool_call_id": calls.response(response, where=f"{index}-{j}"),
+                    "content": output_of(response),
+                },
+                (index, j),
+                "",
+            )
         )
     others = [j for j in range(len(parts)) if j not in responses]
     if others:  # text sent beside the responses is an observation, not a request

@@ -1,10 +1,11 @@
 """The seam between a wire format and the core: what every format module provides.
 
 A wire format is the shape one API gives a conversation: Chat Completions' messages, the Responses
-API's `input` items, Anthropic Messages' content blocks. The core (counting, compaction, policy,
-records, background summaries, archive, metrics) works with one shape only, Chat Completions'
-messages, and never asks which format it is serving. A format module provides one `WireFormat`:
-its `spec`, which is data the app is built from, and methods that translate in both directions.
+API's `input` items, Anthropic Messages' content blocks, the Gemini API's `contents` of parts. The
+core (counting, compaction, policy, records, background summaries, archive, metrics) works with one
+shape only, Chat Completions' messages, and never asks which format it is serving. A format module
+provides one `WireFormat`: its `spec`, which is data the app is built from, and methods that translate
+in both directions.
 
 The spec (`FormatSpec`) holds:
 - `name`: used in the config's `upstreams.<name>`, the log and the metrics;
