@@ -29,6 +29,7 @@ error as a stream's event. Errors have Google's shape, `{"error": {"code", "mess
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeGuard
@@ -257,7 +258,8 @@ class CallIds:
     order to the responses of the next user content that have none."""
 
     def __init__(self) -> None:
-        self.pending: list[str] = []  # the latest model content's calls not yet answered, in order
+        self.pending: deque[str] = deque()  # the latest model content's calls, in order
+        self.answered: set[str] = set()  # of those, the ones a response named by its own id
 
     def calls(self, index: int, parts: list[Any]) -> list[str]:
         ids = [
@@ -265,17 +267,18 @@ class CallIds:
             for j, part in enumerate(parts)
             if isinstance(part, dict) and isinstance(part.get("functionCall"), dict)
         ]
-        self.pending = list(ids)
+        self.pending, self.answered = deque(ids), set()
         return ids
 
     def response(self, response: dict[str, Any], *, where: str) -> str:
         """The id of the call a response answers (`where` names an unpaired one: it answers no call)."""
         own = response.get("id")
         if isinstance(own, str) and own:
-            if own in self.pending:
-                self.pending.remove(own)
+            self.answered.add(own)
             return own
-        return self.pending.pop(0) if self.pending else f"gemini-unpaired-{where}"
+        while self.pending and self.pending[0] in self.answered:
+            self.pending.popleft()
+        return self.pending.popleft() if self.pending else f"gemini-unpaired-{where}"
 
 
 def views_of(index: int, content: Content, calls: CallIds) -> list[View]:
@@ -286,6 +289,7 @@ def views_of(index: int, content: Content, calls: CallIds) -> list[View]:
     if not all(isinstance(part, dict) for part in parts):
         return [({"role": "user", "content": orjson.dumps(content).decode()}, (index,), OPAQUE)]
     responses = [j for j, part in enumerate(parts) if isinstance(part.get("functionResponse"), dict)]
+    answers = set(responses)
     if not responses:
         opaque = any(not known(part) for part in parts)
         return [({"role": "user", "content": parts_of(parts)}, (index,), OPAQUE if opaque else "")]
@@ -303,7 +307,7 @@ def views_of(index: int, content: Content, calls: CallIds) -> list[View]:
                 "",
             )
         )
-    others = [j for j in range(len(parts)) if j not in responses]
+    others = [j for j in range(len(parts)) if j not in answers]
     if others:  # text sent beside the responses is an observation, not a request
         views.append(({"role": "user", "content": parts_of([parts[j] for j in others])}, (index, *others), OBSERVATION))
     return views

@@ -17,6 +17,7 @@ from inflight.formats.agent_compaction import recognised
 from inflight.formats.agent_prompts import GEMINI_CLI
 from inflight.pipeline.engine import Options, build_pipeline
 from tests.support.gemini import FakeGemini, part_signature, refusal_body
+from tests.support.growth import MAX_GROWTH, SERIES, growth_in_parses, in_parses
 
 STREAM = Target(GEMINI.spec.routes[1], {"model": "gemini-2.5-pro"})
 WHOLE = Target(GEMINI.spec.routes[0], {"model": "gemini-2.5-pro"})
@@ -201,3 +202,30 @@ def test_gemini_clis_snapshot_request_is_recognised_by_its_structure_and_prompt_
     inside = {"functionResponse": {"name": "read_file", "response": {"output": prompt.asks[0]}}}
     assert recognised("gemini", {**asking, "contents": [*history, {"role": "user", "parts": [inside]}]}) is None
     assert recognised("gemini", {**asking, "systemInstruction": BODY["systemInstruction"]}) is None
+
+
+def one_wide_turn(calls: int) -> dict[str, Any]:
+    """A model content of `calls` function calls without ids, and a user content of their responses."""
+    made = [{"functionCall": {"name": "read_file", "args": {"path": f"f{n}.py"}}} for n in range(calls)]
+    answered = [{"functionResponse": {"name": "read_file", "response": {"output": f"{n}"}}} for n in range(calls)]
+    contents = [{"role": "user", "parts": [{"text": "Go."}]}, {"role": "model", "parts": made}]
+    return {"contents": [*contents, {"role": "user", "parts": [*answered, {"text": "a note"}]}]}
+
+
+def test_reading_and_writing_a_turn_grow_linearly_with_its_parts() -> None:
+    """Pairing responses in order, and the parts beside them, must not search a list per part."""
+
+    def reading(calls: int) -> float:
+        payload = one_wide_turn(calls)
+        return in_parses(lambda: GEMINI.read(payload, WHOLE), orjson.dumps(payload))
+
+    def writing(calls: int) -> float:
+        payload = one_wide_turn(calls)
+        request = GEMINI.read(payload, WHOLE)
+        assert request is not None
+        masked = [{**m, "content": "[masked]"} if m["role"] == "tool" else m for m in request.messages]
+        return in_parses(lambda: GEMINI.write(payload, request, masked), orjson.dumps(payload))
+
+    for step in (reading, writing):
+        growth, costs = growth_in_parses(step)
+        assert growth < MAX_GROWTH, f"{step.__name__}: {SERIES} parts cost {[round(c, 1) for c in costs]} parses"
