@@ -229,3 +229,19 @@ def test_serve_warns_of_an_upstream_url_without_v1() -> None:
     assert "upstream.base_url: http://127.0.0.1:8080 has no /v1" in warning
     for url in ("http://127.0.0.1:8080/v1", "https://openrouter.ai/api/v1", "https://host/v1beta/openai"):
         assert upstream_warnings(load_settings(None, overrides={"upstream": {"base_url": url}})) == []
+
+
+def test_serve_warns_of_a_gemini_upstream_url_with_a_version_and_not_of_its_origin() -> None:
+    from inflight.config import load_settings
+    from inflight.http.server import upstream_warnings
+
+    def warnings(gemini: str) -> list[str]:
+        overrides = {
+            "upstream": {"base_url": "http://127.0.0.1:8080/v1"},
+            "upstreams": {"gemini": {"base_url": gemini}},
+        }
+        return upstream_warnings(load_settings(None, overrides=overrides))
+
+    assert warnings("https://generativelanguage.googleapis.com") == []  # its paths carry /v1beta
+    [warning] = warnings("https://generativelanguage.googleapis.com/v1beta")
+    assert "upstreams.gemini.base_url" in warning and "/v1beta/v1beta/X" in warning

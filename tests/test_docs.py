@@ -41,6 +41,7 @@ COMMAND_START = ("inflight ", "python -m benchmarks.", "pytest", "pip ", "npm ",
 AGENTS = {
     "claude": ("tests/agents/claude_code.py", "ANTHROPIC_BASE_URL"),
     "codex": ("tests/agents/codex.py", "base_url"),
+    "gemini": ("tests/agents/gemini_cli.py", "GOOGLE_GEMINI_BASE_URL"),
 }
 # Set-up lines that only `.ci/run` runs (a fresh virtualenv, the install): they must be there, word for word.
 CI_RUN = (ROOT / ".ci" / "run").read_text(encoding="utf-8")

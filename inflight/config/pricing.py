@@ -14,7 +14,7 @@ from pydantic import Field
 
 from inflight.config.section import Section
 
-FormatName = Literal["chat_completions", "responses", "messages"]
+FormatName = Literal["chat_completions", "responses", "messages", "gemini"]
 
 
 class Prices(Section):
@@ -35,11 +35,13 @@ class PriceOverride(Section):
     output: float | None = Field(None, ge=0)
 
 
-# OpenAI caches prefixes on its own and bills no write; Anthropic bills a 5-minute cache write at 1.25x.
+# OpenAI caches prefixes on its own and bills no write; Anthropic bills a 5-minute cache write at 1.25x; Gemini's
+# implicit cache bills a read at a quarter of an input token and no write.
 DEFAULT_FORMAT_PRICES: dict[str, Prices] = {
     "chat_completions": Prices(),
     "responses": Prices(),
     "messages": Prices(cache_write=1.25),
+    "gemini": Prices(cache_read=0.25),
 }
 
 

@@ -19,7 +19,7 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 from pydantic import Field, PrivateAttr, ValidationError, ValidationInfo, field_validator, model_validator
 
 from inflight.config.compaction import Compaction
-from inflight.config.pricing import Pricing
+from inflight.config.pricing import FormatName, Pricing
 from inflight.config.section import Section
 
 
@@ -29,6 +29,12 @@ class ConfigError(ValueError):
 
 OPENAI_HOST = "api.openai.com"
 ANTHROPIC_API = "https://api.anthropic.com/v1"  # where Messages requests go when the default upstream is OpenAI's
+GOOGLE_API = "https://generativelanguage.googleapis.com"  # and Gemini's (its paths carry their version: `/v1beta`)
+# The wire formats OpenAI's API lacks, with where they go instead, their name and whose keys they take.
+PROVIDER_APIS = {
+    "messages": (ANTHROPIC_API, "the Messages API", "Anthropic's"),
+    "gemini": (GOOGLE_API, "the Gemini API", "Google's"),
+}
 
 
 class Listen(Section):
@@ -272,6 +278,16 @@ class Messages(Section):
     count_tokens_band: float = Field(0.05, gt=0, le=1)
 
 
+class Gemini(Section):
+    """The Gemini API: its upstream's exact count. `count_tokens`: "near" asks the upstream's
+    `POST /v1beta/models/{model}:countTokens` on a turn whose estimate is within `count_tokens_band` of a
+    threshold, as `messages.count_tokens` does; "off" decides on the calibrated estimate (Gemini's tokenizer is
+    not public, so the estimate is o200k_base corrected by `usageMetadata`)."""
+
+    count_tokens: Literal["off", "near"] = "off"
+    count_tokens_band: float = Field(0.05, gt=0, le=1)
+
+
 Encoding = Literal["o200k_base", "cl100k_base"]
 
 
@@ -342,9 +358,10 @@ class Settings(Section):
     archive: Archive = Archive()
     responses: Responses = Responses()
     messages: Messages = Messages()
+    gemini: Gemini = Gemini()
     # A separate upstream per wire format (else `upstream`), so one proxy can send Claude Code to an
     # Anthropic-compatible server and OpenAI-format agents to another.
-    upstreams: dict[Literal["chat_completions", "responses", "messages"], Upstream] = Field(default_factory=dict)
+    upstreams: dict[FormatName, Upstream] = Field(default_factory=dict)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     metrics: MetricsSettings = MetricsSettings()
     telemetry: Telemetry = Telemetry()
@@ -373,35 +390,43 @@ class Settings(Section):
     def _messages_go_to_anthropic(self) -> Settings:
         """With no `upstreams.messages` and the default upstream OpenAI's, which has no Messages API, `/v1/messages`
         goes to Anthropic's, with the client's own key; with `access.keys` the proxy has no Anthropic key to send,
-        so it goes nowhere (`unserved` says why)."""
+        so it goes nowhere (`unserved` says why). The Gemini API likewise goes to Google's."""
         for name, own in self.upstreams.items():
             self._format_upstreams[name] = own
-        if "messages" in self.upstreams or urlsplit(self.upstream.base_url).hostname != OPENAI_HOST or self.access.keys:
+        if urlsplit(self.upstream.base_url).hostname != OPENAI_HOST or self.access.keys:
             return self
-        self._format_upstreams["messages"] = self.upstream.model_copy(
-            update={"base_url": ANTHROPIC_API, "api_key": "", "auth": None, "basic_auth": ""}
-        )
+        for wire, (base_url, _, _) in PROVIDER_APIS.items():
+            if wire not in self.upstreams:
+                self._format_upstreams[wire] = self.upstream.model_copy(
+                    update={"base_url": base_url, "api_key": "", "auth": None, "basic_auth": ""}
+                )
         return self
 
     @property
     def format_upstreams(self) -> dict[str, Upstream]:
-        """The wire formats that have an upstream of their own (`upstreams`, or Anthropic's API for Messages)."""
+        """The wire formats that have an upstream of their own (`upstreams`, or Anthropic's API for Messages and
+        Google's for Gemini)."""
         return self._format_upstreams
 
     def unserved(self, wire: str) -> str | None:
         """Why the proxy cannot forward a wire format's requests anywhere (None: it can)."""
         openai = urlsplit(self.upstream.base_url).hostname == OPENAI_HOST
-        if wire != "messages" or wire in self._format_upstreams or not openai:
+        if wire not in PROVIDER_APIS or wire in self._format_upstreams or not openai:
             return None
+        base_url, api, whose = PROVIDER_APIS[wire]
         return (
-            f"the Messages API has no upstream: upstream.base_url is OpenAI's ({self.upstream.base_url}), which has "
-            f"none, and access.keys is set, so clients' keys are not Anthropic's; set upstreams.messages.base_url "
-            f"({ANTHROPIC_API}) and upstreams.messages.api_key"
+            f"{api} has no upstream: upstream.base_url is OpenAI's ({self.upstream.base_url}), which has "
+            f"none, and access.keys is set, so clients' keys are not {whose}; set upstreams.{wire}.base_url "
+            f"({base_url}) and upstreams.{wire}.api_key"
         )
 
     def upstream_for(self, wire: str) -> Upstream:
         """The upstream of a wire format (`format_upstreams`, else `upstream`)."""
         return self._format_upstreams.get(wire, self.upstream)
+
+    def exact_counts(self, wire: str) -> Messages | Gemini:
+        """The section that says when to ask a wire format's upstream for an exact count."""
+        return self.gemini if wire == "gemini" else self.messages
 
     def manages_context(self, wire: str) -> bool:
         """Inflight always does what a request of `wire` asks of the upstream's context management."""

@@ -6,7 +6,9 @@ answer. Codex (with a custom provider) sends the whole history and then a user m
 "CONTEXT CHECKPOINT COMPACTION" prompt on `/v1/responses`, and installs the assistant message of the
 answer; with OpenAI as its provider it may instead end a request with a `compaction_trigger` item, and
 installs the one `compaction` item it is answered (sealed by inflight, `inflight.formats.compaction_items`).
-A request is recognised only by its structure and a pinned version's prompt
+Gemini CLI sends its history with its snapshot prompt as the system instruction and one more user text asking
+for a `<state_snapshot>`, then the same with the snapshot it got and a request to verify it; it installs the
+text of the answer (`generateContent`). A request is recognised only by its structure and a pinned version's prompt
 (`inflight.formats.agent_prompts`); the same words elsewhere (inside a tool result, in a user's own
 question) are not the agent asking, and such a request is forwarded.
 """
@@ -20,7 +22,14 @@ from typing import Any
 
 import orjson
 
-from inflight.formats.agent_prompts import CLAUDE_CODE, CODEX, CODEX_TRIGGER, CheckpointPrompt, SummaryPrompt
+from inflight.formats.agent_prompts import (
+    CLAUDE_CODE,
+    CODEX,
+    CODEX_TRIGGER,
+    GEMINI_CLI,
+    CheckpointPrompt,
+    SummaryPrompt,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +52,8 @@ def recognised(format_name: str, payload: dict[str, Any]) -> AgentCompaction | N
         return claude_code_compaction(payload)
     if format_name == "responses":
         return codex_compaction(payload)
+    if format_name == "gemini":
+        return gemini_cli_compaction(payload)
     return None
 
 
@@ -127,6 +138,49 @@ def codex_compaction(payload: dict[str, Any]) -> AgentCompaction | None:
     return AgentCompaction(prompt.agent, "", {**payload, "input": items[:-1]}, keeps_user_messages=True)
 
 
+def gemini_cli_compaction(payload: dict[str, Any]) -> AgentCompaction | None:
+    """Gemini CLI's: its snapshot prompt as the system instruction, and a last user content of one text part
+    asking for a snapshot (the history before it), or asking to verify the one it got (the history before both)."""
+    contents = payload.get("contents")
+    system = payload.get("systemInstruction")
+    parts = system.get("parts") if isinstance(system, dict) else None
+    instruction = "\n".join(
+        str(p["text"]) for p in parts or [] if isinstance(p, dict) and isinstance(p.get("text"), str)
+    )
+    if not isinstance(contents, list) or len(contents) < 2:
+        return None
+    text = lone_text(contents[-1], "user")
+    for prompt in GEMINI_CLI:
+        if prompt.system not in instruction or text is None:
+            continue
+        if text.strip() in prompt.asks:
+            history = contents[:-1]
+        elif text.strip() == prompt.verify and len(contents) >= 3 and lone_text(contents[-2], "model") is not None:
+            history = contents[:-2]  # the snapshot it was given is ours: it is given again
+        else:
+            continue
+        return AgentCompaction(
+            prompt.agent,
+            "",
+            {**payload, "contents": history},
+            keeps_user_messages=False,
+            context_tag=prompt.context_tag,
+            keeps_recent_turns=prompt.keeps_recent_turns,
+        )
+    return None
+
+
+def lone_text(content: object, role: str) -> str | None:
+    """The text of a content of `role` that holds one text part and nothing else (None: not such a content)."""
+    if not isinstance(content, dict) or content.get("role") != role:
+        return None
+    parts = content.get("parts")
+    if not isinstance(parts, list) or len(parts) != 1 or not isinstance(parts[0], dict):
+        return None
+    text = parts[0].get("text")
+    return text if isinstance(text, str) and set(parts[0]) == {"text"} else None
+
+
 def is_checkpoint(prompt: CheckpointPrompt, text: str) -> bool:
     return text.strip() == prompt.text
 
@@ -155,10 +209,34 @@ def answer(
         if stream:
             return events(anthropic_events(message)), b"text/event-stream"
         return orjson.dumps(message), b"application/json"
+    if format_name == "gemini":  # Gemini CLI installs the answer's text as its snapshot
+        reply = gemini_response(
+            f"<state_snapshot>\n{text}\n</state_snapshot>",
+            model=model,
+            prompt_tokens=prompt_tokens,
+            output_tokens=output_tokens,
+        )
+        if stream:
+            return b"data: " + orjson.dumps(reply) + b"\r\n\r\n", b"text/event-stream"
+        return orjson.dumps(reply), b"application/json"
     response = openai_response(text, model=model, prompt_tokens=prompt_tokens, output_tokens=output_tokens)
     if stream:
         return events(response_events(response)), b"text/event-stream"
     return orjson.dumps(response), b"application/json"
+
+
+def gemini_response(text: str, *, model: str, prompt_tokens: int, output_tokens: int) -> dict[str, Any]:
+    usage = {
+        "promptTokenCount": prompt_tokens,
+        "candidatesTokenCount": output_tokens,
+        "totalTokenCount": prompt_tokens + output_tokens,
+    }
+    return {
+        "candidates": [{"content": {"parts": [{"text": text}], "role": "model"}, "finishReason": "STOP", "index": 0}],
+        "usageMetadata": usage,
+        "modelVersion": model,
+        "responseId": f"inflight-{uuid.uuid4().hex[:24]}",
+    }
 
 
 def events(named: list[dict[str, Any]]) -> bytes:

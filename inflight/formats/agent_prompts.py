@@ -32,6 +32,20 @@ class CheckpointPrompt:
     text: str
 
 
+@dataclass(frozen=True, slots=True)
+class SnapshotPrompt:
+    """Gemini CLI's: a system instruction that holds `system`, and a last user content of one text part that is
+    one of `asks` (a first snapshot, or one that integrates an earlier snapshot); or, to verify it, `verify` after
+    a model content holding the snapshot it was given."""
+
+    agent: str
+    system: str
+    asks: tuple[str, ...]
+    verify: str
+    context_tag: str = ""  # the element its own context comes in, which it adds again after compressing
+    keeps_recent_turns: bool = False  # it keeps its latest turns verbatim after the snapshot it installs
+
+
 CLAUDE_CODE = (
     SummaryPrompt(
         agent="claude-code 2.1.328",
@@ -67,3 +81,29 @@ CODEX = (
 # Codex's remote compaction (`remote_compaction_v2`, with OpenAI as its provider): an otherwise normal request whose
 # last input item is of this type, answered with exactly one `compaction` item.
 CODEX_TRIGGER = ("codex remote compaction", "compaction_trigger")
+
+GEMINI_CLI = (
+    SnapshotPrompt(
+        agent="gemini-cli 0.61.0",
+        system=(
+            "You are a specialized system component responsible for distilling chat history into a structured XML "
+            "<state_snapshot>."
+        ),
+        asks=(
+            "Generate a new <state_snapshot> based on the provided history.\n\nFirst, reason in your scratchpad. "
+            "Then, generate the updated <state_snapshot>.",
+            "A previous <state_snapshot> exists in the history. You MUST integrate all still-relevant information "
+            "from that snapshot into the new one, updating it with the more recent events. Do not lose established "
+            "constraints or critical knowledge.\n\nFirst, reason in your scratchpad. Then, generate the updated "
+            "<state_snapshot>.",
+        ),
+        verify=(
+            "Critically evaluate the <state_snapshot> you just generated. Did you omit any specific technical "
+            "details, file paths, tool results, or user constraints mentioned in the history? If anything is missing "
+            "or could be more precise, generate a FINAL, improved <state_snapshot>. Otherwise, repeat the exact same "
+            "<state_snapshot> again."
+        ),
+        context_tag="session_context",
+        keeps_recent_turns=True,  # it keeps the latest 30% of its history after the snapshot
+    ),
+)

@@ -91,7 +91,7 @@ class AnthropicErrors:
 class CountTokens:
     """`POST /v1/messages/count_tokens`: the upstream's exact count of a request's prompt."""
 
-    def request(self, payload: dict[str, Any]) -> UpstreamCall:
+    def request(self, payload: dict[str, Any], *, model: str) -> UpstreamCall:
         body = {key: payload[key] for key in COUNTED_FIELDS if key in payload}
         return UpstreamCall("/v1/messages/count_tokens", body)
 

@@ -1,10 +1,11 @@
 """The seam between a wire format and the core: what every format module provides.
 
 A wire format is the shape one API gives a conversation: Chat Completions' messages, the Responses
-API's `input` items, Anthropic Messages' content blocks. The core (counting, compaction, policy,
-records, background summaries, archive, metrics) works with one shape only, Chat Completions'
-messages, and never asks which format it is serving. A format module provides one `WireFormat`:
-its `spec`, which is data the app is built from, and methods that translate in both directions.
+API's `input` items, Anthropic Messages' content blocks, the Gemini API's `contents` of parts. The
+core (counting, compaction, policy, records, background summaries, archive, metrics) works with one
+shape only, Chat Completions' messages, and never asks which format it is serving. A format module
+provides one `WireFormat`: its `spec`, which is data the app is built from, and methods that translate
+in both directions.
 
 The spec (`FormatSpec`) holds:
 - `name`: used in the config's `upstreams.<name>`, the log and the metrics;
@@ -18,7 +19,8 @@ The spec (`FormatSpec`) holds:
 - its session header;
 - `usage_marker`: bytes every stream event that reports usage contains;
 - `in_place_summaries`: whether a summary may be asked as a continuation of the body;
-- `exact_count`: the upstream's exact prompt count, where it offers one.
+- `exact_count`: the upstream's exact prompt count, where it offers one;
+- `model_list`: whether its upstream lists its models' windows at `GET /v1/models`.
 The app's routes, the credentials the upstream replaces, a path's error shape and the metrics' route
 labels all come from the registered formats' specs (`inflight.formats.registered`).
 
@@ -130,6 +132,9 @@ class CoreRequest:
     # User messages that are not requests: text sent alongside a turn's tool results (Claude Code's
     # `<system-reminder>`s). The latest request is searched for among the messages before them.
     observations: frozenset[int] = field(default_factory=frozenset)
+    # Whether the answer streams, when the path says so (Gemini's `:streamGenerateContent`); None: the body's
+    # `stream` says.
+    streams: bool | None = None
 
     @property
     def server_managed(self) -> bool:
@@ -192,10 +197,11 @@ class ErrorShape(Protocol):
 
 
 class ExactCount(Protocol):
-    """An upstream's exact count of a prompt (Anthropic's `count_tokens`)."""
+    """An upstream's exact count of a prompt (Anthropic's `count_tokens`, Gemini's `countTokens`)."""
 
-    def request(self, payload: dict[str, Any]) -> UpstreamCall:
-        """The call that counts a request's prompt, without the fields only generation accepts."""
+    def request(self, payload: dict[str, Any], *, model: str) -> UpstreamCall:
+        """The call that counts a request's prompt for `model` (Gemini's path names it), without the fields only
+        generation accepts."""
         ...
 
     def tokens(self, document: object) -> int | None:
@@ -227,6 +233,9 @@ class FormatSpec:
     usage_marker: bytes = b'"usage"'  # a stream event without these bytes carries no usage and is not parsed
     in_place_summaries: bool = False  # a summary may be asked as a Chat Completions continuation of this body
     exact_count: ExactCount | None = None  # how the upstream counts a prompt exactly (None: it cannot)
+    # Its upstream lists its models' windows at `GET /v1/models` (Gemini's list is elsewhere, in its own shape, so
+    # a Gemini request never starts the discovery).
+    model_list: bool = True
 
 
 class WireFormat(Protocol):

@@ -88,7 +88,7 @@ class ConversationHandler:
         )
         if intake.unread is not None:
             exchange.note("unread", intake.unread)
-        model = intake.payload.get("model")
+        model = intake.payload.get("model") or request.path_params.get("model")  # Gemini's path names it
         exchange.note("model", model if isinstance(model, str) else "-")
         if exchange.trace is not None and isinstance(model, str):
             exchange.trace.named(model)

@@ -336,7 +336,7 @@ async def exact_count(upstream: UpstreamClient, request: Request, counted: Count
     the upstream gives no count (an error, a timeout): the estimate stands."""
     counter = counted.wire.spec.exact_count
     assert counter is not None
-    call = counter.request(counted.payload)
+    call = counter.request(counted.payload, model=counted.model)
     raw = request.scope["headers"]
     credentials = [(n, v) for n, v in upstream.credential_headers(raw) if n != b"host"]
     betas = [(n, v) for n, v in raw if n == b"anthropic-beta"]

@@ -402,8 +402,9 @@ def startup_line(settings: Settings, *, workers: int) -> str:
     host = f"[{listen.host}]" if ":" in listen.host else listen.host
     upstream = redacted_url(settings.upstream.base_url)
     upstreams = "".join(f", {name} -> {redacted_url(own.base_url)}" for name, own in settings.format_upstreams.items())
-    if settings.unserved("messages") is not None:
-        upstreams += ", messages -> none (set upstreams.messages)"
+    for wire in ("messages", "gemini"):
+        if settings.unserved(wire) is not None:
+            upstreams += f", {wire} -> none (set upstreams.{wire})"
     compaction = settings.compaction.mode if settings.compaction.enabled else "off"  # `models:` may override it
     return (
         f"inflight {__version__} listening on http://{host}:{listen.port}/v1 -> {upstream}"
@@ -416,12 +417,20 @@ def upstream_warnings(settings: Settings) -> list[str]:
     """A hint for each upstream base URL with no version segment: `/v1/chat/completions` would reach
     `http://host:8080/chat/completions`, which llama.cpp, vLLM and OpenAI answer with a bare 404."""
     upstreams = {"upstream": settings.upstream, **{f"upstreams.{k}": v for k, v in settings.format_upstreams.items()}}
-    return [
+    google = upstreams.pop("upstreams.gemini", None)  # Gemini's paths carry their version (`/v1beta/...`)
+    warnings = [
         f"{name}.base_url: {redacted_url(upstream.base_url)} has no /v1, so a request for /v1/X goes to "
         f"{redacted_url(upstream.base_url)}/X; most servers (llama.cpp, vLLM, OpenAI, Anthropic) want it to end in /v1"
         for name, upstream in upstreams.items()
         if missing_v1(upstream.base_url)
     ]
+    if google is not None and not missing_v1(google.base_url):
+        url = redacted_url(google.base_url)
+        warnings.append(
+            f"upstreams.gemini.base_url: {url} has a version in its path, so a request for /v1beta/X goes to "
+            f"{url.rstrip('/')}/v1beta/X; Google's API wants its origin (https://generativelanguage.googleapis.com)"
+        )
+    return warnings
 
 
 def state_warning(settings: Settings) -> str | None:

@@ -30,7 +30,7 @@ from inflight.config import Telemetry
 
 OPERATION = "chat"  # every conversation API inflight serves is a chat in the conventions' terms
 # The GenAI conventions' provider of each wire format's API (the upstream may be another server speaking it).
-PROVIDERS = {"chat_completions": "openai", "responses": "openai", "messages": "anthropic"}
+PROVIDERS = {"chat_completions": "openai", "responses": "openai", "messages": "anthropic", "gemini": "gcp.gemini"}
 RawHeaders = Sequence[tuple[bytes, bytes]]
 
 

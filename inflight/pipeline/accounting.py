@@ -37,7 +37,10 @@ class Counted:
 
     @property
     def streams(self) -> bool:
-        """Whether the client asked for an event stream (a response read before relaying stops at its first event)."""
+        """Whether the client asked for an event stream (a response read before relaying stops at its first event):
+        by its path, where the format puts it there, else by the body's `stream`."""
+        if self.request.streams is not None:
+            return self.request.streams
         return self.payload.get("stream") is True
 
 

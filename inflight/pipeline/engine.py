@@ -266,7 +266,10 @@ class Pipeline:
         """Whether to look up the model's window in the upstream's model list before accounting this request.
 
         Never for a request that is only shadowed or not compacted: the call would go with the client's key
-        though nothing it was sent for needs the window (the report then uses `models:` or the default)."""
+        though nothing it was sent for needs the window (the report then uses `models:` or the default); nor for a
+        format whose upstream has no `/v1/models` list (Gemini's)."""
+        if not counted.wire.spec.model_list:
+            return False
         return self.compacts(counted, options) and self._registry.discovers(counted.model)
 
     async def discover(self, fetch_models: FetchModels) -> None:
@@ -318,12 +321,12 @@ class Pipeline:
         return budget if ceiling is None else min(budget, ceiling)
 
     def asks_exact_count(self, counted: Counted, accounting: Accounting, options: Options) -> bool:
-        """Whether to ask the upstream for an exact count (`messages.count_tokens: near`).
+        """Whether to ask the upstream for an exact count (`messages.count_tokens: near`, `gemini.count_tokens`).
 
         Only if the format offers one and our estimate is within `count_tokens_band` of the budget from a
         compaction threshold. Never in shadow mode: the call would use the client's key and add a wait the
         client did not ask for."""
-        config = self.settings.messages
+        config = self.settings.exact_counts(counted.wire.spec.name)
         if counted.wire.spec.exact_count is None or config.count_tokens != "near" or accounting.exact:
             return False
         if self._shadows(counted, options):

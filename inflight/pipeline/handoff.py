@@ -21,6 +21,7 @@ from inflight.compaction.actions import Action
 from inflight.compaction.handoff import LEDGER_CHARS, carried_handoff, handoff_text
 from inflight.compaction.record import Precomputed
 from inflight.compaction.summary_job import SUMMARY_PREFIX
+from inflight.formats import Target
 from inflight.formats.agent_compaction import AgentCompaction
 from inflight.offload import call_sized
 from inflight.pipeline.accounting import Accounting, Counted
@@ -54,7 +55,11 @@ async def handoff_for(pipeline: Pipeline, counted: Counted, options: Options, as
 async def made_handoff(pipeline: Pipeline, counted: Counted, options: Options, asked: AgentCompaction) -> Handoff | str:
     size = counted.count.total
     raw = await call_sized(lambda: orjson.dumps(asked.history), size)
-    history = await call_sized(lambda: pipeline.count(raw, asked.history, counted.wire, tenant=options.tenant), size)
+    # The model as the request's path said it (Gemini's bodies do not name it).
+    target = Target(params={"model": counted.model})
+    history = await call_sized(
+        lambda: pipeline.count(raw, asked.history, counted.wire, target=target, tenant=options.tenant), size
+    )
     if history is None:
         return "unreadable"
     accounting = pipeline.account(history, tenant=options.tenant)

@@ -45,8 +45,11 @@ def test_the_example_config_sends_claude_clients_to_anthropic(monkeypatch: pytes
         messages = each.upstream_for("messages")
         assert messages.base_url == "https://api.anthropic.com/v1" and not messages.api_key
         assert each.upstream_for("chat_completions").base_url == "https://api.openai.com/v1"
-        assert each.unserved("messages") is None
-    assert ", messages -> https://api.anthropic.com/v1;" in startup_line(settings, workers=1)
+        assert each.unserved("messages") is None and each.unserved("gemini") is None
+        gemini = each.upstream_for("gemini")  # Gemini CLI's goes to Google's likewise
+        assert gemini.base_url == "https://generativelanguage.googleapis.com" and not gemini.api_key
+    line = startup_line(settings, workers=1)
+    assert ", messages -> https://api.anthropic.com/v1, gemini -> https://generativelanguage.googleapis.com;" in line
     elsewhere = load_settings(None, overrides={"upstream": {"base_url": "http://127.0.0.1:8080/v1"}})
     assert elsewhere.upstream_for("messages").base_url == "http://127.0.0.1:8080/v1"  # llama.cpp serves both
 

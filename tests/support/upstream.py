@@ -3,10 +3,10 @@
 It is a raw ASGI app so that what it sends is exactly what it records. Tests steer it with the
 `x-scenario` request header (which the proxy forwards like any other header) or by queueing
 `Scripted` replies for the next chat completions. It can enforce a context window per model,
-refusing like OpenAI does, and it answers the proxy's summarizer calls. The Responses API and
-Anthropic's Messages API have their own fakes (`responses.py`, `messages.py`), each with its agent.
-`bill` has a line for every request those two fakes answer and for every summary answered (its prompt
-counted as the fake of its API counts, all uncached; the reply's text as output).
+refusing like OpenAI does, and it answers the proxy's summarizer calls. The Responses API,
+Anthropic's Messages API and the Gemini API have their own fakes (`responses.py`, `messages.py`,
+`gemini.py`), each with its agent. `bill` has a line for every request those fakes answer and for
+every summary answered (its prompt counted as the fake of its API counts, all uncached; the reply's text as output).
 
 Benchmarks run it in its own process: `python -m tests.support.upstream --port N [--window M=T]`;
 `GET /_upstream/stats` then tells them what it saw.
@@ -30,6 +30,7 @@ import orjson
 
 from inflight.tokens import TokenCounter
 from tests.support.billing import Bill
+from tests.support.gemini import FakeGemini, model_of, sse_chunk, summary_reply
 from tests.support.messages import FakeMessages, beta_names, error_body, message_object, text_of
 from tests.support.responses import STEP_DONE, FakeResponses, assistant_message, response_object, sse_event
 from tests.support.servers import read_body
@@ -164,6 +165,8 @@ def is_messages_summarizer_call(payload: dict[str, Any]) -> bool:
 def summary_body(model: str, text: str, finish_reason: str, api: str) -> bytes:
     """A summarizer's reply: a chat completion, a response (cut short: `incomplete`, as OpenAI says it), or a
     message (cut short: `stop_reason: max_tokens`, as Anthropic says it)."""
+    if api == "gemini":
+        return orjson.dumps(summary_reply(text, finish_reason))
     if api == "messages":
         usage = {
             "input_tokens": 100,
@@ -183,6 +186,13 @@ def summary_body(model: str, text: str, finish_reason: str, api: str) -> bytes:
     if finish_reason == "length":
         response |= {"status": "incomplete", "incomplete_details": {"reason": "max_output_tokens"}}
     return orjson.dumps(response)
+
+
+JSON = "application/json"
+
+
+def gemini_error(message: str) -> dict[str, Any]:
+    return {"error": {"code": 400, "message": message, "status": "INVALID_ARGUMENT"}}
 
 
 def context_refusal(window: int, tokens: int) -> dict[str, Any]:
@@ -240,6 +250,7 @@ class UpstreamApp:
         self.responses = FakeResponses(windows=self.windows, bill=self.bill)  # POST /v1/responses
         # POST /v1/messages and /v1/messages/count_tokens
         self.messages = FakeMessages(windows=self.windows, bill=self.bill)
+        self.gemini = FakeGemini(windows=self.windows, bill=self.bill)  # POST /v1beta/models/{model}:...
         self.compact_reply: Any = None  # POST /v1/responses/compact, as OpenAI answers it (None: 404)
         # When each of the latest POSTs arrived (wall clock, at its headers), its size and whether it was a
         # summary: what a benchmark measures the proxy's own time by, from outside.
@@ -347,20 +358,29 @@ class UpstreamApp:
         if record.path == "/v1/chat/completions":
             await self.chat(record, receive, send)
             return
-        if record.path == "/v1/responses" and record.method == "POST":
-            await self.answer_responses(record, receive, send)
-            return
-        if record.path == "/v1/messages" and record.method == "POST":
-            await self.answer_messages(record, receive, send)
-            return
-        if record.path == "/v1/messages/count_tokens" and record.method == "POST":
-            betas = beta_names(record.headers.get("anthropic-beta"))
-            status, counted = self.messages.count_tokens(record.json(), betas)
-            await self.respond(record, send, status, orjson.dumps(counted), "application/json")
+        if record.method == "POST" and await self.answer_api(record, receive, send):
             return
         await self.respond(
             record, send, 404, b'{"error": {"message": "no route", "type": "not_found"}}', "application/json"
         )
+
+    async def answer_api(self, record: Recorded, receive: Any, send: Any) -> bool:
+        """A POST to the Responses, Messages or Gemini API, answered (False: none of theirs)."""
+        if record.path == "/v1/responses":
+            await self.answer_responses(record, receive, send)
+            return True
+        if record.path == "/v1/messages":
+            await self.answer_messages(record, receive, send)
+            return True
+        if (found := model_of(record.path)) is not None:
+            await self.answer_gemini(record, receive, send, *found)
+            return True
+        if record.path == "/v1/messages/count_tokens":
+            betas = beta_names(record.headers.get("anthropic-beta"))
+            status, counted = self.messages.count_tokens(record.json(), betas)
+            await self.respond(record, send, status, orjson.dumps(counted), "application/json")
+            return True
+        return False
 
     def fixed_answer(self, record: Recorded) -> Any:
         """The body of a route that answers the same whatever is sent (None: not one of them)."""
@@ -438,6 +458,41 @@ class UpstreamApp:
         else:
             await self.respond(record, send, status, orjson.dumps(answer), "application/json")
 
+    async def answer_gemini(self, record: Recorded, receive: Any, send: Any, model: str, method: str) -> None:
+        """The Gemini API: a summarizer call (the proxy's prompt as the system instruction), a count, or the fake's
+        answer, streamed for `streamGenerateContent`."""
+        if not readable(record):
+            await self.respond(record, send, 400, orjson.dumps(gemini_error("Invalid JSON payload received.")), JSON)
+            return
+        payload = record.json()
+        if method == "countTokens":
+            status, counted = self.gemini.count_tokens(payload)
+            await self.respond(record, send, status, orjson.dumps(counted), JSON)
+            return
+        system = payload.get("systemInstruction")
+        parts = system.get("parts") if isinstance(system, dict) else None
+        first = parts[0].get("text") if isinstance(parts, list) and parts and isinstance(parts[0], dict) else None
+        if isinstance(first, str) and first.startswith(SUMMARY_PROMPT_START):
+            await self.summary(record, receive, send, model, api="gemini")
+            return
+        if await self.scripted(record, send):
+            return
+        status, answer, chunks = self.gemini.answer(model, payload, stream=method == "streamGenerateContent")
+        if chunks is not None:
+            await self.stream(record, send, [sse_chunk(chunk) for chunk in chunks], delay=self.stream_interval)
+        else:
+            await self.respond(record, send, status, orjson.dumps(answer), JSON)
+
+    def gemini_requests(self) -> list[Recorded]:
+        """The generate requests the client's became (the proxy's summarizer calls are in `summaries`)."""
+        return [
+            r
+            for r in self.requests
+            if r.method == "POST"
+            and (model_of(r.path) or ("", ""))[1] in ("generateContent", "streamGenerateContent")
+            and r not in self.summaries
+        ]
+
     def cached_share(self) -> float:
         """The share of every prompt token the Messages API was sent that its cache served: the client's
         requests and the proxy's summaries alike (a summary's prompt is never cached here)."""
@@ -511,6 +566,8 @@ class UpstreamApp:
         payload = record.json()
         if api == "messages":
             prompt = self.messages.count(payload)
+        elif api == "gemini":
+            prompt = self.gemini.count(payload)
         elif api == "responses":
             source = payload.get("input")
             items = [{"type": "message", "role": "user", "content": source}] if isinstance(source, str) else source
