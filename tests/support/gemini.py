@@ -177,11 +177,13 @@ class GeminiTaskAgent:
         return f"seq -f '{line}' 1 {self.output_lines}; echo 'STEP {step} DONE'"
 
     def step(self, contents: list[Any]) -> int:
-        """The next step: after the latest function response's, or after what a snapshot says is done."""
+        """The next step: after the latest function response's, or after what a snapshot says is done (its
+        progress, and the `STEP n DONE` of the turns it quotes)."""
         done = [int(n) for n in STEP_DONE.findall(latest_response(contents))]
         if done:
             return max(done) + 1
-        summarized = [int(n) for c in contents for n in PROGRESS.findall(text_of(c))]
+        texts = [text_of(c) for c in contents]
+        summarized = [int(n) for text in texts for n in (*PROGRESS.findall(text), *STEP_DONE.findall(text))]
         return (max(summarized) if summarized else 0) + 1
 
     def snapshot(self, contents: list[Any], *, step: int) -> str:
