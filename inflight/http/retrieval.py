@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
 
 from inflight.codecs.sse import EventBuffer
+from inflight.compaction.retrieval import UNAVAILABLE
 from inflight.formats import WireFormat
 from inflight.formats.retrieve_stream import Stitch, stitch_for
 from inflight.formats.retrieve_tool import Call, Document, ToolShape
@@ -29,6 +30,7 @@ from inflight.upstream.headers import header_value
 from inflight.upstream.response import Response
 
 log = logging.getLogger("inflight")
+UNAVAILABLE_START = UNAVAILABLE.split("{")[0]
 MAX_ANSWER_BYTES = 64 * 1024 * 1024  # an answer read whole to look for calls; a larger one goes as it came
 
 
@@ -47,6 +49,7 @@ class Retriever:
     tenant: str
     rounds: int = 0  # continuations sent
     calls: int = 0  # calls answered
+    unavailable: int = 0  # of those, answered "unavailable"
     handles: list[str] = field(default_factory=list)  # what was read back, for the log and the archive
 
     def answers(self, calls: list[Call]) -> list[tuple[Call, str]]:
@@ -55,7 +58,9 @@ class Retriever:
         answered = []
         for call in calls:
             self.handles.append(handle_named(call.arguments))
-            answered.append((call, self.pipeline.read_back(call.arguments, model=self.model, tenant=self.tenant)))
+            text = self.pipeline.read_back(call.arguments, model=self.model, tenant=self.tenant)
+            self.unavailable += text.startswith(UNAVAILABLE_START)
+            answered.append((call, text))
         return answered
 
     async def send(self, body: Document) -> Response:
@@ -66,8 +71,10 @@ class Retriever:
     def noted(self) -> None:
         """The log line's fields for what was read back."""
         if self.calls:
-            self.exchange.note("retrieved", self.calls)
+            self.exchange.note("retrieved", ",".join(self.handles))
             self.exchange.note("retrieval_rounds", self.rounds)
+            answered = self.calls - self.unavailable
+            self.exchange.report = replace(self.exchange.report, retrieved=answered, unavailable=self.unavailable)
 
     async def whole(self, first: bytes) -> tuple[bytes, Document | None]:
         """The client's JSON answer, given the upstream's first; also the first parsed (for its usage)."""

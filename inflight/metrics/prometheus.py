@@ -124,6 +124,12 @@ class Metrics:
         )
 
     def _define_compactions(self, registry: CollectorRegistry) -> None:
+        self.retrievals = Counter(
+            "inflight_retrievals",
+            "inflight_retrieve calls the proxy answered: with the original (answered) or as unavailable.",
+            ["outcome"],
+            registry=registry,
+        )
         self.compactions = Counter(
             "inflight_compactions", "Compaction actions taken (x-inflight-actions).", ["action"], registry=registry
         )
@@ -259,6 +265,9 @@ class Metrics:
                 self.fallbacks.inc()
             if report.retried:
                 self.retries.inc()
+        for outcome, calls in (("answered", report.retrieved), ("unavailable", report.unavailable)):
+            if calls:
+                self._child(self.retrievals, outcome).inc(calls)
         if report.shadow is not None:  # what shadow mode planned and did not send
             self._actions(report.shadow, counter=self.shadow_compactions, tokens=self.shadow_tokens)
 

@@ -18,6 +18,7 @@ from openai.types.responses import ResponseCompletedEvent, ResponseTextDeltaEven
 from inflight.compaction.retrieval import TOOL_NAME
 from tests.compaction.test_compactor import agent_conversation
 from tests.conftest import ProxyFactory
+from tests.http.test_metrics import scrape
 from tests.support.retriever import LOOKING, RetrievingModel, digest_of
 from tests.support.servers import serve
 from tests.support.upstream import UpstreamApp
@@ -219,6 +220,9 @@ def test_a_handle_of_another_key_is_unavailable(retrieving: tuple[UpstreamApp, s
         app.retriever.handle = orjson.loads(handle)["handle"]
         with openai.OpenAI(base_url=proxy_url, api_key="sk-b", max_retries=0) as client:
             reply = client.chat.completions.create(model=MODEL, messages=theirs, tools=[BASH])
+        metrics = scrape(proxy_url.removesuffix("/v1"))
+    assert metrics.get("inflight_retrievals_total", outcome="answered") == 1
+    assert metrics.get("inflight_retrievals_total", outcome="unavailable") == 1
     said = reply.choices[0].message.content or ""
     assert "seen:[inflight_retrieve: unavailable" in said
     assert app.retriever.received[-1].startswith("[inflight_retrieve: unavailable: no original is kept for inflight:")
