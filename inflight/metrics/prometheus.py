@@ -247,6 +247,7 @@ class Metrics:
         if exchange.send_timed_out:
             self.send_timeouts.inc()
         self._reported(exchange.report)
+        self._retrieved(exchange.report)
         if exchange.client is not None:
             self._client_used(client_of(exchange.client), used_by(exchange.report, status=exchange.status))
 
@@ -265,11 +266,14 @@ class Metrics:
                 self.fallbacks.inc()
             if report.retried:
                 self.retries.inc()
+        if report.shadow is not None:  # what shadow mode planned and did not send
+            self._actions(report.shadow, counter=self.shadow_compactions, tokens=self.shadow_tokens)
+
+    def _retrieved(self, report: TurnReport) -> None:
+        """The `inflight_retrieve` calls the proxy answered for the turn."""
         for outcome, calls in (("answered", report.retrieved), ("unavailable", report.unavailable)):
             if calls:
                 self._child(self.retrievals, outcome).inc(calls)
-        if report.shadow is not None:  # what shadow mode planned and did not send
-            self._actions(report.shadow, counter=self.shadow_compactions, tokens=self.shadow_tokens)
 
     def refused(self, route: str) -> None:
         """A request answered 401 before its route saw it (`route`: the label that route's requests have)."""
