@@ -197,6 +197,18 @@ def test_eval_numbers_turns_from_one_as_the_demo_does(capsys: pytest.CaptureFixt
     assert re.search(r"^\d+ compacted requests?: ", out, re.M) and "1 compacted requests" not in out
 
 
+def test_eval_says_what_inflight_retrieve_can_read_back_of_the_facts_lost(capsys: pytest.CaptureFixture[str]) -> None:
+    """At 2,000 tokens the ledger loses facts; those of the three agents that offer tools are all in originals a
+    handle names (one call per compaction), the text-action agent's are not (no tools: no tool is added)."""
+    traces = sorted(str(path) for path in Path(TRACE).parent.glob("*.json"))
+    code, out, _ = run(capsys, "eval", *traces, "--window", "2000")
+    assert code == 0
+    assert "facts lost 117: 52 can be read back (inflight_retrieve), in 6 retrievals" in out
+    rows = [line.split("|") for line in out.splitlines() if line.startswith("| swe_marshmallow_text_actions |")]
+    rows = [row for row in rows if len(row) == 14]  # the compacted requests' table, not the prompt cache's
+    assert rows and all(row[12].strip().endswith(": 0 (0)") for row in rows)
+
+
 def test_serve_on_a_busy_port_says_so_in_one_line_and_never_that_it_listens() -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

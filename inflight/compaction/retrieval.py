@@ -10,6 +10,7 @@ read back for the client whose conversation it came from. Nothing here does I/O.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -37,6 +38,7 @@ PARAMETERS: dict[str, Any] = {
     "required": ["handle"],
     "additionalProperties": False,
 }
+HANDLE = re.compile(PREFIX + r"[0-9a-f]{16}")  # a handle in a request's text
 UNAVAILABLE = "[inflight_retrieve: unavailable: {why}]"
 MAX_GREP_LINES = 2000
 

@@ -228,6 +228,15 @@ def test_a_handle_of_another_key_is_unavailable(retrieving: tuple[UpstreamApp, s
     assert app.retriever.received[-1].startswith("[inflight_retrieve: unavailable: no original is kept for inflight:")
 
 
+def test_shadow_mode_never_adds_the_tool(upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory) -> None:
+    app, url = upstream
+    raw = orjson.dumps({"model": MODEL, "messages": chat_conversation(), "tools": [BASH]})
+    with start_proxy(url, **WINDOW, compaction={"mode": "shadow"}) as proxy_url:
+        answer = httpx.post(f"{proxy_url}/chat/completions", content=raw, timeout=30)
+    assert answer.status_code == 200 and "mask" in answer.headers["x-inflight-shadow-actions"]
+    assert app.chat_requests()[-1].body == raw  # the client's bytes: no tool, no handle
+
+
 def test_a_client_can_turn_it_off_and_then_nothing_names_a_handle(
     upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
 ) -> None:
