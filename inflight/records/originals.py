@@ -2,8 +2,9 @@
 
 They are kept in this process's memory under the tenant (the digest of the client's key) and the handle
 together, so a handle from another client's conversation is simply not found. The store is bounded by bytes
-(the oldest go first) and by age (`compaction.retrieval.ttl_s`). A handle read by another worker or after a
-restart is not found either; the model is then told it is unavailable.
+(the oldest go first) and by age (`compaction.retrieval.ttl_s`). Memory is enough across workers and restarts:
+each compacted turn keeps what its placeholders name from the history the client resends, and the model's calls
+are answered within that request, by the same process.
 """
 
 from __future__ import annotations
