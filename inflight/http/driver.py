@@ -180,6 +180,30 @@ class Driver:
         self.exchange.upstream_answered()  # for a held response: when its first event (or its error) was in
         return Answered(response.status, b"".join(held.chunks), held.refusal)
 
+    def _archive(self, command: RelayCommand, status: int, retriever: Retriever | None) -> None:
+        """Archive the turn now, or, when the model may call `inflight_retrieve`, once its calls are answered
+        (with what was read back)."""
+        archive, archived, prepared = self.archive, command.archived, command.prepared
+        if archive is None or archived is None or prepared is None:
+            return
+        if retriever is None:
+            archive.turn(*archived, prepared, status=status)
+        else:
+            retriever.done = lambda handles: archive.turn(*archived, prepared, status=status, retrieved=handles)
+
+    async def _answered_whole(self, response: Response, first: bytes, retriever: Retriever) -> Relay:
+        """A JSON answer with the model's `inflight_retrieve` calls answered, as one body for the client."""
+        try:
+            answered, _ = await retriever.whole(first)
+        finally:
+            retriever.finished()
+        headers = response_headers(response.headers, self.exchange.headers)
+        headers = [(name, value) for name, value in headers if name != b"content-length"]
+        headers.append((b"content-length", str(len(answered)).encode()))
+        return Relay(
+            response.status, headers, once(answered), response.aclose, self.exchange, streaming=False, body=answered
+        )
+
     def _retriever(self, command: RelayCommand) -> Retriever | None:
         """What answers the model's `inflight_retrieve` calls for this turn (None: the format has no shape)."""
         shape = shape_of(self.wire)
@@ -215,8 +239,8 @@ class Driver:
         prepared = command.prepared
         if prepared is None:  # not a request inflight counted: as it came
             return relay(response, exchange, chunks=chunks)
-        if self.archive is not None and command.archived is not None:
-            self.archive.turn(*command.archived, prepared, status=response.status)
+        retriever = self._retriever(command) if prepared.retrieves and readable(response) else None
+        self._archive(command, response.status, retriever)
         if response.status != 200:
             return relay(response, exchange, chunks=chunks)
         reader = UsageReader(
@@ -233,19 +257,11 @@ class Driver:
             if exchange.trace is not None:
                 exchange.trace.used(prompt_tokens, reader.output_tokens)
 
-        retriever = self._retriever(command) if prepared.retrieves and readable(response) else None
         if retriever is not None and not reader.event_stream:  # read whole: the calls answered before it goes
             first = await read_all(response, self.upstream.host)
             reader.feed(first)
             counted_by_upstream()  # the first answer's counts: those of the request the turn sent
-            answered, _ = await retriever.whole(first)
-            headers = response_headers(response.headers, exchange.headers)
-            headers = [(name, value) for name, value in headers if name != b"content-length"]
-            headers.append((b"content-length", str(len(answered)).encode()))
-            whole_answer = once(answered)
-            return Relay(
-                response.status, headers, whole_answer, response.aclose, exchange, streaming=False, body=answered
-            )
+            return await self._answered_whole(response, first, retriever)
         whole = response.whole_body() if held is None and prepared.report is None else None
         if whole is not None:  # all of it is in: its counts read now, with no iterator in between
             reader.feed(whole)

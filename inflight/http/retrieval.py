@@ -51,6 +51,13 @@ class Retriever:
     calls: int = 0  # calls answered
     unavailable: int = 0  # of those, answered "unavailable"
     handles: list[str] = field(default_factory=list)  # what was read back, for the log and the archive
+    done: Callable[[list[str]], None] | None = None  # told what was read back once the answer is complete
+
+    def finished(self) -> None:
+        """Say once what was read back (the archive's turn)."""
+        done, self.done = self.done, None
+        if done is not None:
+            done(self.handles)
 
     def answers(self, calls: list[Call]) -> list[tuple[Call, str]]:
         """Each call with the text it is answered with."""
@@ -134,7 +141,14 @@ class Retriever:
 
     async def stream(self, first: AsyncIterator[bytes], *, max_event_bytes: int) -> AsyncIterator[bytes]:
         """The client's stream: the first answer's events as they come, without the tool's calls, then each
-        continuation's stitched in."""
+        continuation's stitched in. However it ends (the client may leave), the archive is told."""
+        try:
+            async for out in self._stitched(first, max_event_bytes=max_event_bytes):
+                yield out
+        finally:
+            self.finished()
+
+    async def _stitched(self, first: AsyncIterator[bytes], *, max_event_bytes: int) -> AsyncIterator[bytes]:
         stitch = stitch_for(self.wire.spec.name)
         assert stitch is not None
         payload: Document | None = None

@@ -18,6 +18,7 @@ from openai.types.responses import ResponseCompletedEvent, ResponseTextDeltaEven
 from inflight.compaction.retrieval import TOOL_NAME
 from tests.compaction.test_compactor import agent_conversation
 from tests.conftest import ProxyFactory
+from tests.http.test_archive import archived
 from tests.http.test_metrics import scrape
 from tests.support.retriever import LOOKING, RetrievingModel, digest_of
 from tests.support.servers import serve
@@ -247,3 +248,20 @@ def test_a_client_can_turn_it_off_and_then_nothing_names_a_handle(
     assert answer.status_code == 200 and "mask" in answer.headers["x-inflight-actions"]
     sent = app.chat_requests()[-1].body
     assert b"inflight:" not in sent and TOOL_NAME.encode() not in sent
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_archive_says_what_was_read_back(
+    retrieving: tuple[UpstreamApp, str], start_proxy: ProxyFactory, stream: bool
+) -> None:
+    app, url = retrieving
+    messages = chat_conversation()
+    with start_proxy(url, **WINDOW, archive={"enabled": True}) as proxy_url:
+        body = {"model": MODEL, "messages": messages, "tools": [BASH], "stream": stream}
+        answer = httpx.post(f"{proxy_url}/chat/completions", json=body, timeout=30)
+        assert answer.status_code == 200 and expected(messages) in answer.text
+        listed = archived(proxy_url, "/inflight/conversations", until=lambda j: j["conversations"])
+        (conversation,) = listed["conversations"]
+        view = archived(proxy_url, f"/inflight/conversations/{conversation['id']}", until=lambda j: j["turns"])
+    handle = orjson.loads(upstream_conversations(app)[-1]["messages"][-2]["tool_calls"][0]["function"]["arguments"])
+    assert view["turns"][0]["retrieved"] == [handle["handle"]]
