@@ -24,6 +24,7 @@ from inflight.formats import WireFormat
 from inflight.formats.retrieve_stream import Stitch, stitch_for
 from inflight.formats.retrieve_tool import Call, Document, ToolShape
 from inflight.http.exchange import Exchange
+from inflight.offload import call_sized
 from inflight.pipeline.engine import Pipeline
 from inflight.upstream.exceptions import STREAM_ERRORS, UpstreamErrors
 from inflight.upstream.headers import header_value
@@ -70,10 +71,26 @@ class Retriever:
             answered.append((call, text))
         return answered
 
+    @property
+    def size(self) -> int:
+        """Roughly the tokens of the body sent, which parsing and writing a continuation costs in proportion to."""
+        return len(self.sent) // 4
+
+    async def continued(self, payload: Document | None, answer: Document, calls: list[Call]) -> Document:
+        """The next continuation's body: the last one (None: the body the turn sent) with the answer and the calls'
+        results; off the event loop for a big conversation."""
+        results = self.answers(calls)
+
+        def build() -> Document:
+            base: Document = payload if payload is not None else orjson.loads(self.sent)
+            return self.shape.continued(base, answer, results)
+
+        return await call_sized(build, self.size)
+
     async def send(self, body: Document) -> Response:
         """A continuation POSTed upstream, asking for an unencoded answer (it is read here)."""
         self.rounds += 1
-        return await self.post(orjson.dumps(body))
+        return await self.post(await call_sized(lambda: orjson.dumps(body), self.size))
 
     def noted(self) -> None:
         """The log line's fields for what was read back."""
@@ -94,11 +111,11 @@ class Retriever:
         calls, others = self.shape.calls(answer)
         if not calls:
             return first, answer
-        payload: Document = orjson.loads(self.sent)
+        payload: Document | None = None
         earlier: list[Document] = []
         current = answer
         while calls and not others and self.rounds < self.pipeline.retrieval_rounds(self.model):
-            payload = self.shape.continued(payload, current, self.answers(calls))
+            payload = await self.continued(payload, current, calls)
             try:
                 following = await self.read_json(await self.send(payload))
             except Exception as exc:  # the continuation failed: the client gets what the upstream gave so far
@@ -162,9 +179,7 @@ class Retriever:
             calls, others = stitch.calls()
             if not calls or others or self.rounds >= self.pipeline.retrieval_rounds(self.model):
                 break
-            if payload is None:
-                payload = orjson.loads(self.sent)
-            payload = self.shape.continued(payload, stitch.answer(), self.answers(calls))
+            payload = await self.continued(payload, stitch.answer(), calls)
             response = await self.continuation(payload)
             if response is None:
                 break

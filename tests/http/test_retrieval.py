@@ -20,9 +20,9 @@ from tests.compaction.test_compactor import agent_conversation
 from tests.conftest import ProxyFactory
 from tests.http.test_archive import archived
 from tests.http.test_metrics import scrape
-from tests.support.retriever import LOOKING, RetrievingModel, digest_of
+from tests.support.retriever import LOOKING, RetrievingModel, chat, digest_of
 from tests.support.servers import serve
-from tests.support.upstream import UpstreamApp
+from tests.support.upstream import Scripted, UpstreamApp
 
 MODEL = "gpt-4o"
 WINDOW = {"models": {MODEL: {"context_window": 8000}}, "discover_context_window": False}
@@ -265,3 +265,23 @@ def test_the_archive_says_what_was_read_back(
         view = archived(proxy_url, f"/inflight/conversations/{conversation['id']}", until=lambda j: j["turns"])
     handle = orjson.loads(upstream_conversations(app)[-1]["messages"][-2]["tool_calls"][0]["function"]["arguments"])
     assert view["turns"][0]["retrieved"] == [handle["handle"]]
+
+
+def test_an_answer_that_also_calls_the_clients_tool_goes_to_it_without_ours(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    app, url = upstream
+    ours = {"id": "call_r", "type": "function", "function": {"name": TOOL_NAME, "arguments": '{"handle": "x"}'}}
+    theirs = {"id": "call_b", "type": "function", "function": {"name": "bash", "arguments": '{"n": 1}'}}
+    answer = orjson.loads(chat(MODEL, "Two things.", None))
+    answer["choices"][0]["message"]["tool_calls"] = [ours, theirs]
+    answer["choices"][0]["finish_reason"] = "tool_calls"
+    app.script.append(Scripted(body=answer))
+    with (
+        start_proxy(url, **WINDOW) as proxy_url,
+        openai.OpenAI(base_url=proxy_url, api_key="sk-a", max_retries=0) as client,
+    ):
+        reply = client.chat.completions.create(model=MODEL, messages=chat_conversation(), tools=[BASH])
+    calls = reply.choices[0].message.tool_calls or []
+    assert [call.id for call in calls] == ["call_b"] and reply.choices[0].finish_reason == "tool_calls"
+    assert len(app.chat_requests()) == 1  # nothing answered in the client's place: its tool goes first
