@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 import orjson
 
@@ -26,6 +25,7 @@ from inflight.formats.retrieve_tool import Call, Document, ToolShape
 from inflight.http.exchange import Exchange
 from inflight.offload import call_sized
 from inflight.pipeline.engine import Pipeline
+from inflight.pipeline.retrieval import handle_in
 from inflight.upstream.exceptions import STREAM_ERRORS, UpstreamErrors
 from inflight.upstream.headers import header_value
 from inflight.upstream.response import Response
@@ -65,7 +65,7 @@ class Retriever:
         self.calls += len(calls)
         answered = []
         for call in calls:
-            self.handles.append(handle_named(call.arguments))
+            self.handles.append((handle_in(call.arguments) or "?")[:40])
             text = self.pipeline.read_back(call.arguments, model=self.model, tenant=self.tenant)
             self.unavailable += text.startswith(UNAVAILABLE_START)
             answered.append((call, text))
@@ -248,15 +248,6 @@ async def read_all(response: Response, host: str) -> bytes:
             if size > MAX_ANSWER_BYTES:
                 raise UpstreamRefused("the answer is too large to read whole")
     return b"".join(chunks)
-
-
-def handle_named(arguments: str) -> str:
-    try:
-        asked: Any = orjson.loads(arguments)
-    except orjson.JSONDecodeError:
-        return "?"
-    handle = asked.get("handle") if isinstance(asked, dict) else None
-    return handle[:40] if isinstance(handle, str) else "?"
 
 
 def readable(response: Response) -> bool:

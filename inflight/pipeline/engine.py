@@ -591,8 +591,6 @@ class Pipeline:
         In `shadow` mode no summary is requested unless `compaction.shadow_summaries` is set, and then only from a
         background job that no turn waits for, because planning must cost the client no time."""
         settings = self.model_settings(accounting.model).compaction
-        if settings.retrieval.mode == "tool" and not self.retrieves(counted, options):  # no handles to name
-            settings = settings.model_copy(update={"retrieval": settings.retrieval.model_copy(update={"mode": "off"})})
         count = counted.count
         request = counted.request
         conversation = Conversation(
@@ -622,6 +620,8 @@ class Pipeline:
         summary_window = await self.summarizer_window(settings, accounting.model, ask=due and not shadow)
         # A client over its summarizer budget (or the proxy over its own) is not summarized: the ledger is used.
         spent = self._budget is not None and due and not self._budget.allows(self._spender_of(options, settings))
+        if settings.retrieval.mode == "tool" and not self.retrieves(counted, options):  # no handles to name
+            settings = settings.model_copy(update={"retrieval": settings.retrieval.model_copy(update={"mode": "off"})})
         parts = CompactionParts(
             settings=settings,
             accounting=accounting,

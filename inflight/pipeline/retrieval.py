@@ -7,8 +7,6 @@ goes upstream. The edge (`inflight.http.retrieval`) asks `answer` for each call 
 
 from __future__ import annotations
 
-import logging
-
 import orjson
 
 from inflight.compaction import Outcome
@@ -17,8 +15,6 @@ from inflight.config import Retrieval as RetrievalSettings
 from inflight.formats.retrieve_tool import offered, shape_of
 from inflight.pipeline.accounting import Counted
 from inflight.records.originals import OriginalStore
-
-log = logging.getLogger("inflight")
 
 HEADER = "x-inflight-retrieval"  # a client's `off` turns the tool off for its request
 
