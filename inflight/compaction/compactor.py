@@ -39,8 +39,10 @@ class Compactor:
         estimate_message: Callable[[Message], int] | None = None,
         observation: re.Pattern[str] | None = None,
         spacing: Spacing | None = None,
+        handles: bool = False,
     ) -> None:
         self.stages = list(stages)
+        self.handles = handles  # placeholders name handles (`inflight.compaction.retrieval`)
         self.spacing = spacing  # decides how deep a compaction goes (`inflight.compaction.depth`); None: to target
         self.count_message = count_message
         self.estimate_message = estimate_message  # cheap estimate for big text a stage may drop; None: count it
@@ -70,6 +72,7 @@ class Compactor:
             estimate_message=self.estimate_message,
             force=force,
             latest_request=latest,
+            handles=self.handles,
         )
         work.prune = force or work.tokens > recompact_at(budget, record)
         if self.spacing is not None and budget.spaced and (work.prune or draft.fallback):  # a compaction may run
@@ -191,4 +194,5 @@ def build_compactor(
         estimate_message=estimate_message,
         observation=observation,
         spacing=spacing,
+        handles=settings.retrieval.mode == "tool",
     )

@@ -12,6 +12,7 @@ from inflight.compaction.depth import Depth, Spacing, growth_per_turn
 from inflight.compaction.draft import Budget
 from inflight.compaction.facts import facts_of
 from inflight.compaction.ledger import Ledger
+from inflight.compaction.retrieval import read_back_note, span_handle
 from inflight.compaction.stage import Work
 from inflight.compaction.summary_job import clip, summary_message
 from inflight.config import Summarize as SummarizeSettings
@@ -120,6 +121,9 @@ def replace_middle(
     room = max(max_summary_tokens(settings, work.budget) * 4, 800)
     text = clip(text, int(room * 0.6)) if text else ""
     body = "\n\n".join(part for part in (text, ledger.render(max(room - len(text), 400))) if part)
+    if work.handles:  # the summarized messages can be read back whole
+        handle = span_handle(work.conversation.digests[draft.head_len : cut])
+        body += f"\n\n[the messages this summary replaced: {read_back_note(handle)}]"
     message = summary_message(body)
     draft.ledger = ledger
     work.outcome.messages_replaced += cut - draft.prefix_len

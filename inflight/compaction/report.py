@@ -74,6 +74,9 @@ class TurnReport:
     retried: bool = False
     degraded: bool = False  # the shared record store is failing: records are this process's own
     cache: CacheFigures | None = field(default=None, compare=False)  # known once the answer is out
+    # `inflight_retrieve` calls the proxy answered for this turn: with an original, and "unavailable".
+    retrieved: int = 0
+    unavailable: int = 0
 
     def headers(self) -> dict[str, str]:
         """The `x-inflight-*` headers for the client."""

@@ -61,6 +61,7 @@ class Work:
     middle_replaced: bool = False  # whether a summary (or the ledger digest) replaced the middle this time
     estimated: set[int] = field(default_factory=set)  # replacements with estimated tokens, to count if sent
     depth: Depth | None = None  # how deep the compaction goes, from the conversation's growth (None: to target)
+    handles: bool = False  # placeholders name the handle the original can be read back by (`compaction.retrieval`)
 
     def count_replacement(self, index: int, message: Message, *, size: int) -> int:
         """Count `message`, which replaces message `index`.

@@ -5,7 +5,7 @@ sections (which `models:` entries may override per model), `loading` reads the f
 `${VAR:-default}` from the environment) and names the key and the file in every error.
 """
 
-from inflight.config.compaction import OBSERVATION_PATTERN, Cache, Compaction, Mask, Summarize, Truncate
+from inflight.config.compaction import OBSERVATION_PATTERN, Cache, Compaction, Mask, Retrieval, Summarize, Truncate
 from inflight.config.loading import interpolate_env, load_settings
 from inflight.config.pricing import Prices, Pricing
 from inflight.config.section import Section
@@ -41,6 +41,7 @@ __all__ = [
     "Prices",
     "Pricing",
     "Responses",
+    "Retrieval",
     "Section",
     "Settings",
     "State",

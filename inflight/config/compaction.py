@@ -100,6 +100,27 @@ class Cache(Section):
     ttl_s: float = Field(86400, gt=0)
 
 
+class Retrieval(Section):
+    """`compaction.retrieval`: whether the model may read back what compaction took out (`inflight_retrieve`).
+
+    `tool` (default): once a conversation is compacted, and if its request offers tools, inflight adds the tool
+    and answers its calls itself; `off`: placeholders name no handle and no tool is added. A bare `tool` or `off`
+    (YAML's `off` is false) stands for the mode alone."""
+
+    mode: Literal["tool", "off"] = "tool"
+    max_rounds: int = Field(3, ge=1, le=10)  # calls answered in one turn before the answer goes to the client
+    max_chars: int = Field(40_000, ge=1000)  # the most of an original one call returns (a note says when clipped)
+    ttl_s: float = Field(86400, gt=0)  # how long an original is kept
+    max_bytes: int = Field(64 * 1024 * 1024, ge=1024 * 1024)  # all originals kept in this process
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, value: object) -> object:
+        if isinstance(value, bool):  # YAML reads a bare `off` as false
+            return {"mode": "tool" if value else "off"}
+        return {"mode": value} if isinstance(value, str) else value
+
+
 class Compaction(Section):
     enabled: bool = True
     # "shadow": the client's bytes go upstream unchanged and the answer comes back unchanged; what compaction
@@ -123,6 +144,7 @@ class Compaction(Section):
     mask: Mask = Mask()
     summarize: Summarize = Summarize()
     cache: Cache = Cache()
+    retrieval: Retrieval = Retrieval()
 
     @model_validator(mode="after")
     def _ordered(self) -> Compaction:

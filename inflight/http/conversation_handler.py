@@ -26,6 +26,7 @@ from inflight.metrics.usage import client_of
 from inflight.pipeline.accounting import Counted
 from inflight.pipeline.archiving import Archiver
 from inflight.pipeline.engine import CLIENT_MODES, Mode, Options, Pipeline
+from inflight.pipeline.retrieval import HEADER as RETRIEVAL_HEADER
 from inflight.pipeline.turn import Steps, Turn
 from inflight.upstream.client import UpstreamClient
 
@@ -128,4 +129,5 @@ def options_of(request: Request, wire: WireFormat, *, client_keys: frozenset[byt
         session_hint=hint,
         credentials=[(name, value) for name, value in request.scope["headers"] if name in client_keys],
         client=request.client.host if request.client else "",
+        retrieval=request.headers.get(RETRIEVAL_HEADER, ""),
     )

@@ -21,10 +21,12 @@ from inflight.codecs.sse import EventBuffer
 from inflight.config import Limits
 from inflight.errors import ProxyError
 from inflight.formats import UsageReader, WireFormat
+from inflight.formats.retrieve_tool import shape_of
 from inflight.http.exchange import Exchange
 from inflight.http.hold import Held, hold_until_known, may_refuse
 from inflight.http.keepalive import KeepAlive
 from inflight.http.relay import Relay, prepend, relay, tap
+from inflight.http.retrieval import Retriever, read_all, readable
 from inflight.http.target import checked_path
 from inflight.pipeline.accounting import Counted
 from inflight.pipeline.archiving import Archiver
@@ -102,7 +104,7 @@ class Driver:
             self.exchange.report = self.turn.report
             self.exchange.note_all(self.turn.take_fields())
             if isinstance(command, RelayCommand):
-                return self._relay(command)
+                return await self._relay(command)
             if isinstance(command, Answer):
                 if self.archive is not None and command.archived is not None:
                     self.archive.turn(*command.archived, status=command.status)
@@ -181,12 +183,58 @@ class Driver:
         self.exchange.upstream_answered()  # for a held response: when its first event (or its error) was in
         return Answered(response.status, b"".join(held.chunks), held.refusal)
 
+    def _archive(self, command: RelayCommand, status: int, retriever: Retriever | None) -> None:
+        """Archive the turn now, or, when the model may call `inflight_retrieve`, once its calls are answered
+        (with what was read back)."""
+        archive, archived, prepared = self.archive, command.archived, command.prepared
+        if archive is None or archived is None or prepared is None:
+            return
+        if retriever is None:
+            archive.turn(*archived, prepared, status=status)
+        else:
+            retriever.done = lambda handles: archive.turn(*archived, prepared, status=status, retrieved=handles)
+
+    async def _answered_whole(self, response: Response, first: bytes, retriever: Retriever) -> Relay:
+        """A JSON answer with the model's `inflight_retrieve` calls answered, as one body for the client."""
+        try:
+            answered, _ = await retriever.whole(first)
+        finally:
+            retriever.finished()
+        headers = response_headers(response.headers, self.exchange.headers)
+        headers = [(name, value) for name, value in headers if name != b"content-length"]
+        headers.append((b"content-length", str(len(answered)).encode()))
+        return Relay(
+            response.status, headers, once(answered), response.aclose, self.exchange, streaming=False, body=answered
+        )
+
+    def _retriever(self, command: RelayCommand) -> Retriever | None:
+        """What answers the model's `inflight_retrieve` calls for this turn (None: the format has no shape)."""
+        shape = shape_of(self.wire)
+        if shape is None or command.prepared is None or command.archived is None:
+            return None
+        counted, _, options = command.archived
+
+        async def post(body: bytes) -> Response:
+            return await post_upstream(self.upstream, self.request, self.exchange, body, rewritten=True, identity=True)
+
+        return Retriever(
+            pipeline=self.pipeline,
+            wire=self.wire,
+            shape=shape,
+            exchange=self.exchange,
+            host=self.upstream.host,
+            post=post,
+            sent=command.prepared.body,
+            model=counted.model,
+            tenant=options.tenant,
+        )
+
     async def _close(self) -> None:
         response, self.response, self.held = self.response, None, None
         if response is not None:
             await response.aclose()
 
-    def _relay(self, command: RelayCommand) -> Relay:
+    async def _relay(self, command: RelayCommand) -> Relay:
         """Relay the answer unchanged, reading the upstream's counts on the way to calibrate the estimates."""
         response, held, turn, exchange = self.response, self.held, self.turn, self.exchange
         assert response is not None
@@ -194,8 +242,8 @@ class Driver:
         prepared = command.prepared
         if prepared is None:  # not a request inflight counted: as it came
             return relay(response, exchange, chunks=chunks)
-        if self.archive is not None and command.archived is not None:
-            self.archive.turn(*command.archived, prepared, status=response.status)
+        retriever = self._retriever(command) if prepared.retrieves and readable(response) else None
+        self._archive(command, response.status, retriever)
         if response.status != 200:
             return relay(response, exchange, chunks=chunks)
         reader = UsageReader(
@@ -212,13 +260,21 @@ class Driver:
             if exchange.trace is not None:
                 exchange.trace.used(prompt_tokens, reader.output_tokens)
 
+        if retriever is not None and not reader.event_stream:  # read whole: the calls answered before it goes
+            first = await read_all(response, self.upstream.host)
+            reader.feed(first)
+            counted_by_upstream()  # the first answer's counts: those of the request the turn sent
+            return await self._answered_whole(response, first, retriever)
         whole = response.whole_body() if held is None and prepared.report is None else None
         if whole is not None:  # all of it is in: its counts read now, with no iterator in between
             reader.feed(whole)
             counted_by_upstream()
             return relay(response, exchange, body=whole)
         body = chunks if chunks is not None else response.aiter_raw()
-        answer = relay(response, exchange, chunks=tap(body, reader.feed, counted_by_upstream))
+        passing = tap(body, reader.feed, counted_by_upstream)
+        if retriever is not None:  # the first answer's counts are read as it passes, before any continuation
+            passing = retriever.stream(passing, max_event_bytes=self.limits.max_event_bytes)
+        answer = relay(response, exchange, chunks=passing)
         if prepared.report is None:
             return answer
         return reported(answer, self.wire, prepared.report, max_event_bytes=self.limits.max_event_bytes)
@@ -266,6 +322,10 @@ async def read_short(response: Response, host: str) -> bytes:
     finally:
         await response.aclose()
     return b"".join(chunks)[:MAX_SHORT_BYTES]
+
+
+async def once(body: bytes) -> AsyncIterator[bytes]:
+    yield body
 
 
 def own_answer(

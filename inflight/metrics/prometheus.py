@@ -124,6 +124,12 @@ class Metrics:
         )
 
     def _define_compactions(self, registry: CollectorRegistry) -> None:
+        self.retrievals = Counter(
+            "inflight_retrievals",
+            "inflight_retrieve calls the proxy answered: with the original (answered) or as unavailable.",
+            ["outcome"],
+            registry=registry,
+        )
         self.compactions = Counter(
             "inflight_compactions", "Compaction actions taken (x-inflight-actions).", ["action"], registry=registry
         )
@@ -241,6 +247,7 @@ class Metrics:
         if exchange.send_timed_out:
             self.send_timeouts.inc()
         self._reported(exchange.report)
+        self._retrieved(exchange.report)
         if exchange.client is not None:
             self._client_used(client_of(exchange.client), used_by(exchange.report, status=exchange.status))
 
@@ -261,6 +268,12 @@ class Metrics:
                 self.retries.inc()
         if report.shadow is not None:  # what shadow mode planned and did not send
             self._actions(report.shadow, counter=self.shadow_compactions, tokens=self.shadow_tokens)
+
+    def _retrieved(self, report: TurnReport) -> None:
+        """The `inflight_retrieve` calls the proxy answered for the turn."""
+        for outcome, calls in (("answered", report.retrieved), ("unavailable", report.unavailable)):
+            if calls:
+                self._child(self.retrievals, outcome).inc(calls)
 
     def refused(self, route: str) -> None:
         """A request answered 401 before its route saw it (`route`: the label that route's requests have)."""

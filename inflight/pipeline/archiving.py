@@ -8,7 +8,7 @@ the background. Neither step ever fails or delays a request.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from inflight.archive import ArchiveStore, TurnWrite
 from inflight.archive.entries import Thresholds, compaction_entry, conversation_id, conversation_label, turn_entry
@@ -69,19 +69,35 @@ class Archiver:
         await self.writer.close()
 
     def turn(
-        self, counted: Counted, accounting: Accounting, options: Options, prepared: Prepared, *, status: int
+        self,
+        counted: Counted,
+        accounting: Accounting,
+        options: Options,
+        prepared: Prepared,
+        *,
+        status: int,
+        retrieved: Sequence[str] = (),
     ) -> None:
-        """Archive one turn (and the compaction made on it), in the background. Never raises."""
+        """Archive one turn (and the compaction made on it), in the background. Never raises.
+
+        `retrieved`: the handles the model read back (`inflight_retrieve`) while the turn was answered."""
         if self.writer.full:
             self.writer.lost("too many turns waiting for the store")
             return
         try:
-            self._take(counted, accounting, options, prepared, status=status)
+            self._take(counted, accounting, options, prepared, status=status, retrieved=retrieved)
         except Exception as exc:  # a bug of ours in the archive must not cost the client its response
             self.writer.lost(f"a turn could not be archived ({type(exc).__name__}: {exc})", exc_info=True)
 
     def _take(
-        self, counted: Counted, accounting: Accounting, options: Options, prepared: Prepared, *, status: int
+        self,
+        counted: Counted,
+        accounting: Accounting,
+        options: Options,
+        prepared: Prepared,
+        *,
+        status: int,
+        retrieved: Sequence[str],
     ) -> None:
         key = prepared.key or key_of(counted, options, max_chars=self.max_key_chars)
         settings = self.settings_for(accounting.model)
@@ -107,6 +123,8 @@ class Archiver:
             shadow=prepared.shadow,
             **turn_costs(prepared, accounting),
         )
+        if retrieved:  # only on a turn that read something back, so other entries stay as they were
+            turn["retrieved"] = list(retrieved)
         compaction = None
         if outcome is not None and outcome.fresh:
             compaction = compaction_entry(

@@ -23,15 +23,18 @@ from inflight.compaction.actions import Action
 from inflight.compaction.background.scheduler import BackgroundSummaries
 from inflight.compaction.prefix import CacheTurn, PrefixTracker, SentRequest, view_ids
 from inflight.compaction.record import Precomputed, shadow_key
+from inflight.compaction.retrieval import read_back
 from inflight.config import Compaction, ModelSettings, Prices, Settings
 from inflight.errors import ProxyError
 from inflight.formats import UNROUTED, Target, WireFormat
+from inflight.formats.retrieve_tool import shape_of
 from inflight.formats.seam import TakenOver
 from inflight.metrics.observer import NO_OBSERVER, Observer
 from inflight.offload import call_sized
 from inflight.pipeline.accounting import Accounting, Counted
 from inflight.pipeline.outgoing import MeasuredOnce, Prepared, as_sent, rewritten, shadowed, translated, unopened
 from inflight.pipeline.parts import CompactionParts, SummarizerFactory, summarizer_window
+from inflight.pipeline.retrieval import Originals, may_offer
 from inflight.policy.bracket import WindowBrackets
 from inflight.policy.calibration import Calibration, Ratios
 from inflight.policy.refusals import Refusal, agrees
@@ -82,6 +85,7 @@ class Options:
     # as long as the summarizer may take, and the summarizer is given the user's own instructions for it.
     agent_compaction: bool = False
     summary_instructions: str = ""
+    retrieval: str = ""  # `x-inflight-retrieval`: `off` keeps `inflight_retrieve` out of this request
 
     @functools.cached_property
     def tenant(self) -> str:
@@ -137,6 +141,8 @@ class Pipeline:
         # The output tokens of each model's recent answers, per client: used as the reply's reserve when the
         # request's own output limit does not count against the window.
         self._outputs = OutputSizes(self._max_key_chars)
+        # What compaction took out, per tenant, for the model to read back (`inflight_retrieve`).
+        self._originals = Originals(settings.compaction.retrieval)
 
     def model_settings(self, model: str) -> ModelSettings:
         """The config for `model`; cached because matching the globs is slow and it is asked several times a request.
@@ -163,6 +169,7 @@ class Pipeline:
             "learned_windows": self._registry.learned(),
             "window_brackets": self._brackets.report(),
             "summary_jobs": self._compactions.job_stats(),
+            "retrieval": self._originals.stats(),
         }
 
     def record_usage(
@@ -185,6 +192,25 @@ class Pipeline:
         self._brackets.accepted(model, actual, tenant=tenant)
         if output is not None:
             self._outputs.record(model, output, tenant=tenant)
+
+    def retrieves(self, counted: Counted, options: Options) -> bool:
+        """Whether this request, if compacted, offers `inflight_retrieve` (`compaction.retrieval`): never in shadow
+        mode, nor when the client's header turns it off or the request offers no tools."""
+        settings = self.model_settings(counted.model).compaction.retrieval
+        return may_offer(counted, settings, asked=options.retrieval) and not self._shadows(counted, options)
+
+    def read_back(self, arguments: str, *, model: str, tenant: str) -> str:
+        """What one `inflight_retrieve` call of the client `tenant`'s conversation is answered with (never raises)."""
+        settings = self.model_settings(model).compaction.retrieval
+        try:
+            return self._originals.answer(arguments, tenant=tenant, max_chars=settings.max_chars)
+        except Exception:  # a bug of ours: the model is told, and the request goes on
+            log.exception("[retrieval] a call could not be answered")
+            return read_back(None, arguments, max_chars=settings.max_chars)
+
+    def retrieval_rounds(self, model: str) -> int:
+        """How many rounds of calls one turn may answer (`compaction.retrieval.max_rounds`)."""
+        return self.model_settings(model).compaction.retrieval.max_rounds
 
     async def aclose(self) -> None:
         """Stop the background summaries and close the record store."""
@@ -510,11 +536,29 @@ class Pipeline:
         if shadow:  # send the client's bytes; report what would have been sent, and measure it for the cache
             plan = shadowed(untouched, accounting, outcome)
             return self._cache_figures(plan, counted, outcome, key=plan_key, scheduled=scheduled)
+        retrieves = self.retrieves(counted, options)
+        sent = counted
+        if retrieves:
+            retrieves = self._keep_originals(counted, outcome, tenant=options.tenant)
+            shape = shape_of(counted.wire)
+            if retrieves and shape is not None:  # added on every compacted turn, the same bytes each time
+                sent = replace(counted, payload=shape.with_tool(counted.payload))
         # The body is written from what was kept, which may be megabytes if compaction could not make it fit.
         prepared = await call_sized(
-            lambda: rewritten(counted, accounting, outcome, limit=limit, key=key), outcome.tokens_after
+            lambda: rewritten(sent, accounting, outcome, limit=limit, key=key), outcome.tokens_after
         )
+        if retrieves:
+            prepared = replace(prepared, retrieves=True).noted(retrieval="offered")
         return self._cache_figures(prepared, counted, outcome, key=key, scheduled=scheduled)
+
+    def _keep_originals(self, counted: Counted, outcome: Outcome, *, tenant: str) -> bool:
+        """Keep what this compaction's placeholders name; False (no tool offered) if that fails."""
+        try:
+            self._originals.keep(counted, outcome, tenant=tenant)
+        except Exception:  # a bug of ours: the request goes without the tool
+            log.exception("[retrieval] the originals could not be kept; the request goes without the tool")
+            return False
+        return True
 
     def _failed(self, untouched: Prepared, exc: Exception, model: str) -> Prepared:
         """The client's bytes, sent as they came because compaction failed: logged, and said as `error`."""
@@ -586,6 +630,8 @@ class Pipeline:
         summary_window = await self.summarizer_window(settings, accounting.model, ask=due and not shadow)
         # A client over its summarizer budget (or the proxy over its own) is not summarized: the ledger is used.
         spent = self._budget is not None and due and not self._budget.allows(self._spender_of(options, settings))
+        if settings.retrieval.mode == "tool" and not self.retrieves(counted, options):  # no handles to name
+            settings = settings.model_copy(update={"retrieval": settings.retrieval.model_copy(update={"mode": "off"})})
         parts = CompactionParts(
             settings=settings,
             accounting=accounting,

@@ -9,7 +9,9 @@ reports the tokens before and after, the actions, and what was kept:
 - the facts of the messages the compaction dropped or replaced (`compaction.facts`: file paths,
   error lines, commands, names), each looked for in the compacted request's text;
 - placeholders that name a call other than the one their result answers;
-- summarizer requests larger than the summarizer's window.
+- summarizer requests larger than the summarizer's window;
+- of the facts the compacted request lost, how many the model could read back with `inflight_retrieve` (in an
+  original that a handle in the request names), and how many calls that would take (zero is best: nothing lost).
 
 For every turn, compacted or not, it also reports how much the upstream's prompt cache could serve:
 prefix rewrites per 100 turns and the cached share (`inflight.compaction.prefix`), and the prompt's
@@ -35,6 +37,8 @@ from inflight.compaction.conversation import (
 )
 from inflight.compaction.facts import command_of, facts_of
 from inflight.compaction.prefix import CacheFigures
+from inflight.compaction.record import Record
+from inflight.compaction.retrieval import HANDLE, handle_of, span_handle
 from inflight.compaction.stage import Outcome
 from inflight.compaction.stages.mask import TOOL_PRUNED
 from inflight.config import Compaction
@@ -65,6 +69,53 @@ class Retention:
 
 
 @dataclass
+class Recovery:
+    """What `inflight_retrieve` could give back of the facts a compacted request lost."""
+
+    lost: int = 0  # facts of the dropped messages not in the text sent
+    recoverable: int = 0  # of those, in an original that a handle in the text sent names
+    retrievals: int = 0  # the distinct handles a model would read back to recover them
+
+    def add(self, other: Recovery) -> None:
+        self.lost += other.lost
+        self.recoverable += other.recoverable
+        self.retrievals += other.retrievals
+
+
+def originals_named(
+    sent_text: str, record: Record, messages: Sequence[Message], digests: Sequence[bytes]
+) -> dict[str, str]:
+    """The text (as `plain_text` reads it) of each original a handle in the text sent names."""
+    named = set(HANDLE.findall(sent_text))
+    texts: dict[str, str] = {}
+    if record.summary is not None and record.prefix_len > record.head_len:
+        handle = span_handle(digests[record.head_len : record.prefix_len])
+        if handle in named:
+            texts[handle] = plain_text(messages[record.head_len : record.prefix_len])
+    for index, replacement in record.replaced.items():
+        handle = handle_of(replacement.digest)
+        if handle in named and index < len(messages):
+            texts[handle] = plain_text(with_their_calls(messages, [index]))
+    return texts
+
+
+def recovery(retained: Retention, originals: Mapping[str, str]) -> Recovery:
+    """How many of the lost facts the originals hold, and how many of them a model would read to get them all."""
+    result = Recovery()
+    read: set[str] = set()
+    for kind in KINDS:
+        for fact in retained.missing[kind]:
+            result.lost += 1
+            holders = [handle for handle, text in originals.items() if fact in text]
+            if holders:
+                result.recoverable += 1
+                if not read.intersection(holders):
+                    read.add(holders[0])
+    result.retrievals = len(read)
+    return result
+
+
+@dataclass
 class Compacted:
     trace: str
     turn: int
@@ -75,6 +126,7 @@ class Compacted:
     request_kept: bool
     wrong_placeholders: int
     retention: Retention
+    recovery: Recovery = field(default_factory=Recovery)
 
 
 class SizedSummarizers:
@@ -232,6 +284,8 @@ async def replay(pipeline: Pipeline, name: str, body: dict[str, Any]) -> Replaye
         pattern = observation_regex(pipeline.model_settings(counted.model).compaction.mask.observation_pattern)
         index = latest_request_index(request["messages"], pattern)
         latest = None if index is None else request["messages"][index]  # the latest request, not an observation
+        kept = retention(dropped, text)
+        named = originals_named(text, outcome.record, counted.request.messages, counted.count.digests)
         out.append(
             Compacted(
                 trace=name,
@@ -242,7 +296,8 @@ async def replay(pipeline: Pipeline, name: str, body: dict[str, Any]) -> Replaye
                 task_kept=task is None or task in sent,
                 request_kept=latest is None or latest in sent,
                 wrong_placeholders=wrong_placeholders(request["messages"], sent),
-                retention=retention(dropped, text),
+                retention=kept,
+                recovery=recovery(kept, named),
             )
         )
     return Replayed(out, cache)
@@ -269,9 +324,10 @@ def cache_totals(caches: Mapping[str, CacheFigures]) -> dict[str, Any]:
 def totals(results: Sequence[Compacted], caches: Mapping[str, CacheFigures] | None = None) -> dict[str, Any]:
     """The figures the project's goals are stated in, over every compacted request (and every turn, for the
     cache)."""
-    retained = Retention()
+    retained, recovered = Retention(), Recovery()
     for result in results:
         retained.add(result.retention)
+        recovered.add(result.recovery)
     n = len(results)
     return {
         "compacted_requests": n,
@@ -280,6 +336,9 @@ def totals(results: Sequence[Compacted], caches: Mapping[str, CacheFigures] | No
         **{f"{kind}_kept": retained.share(kind) for kind in KINDS},
         **{f"{kind}_found": retained.found[kind] for kind in KINDS},
         "wrong_placeholders": sum(r.wrong_placeholders for r in results),
+        "facts_lost": recovered.lost,
+        "facts_recoverable": recovered.recoverable,
+        "retrievals": recovered.retrievals,
         "missing": {kind: retained.missing[kind][:10] for kind in KINDS},
         **cache_totals(caches or {}),
     }
@@ -300,15 +359,16 @@ def report(
     """A table per compacted request, then the prompt cache's figures per trace, then the totals."""
     lines = [
         f"window {window:,} tokens",
-        "| trace | turn | tokens | actions | task | request | paths | errors | commands | names | wrong masks |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| trace | turn | tokens | actions | task | request | paths | errors | commands | names | wrong masks "
+        "| lost: read back (calls) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         shares = [percent(r.retention.share(kind)) for kind in KINDS]
         lines.append(
             f"| {r.trace} | {r.turn} | {r.tokens_before:,} -> {r.tokens_after:,} | {r.actions} | "
             f"{'yes' if r.task_kept else 'NO'} | {'yes' if r.request_kept else 'NO'} | {' | '.join(shares)} | "
-            f"{r.wrong_placeholders} |"
+            f"{r.wrong_placeholders} | {r.recovery.lost}: {r.recovery.recoverable} ({r.recovery.retrievals}) |"
         )
     t = totals(results, caches)
     lines += [
@@ -333,6 +393,10 @@ def report(
         + ", ".join(f"{kind} {percent(t[f'{kind}_kept'])} (of {t[f'{kind}_found']})" for kind in KINDS)
         + f"; wrong placeholders {t['wrong_placeholders']}; summarizer requests {summarizer_calls}, "
         f"larger than its window {oversize}"
+    )
+    lines.append(
+        f"facts lost {t['facts_lost']:,}: {t['facts_recoverable']:,} can be read back (inflight_retrieve), in "
+        f"{plural(t['retrievals'], 'retrieval')} (zero is best: nothing lost)"
     )
     return "\n".join(lines)
 

@@ -66,6 +66,7 @@ class Prepared:
     measured: MeasuredOnce = field(default_factory=MeasuredOnce, repr=False, compare=False)
     prices: Prices | None = None  # what the upstream bills for it (`pricing:`), for the cost figures
     scheduled: Budget | None = None  # when scheduled by cost: the thresholds it was compared with (our units)
+    retrieves: bool = False  # `inflight_retrieve` was added: the edge answers the model's calls to it
 
     @property
     def cache(self) -> CacheTurn | None:

@@ -349,7 +349,8 @@ class Turn(Steps):
         self.sent = prepared
         # A report of the context management inflight did for the upstream is written into the answer, so the
         # answer must come uncompressed.
-        identity = prepared.report is not None
+        # So is one that offers `inflight_retrieve`: the answer is read, to answer the model's calls to it.
+        identity = prepared.report is not None or prepared.retrieves
         return Send(prepared.body, prepared.rewritten, hold=hold, identity=identity, event_stream=self.counted.streams)
 
     def _account(self) -> None:

@@ -137,6 +137,8 @@ async function showConversation(id, stale) {
       : `${number(view.cost)} (without inflight ${number(view.cost_client)}, ${Math.round((100 * view.cost) / view.cost_client)}%)`;
   const churned = view.compactions.filter((c) => churns(c)).length;
   const shadows = view.compactions.filter((c) => c.shadow).length;
+  // Turns whose model read back what compaction took out (`inflight_retrieve`): the handles it named.
+  const readBack = view.turns.reduce((sum, t) => sum + (Array.isArray(t.retrieved) ? t.retrieved.length : 0), 0);
   const fact = (name, value) => h("span", {}, h("span", { class: "muted" }, name), " ", h("b", {}, value));
   main.replaceChildren(
     h("p", { class: "crumbs" }, h("a", { href: "#/" }, "← Conversations")),
@@ -154,6 +156,7 @@ async function showConversation(id, stale) {
       fact("prompt cost in input tokens (estimated)", cost),
       churned > 0 && fact("churn", `${counted(churned, "compaction")} left too few turns before the next`),
       shadows > 0 && fact("shadow", `${counted(shadows, "compaction")} planned, not sent`),
+      readBack > 0 && fact("read back", `${counted(readBack, "original")} (inflight_retrieve)`),
       fact("last seen", when(view.last)),
     ),
     h("figure", { class: "chart" }, ...drawing(view)),

@@ -33,6 +33,7 @@ from tests.support.billing import Bill
 from tests.support.gemini import FakeGemini, model_of, sse_chunk, summary_reply
 from tests.support.messages import FakeMessages, beta_names, error_body, message_object, text_of
 from tests.support.responses import STEP_DONE, FakeResponses, assistant_message, response_object, sse_event
+from tests.support.retriever import RetrievingModel
 from tests.support.servers import read_body
 
 Headers = list[tuple[bytes, bytes]]
@@ -251,6 +252,9 @@ class UpstreamApp:
         # POST /v1/messages and /v1/messages/count_tokens
         self.messages = FakeMessages(windows=self.windows, bill=self.bill)
         self.gemini = FakeGemini(windows=self.windows, bill=self.bill)  # POST /v1beta/models/{model}:...
+
+        # A model that reads back what compaction took out (`inflight_retrieve`), in every format; None: off.
+        self.retriever: RetrievingModel | None = None
         self.compact_reply: Any = None  # POST /v1/responses/compact, as OpenAI answers it (None: 404)
         # When each of the latest POSTs arrived (wall clock, at its headers), its size and whether it was a
         # summary: what a benchmark measures the proxy's own time by, from outside.
@@ -404,6 +408,8 @@ class UpstreamApp:
         if is_summarizer_call(payload):
             await self.summary(record, receive, send, payload.get("model", "unknown"))
             return
+        if await self.retrieving(record, send, "chat", payload):
+            return
         if self.script:
             reply = self.script.popleft()
             if reply.events is not None:
@@ -437,6 +443,8 @@ class UpstreamApp:
         if str(payload.get("instructions") or "").startswith(SUMMARY_PROMPT_START):
             await self.summary(record, receive, send, str(payload.get("model")), api="responses")
             return
+        if await self.retrieving(record, send, "responses", payload):
+            return
         if await self.scripted(record, send):
             return
         status, answer, events = self.responses.answer(payload)
@@ -449,6 +457,8 @@ class UpstreamApp:
         payload = record.json()
         if is_messages_summarizer_call(payload):
             await self.summary(record, receive, send, str(payload.get("model")), api="messages")
+            return
+        if await self.retrieving(record, send, "messages", payload):
             return
         if await self.scripted(record, send):
             return
@@ -492,6 +502,17 @@ class UpstreamApp:
             and (model_of(r.path) or ("", ""))[1] in ("generateContent", "streamGenerateContent")
             and r not in self.summaries
         ]
+
+    async def retrieving(self, record: Recorded, send: Any, api: str, payload: dict[str, Any]) -> bool:
+        """The retrieving model's answer, when it is on (False: it is off)."""
+        if self.retriever is None:
+            return False
+        body, events = self.retriever.answer(api, payload)
+        if events is not None:
+            await self.stream(record, send, events)
+        else:
+            await self.respond(record, send, 200, body, "application/json")
+        return True
 
     def cached_share(self) -> float:
         """The share of every prompt token the Messages API was sent that its cache served: the client's

@@ -11,6 +11,8 @@ from playwright.sync_api import Browser, expect
 from tests.compaction.test_compactor import agent_conversation
 from tests.conftest import ProxyFactory
 from tests.http.test_archive import SETTINGS, archived, replay
+from tests.support.retriever import RetrievingModel
+from tests.support.servers import serve
 from tests.support.upstream import UpstreamApp
 from tests.viewer.browser import open_viewer, origin
 
@@ -120,4 +122,21 @@ def test_the_header_gives_the_cache_figures_and_churning_compactions_are_marked(
         expect(page.locator("button.churn")).to_have_count(len(churned))
         for compaction in churned:
             expect(page.locator(f'circle.marker[data-compaction="{compaction["id"]}"]')).to_have_class("marker churn")
+        assert not viewer.errors
+
+
+def test_a_conversation_says_how_much_its_model_read_back(start_proxy: ProxyFactory, browser: Browser) -> None:
+    app = UpstreamApp()
+    app.retriever = RetrievingModel()
+    messages = agent_conversation(12, output_lines=60)
+    body = {"model": "gpt-4o", "messages": messages, "tools": [{"type": "function", "function": {"name": "bash"}}]}
+    settings = {"models": {"gpt-4o": {"context_window": 8000}}, "archive": {"enabled": True}}
+    with serve(app) as url, start_proxy(url + "/v1", **settings) as proxy_url:
+        assert httpx.post(f"{proxy_url}/chat/completions", json=body, timeout=30).status_code == 200
+        listed = archived(proxy_url, "/inflight/conversations", until=lambda j: j["conversations"])
+        (conversation,) = listed["conversations"]
+        archived(proxy_url, f"/inflight/conversations/{conversation['id']}", until=lambda j: j["turns"])
+        viewer = open_viewer(browser, proxy_url)
+        viewer.page.get_by_role("link", name="gpt-4o").click()
+        expect(viewer.page.locator("p.facts")).to_contain_text("read back 1 original (inflight_retrieve)")
         assert not viewer.errors

@@ -26,6 +26,7 @@ from inflight.compaction.conversation import (
 )
 from inflight.compaction.facts import facts_note, text_commands
 from inflight.compaction.record import Replacement
+from inflight.compaction.retrieval import handle_of, read_back_note
 from inflight.compaction.stage import Work
 from inflight.config import Mask as MaskSettings
 
@@ -33,26 +34,28 @@ TOOL_PRUNED = "[tool output pruned:"
 OBSERVATION_PRUNED = "[observation pruned:"
 
 
-def pruned(prefix: str, what: str, message: Message, tokens: int) -> str:
-    """The one line that replaces a result: what ran, how big its output was, and that output's errors and paths.
+def pruned(prefix: str, what: str, message: Message, tokens: int, handle: str | None = None) -> str:
+    """The one line that replaces a result: what ran, how big its output was, that output's errors and paths, and
+    the handle it can be read back by.
 
     It depends only on the message, so the same result is masked to the same bytes every turn."""
     note = facts_note(text_of(message.get("content")))
-    return f"{prefix} {what} returned {tokens:,} tokens{'; ' + note if note else ''}]"
+    back = f"; {read_back_note(handle)}" if handle else ""
+    return f"{prefix} {what} returned {tokens:,} tokens{'; ' + note if note else ''}{back}]"
 
 
-def placeholder(message: Message, function: dict[str, Any] | None, tokens: int) -> Message:
+def placeholder(message: Message, function: dict[str, Any] | None, tokens: int, handle: str | None = None) -> Message:
     """The masked form of a tool result: the same role and id, with one line of content."""
-    text = pruned(TOOL_PRUNED, describe_call(function), message, tokens)
+    text = pruned(TOOL_PRUNED, describe_call(function), message, tokens, handle)
     masked = {key: (text if key == "content" else value) for key, value in message.items()}
     masked.setdefault("content", text)
     return masked
 
 
-def observation_placeholder(message: Message, command: str | None, tokens: int) -> Message:
+def observation_placeholder(message: Message, command: str | None, tokens: int, handle: str | None = None) -> Message:
     """The masked form of a text-action agent's observation (a user message): what ran and how big its output was."""
     ran = f"`{command.splitlines()[0][:160]}`" if command else "a command"
-    return {**message, "content": pruned(OBSERVATION_PRUNED, ran, message, tokens)}
+    return {**message, "content": pruned(OBSERVATION_PRUNED, ran, message, tokens, handle)}
 
 
 class MaskStage:
@@ -96,10 +99,11 @@ class MaskStage:
                 if current is not None and current.kind == "mask":
                     continue
                 original = messages[index]
+                handle = handle_of(conversation.digests[index]) if work.handles else None
                 if index in observed:
-                    masked = observation_placeholder(original, observed[index], conversation.counts[index])
+                    masked = observation_placeholder(original, observed[index], conversation.counts[index], handle)
                 else:
-                    masked = placeholder(original, calls.get(index), conversation.counts[index])
+                    masked = placeholder(original, calls.get(index), conversation.counts[index], handle)
                 tokens = work.count_message(masked)
                 if tokens >= conversation.counts[index]:  # a short result is its own best summary
                     continue

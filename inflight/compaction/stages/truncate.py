@@ -14,6 +14,7 @@ from inflight.compaction.actions import Action
 from inflight.compaction.conversation import Message, protected, text_of
 from inflight.compaction.facts import facts_note
 from inflight.compaction.record import Replacement
+from inflight.compaction.retrieval import handle_of, read_back_note
 from inflight.compaction.stage import Work
 from inflight.config import Truncate as TruncateSettings
 
@@ -24,13 +25,15 @@ class Limits:
     max_bytes: int
 
 
-def marker(omitted_lines: int, total_lines: int, omitted_bytes: int, facts: str = "") -> str:
-    """Describe what a cut removed; `facts` (`facts_note` of the removed part) keeps its error lines and paths."""
+def marker(omitted_lines: int, total_lines: int, omitted_bytes: int, facts: str = "", handle: str | None = None) -> str:
+    """Describe what a cut removed; `facts` (`facts_note` of the removed part) keeps its error lines and paths, and
+    `handle` names where all of it can be read back."""
     said = f"; in them: {facts}" if facts else ""
+    said += f"; {read_back_note(handle)}" if handle else ""
     return f"[... omitted {omitted_lines:,} of {total_lines:,} lines ({omitted_bytes:,} bytes){said} ...]"
 
 
-def truncate_text(text: str, limits: Limits) -> str | None:
+def truncate_text(text: str, limits: Limits, handle: str | None = None) -> str | None:
     """The start and end of `text` within the limits, or None when it already fits."""
     ascii = text.isascii()  # if so, a character is a byte
     size = len(text) if ascii else len(text.encode())
@@ -50,26 +53,26 @@ def truncate_text(text: str, limits: Limits) -> str | None:
         head_n, tail_n = _split(max(1, (head_n + tail_n) // 2))
     head, tail = lines[:head_n], lines[len(lines) - tail_n :] if tail_n else []
     if kept_bytes(head_n, tail_n) > budget:  # a single enormous line: cut inside it
-        return _cut_bytes(text, budget, total_lines=len(lines))
+        return _cut_bytes(text, budget, total_lines=len(lines), handle=handle)
     kept = "\n".join(head + tail)
     omitted_lines = len(lines) - head_n - tail_n
     facts = facts_note("\n".join(lines[head_n : len(lines) - tail_n]))
-    note = marker(omitted_lines, len(lines), size - len(kept.encode()), facts)
+    note = marker(omitted_lines, len(lines), size - len(kept.encode()), facts, handle)
     return "\n".join([*head, note, *tail])
 
 
-def truncate_message(message: Message, limits: Limits) -> Message | None:
+def truncate_message(message: Message, limits: Limits, handle: str | None = None) -> Message | None:
     """A copy of `message` with its oversized text cut, or None when nothing needed cutting."""
     content = message.get("content")
     if isinstance(content, str):
-        cut = truncate_text(content, limits)
+        cut = truncate_text(content, limits, handle)
         return None if cut is None else {**message, "content": cut}
     if isinstance(content, list):
         parts: list[Any] = []
         changed = False
         for part in content:
             text = part.get("text") if isinstance(part, dict) else None
-            cut = truncate_text(text, limits) if isinstance(text, str) else None
+            cut = truncate_text(text, limits, handle) if isinstance(text, str) else None
             parts.append(part if cut is None else {**part, "text": cut})
             changed = changed or cut is not None
         return {**message, "content": parts} if changed else None
@@ -81,7 +84,7 @@ def _split(count: int) -> tuple[int, int]:
     return head, count - head
 
 
-def _cut_bytes(text: str, budget: int, *, total_lines: int) -> str:
+def _cut_bytes(text: str, budget: int, *, total_lines: int, handle: str | None = None) -> str:
     data = text.encode()
     half = budget // 2
     head = data[:half].decode(errors="ignore")
@@ -89,9 +92,10 @@ def _cut_bytes(text: str, budget: int, *, total_lines: int) -> str:
     omitted = len(data) - len(head.encode()) - len(tail.encode())
     kept_lines = head.count("\n") + tail.count("\n") + 1
     if total_lines > kept_lines:
-        note = marker(total_lines - kept_lines, total_lines, omitted)
+        note = marker(total_lines - kept_lines, total_lines, omitted, handle=handle)
     else:
-        note = f"[... omitted {omitted:,} of {len(data):,} bytes ...]"
+        back = f"; {read_back_note(handle)}" if handle else ""
+        note = f"[... omitted {omitted:,} of {len(data):,} bytes{back} ...]"
     return f"{head}\n{note}\n{tail}"
 
 
@@ -115,9 +119,9 @@ class TruncateStage:
         for index in range(draft.prefix_len, len(messages)):
             if index in kept or index in draft.replaced:
                 continue
-            cut = truncate_message(messages[index], self.limits)
+            digest = work.conversation.digests[index]
+            cut = truncate_message(messages[index], self.limits, handle_of(digest) if work.handles else None)
             if cut is not None:
-                digest = work.conversation.digests[index]
                 tokens = work.count_replacement(index, cut, size=len(text_of(cut.get("content"))))
                 draft.replaced[index] = Replacement(digest, cut, tokens, "truncate")
                 work.outcome.actions.append(Action.TRUNCATE)

@@ -1,0 +1,66 @@
+"""Reversible compaction: which requests offer `inflight_retrieve`, the originals kept for it, and its answers.
+
+Once a request is compacted (and not in shadow mode), if it offers tools and its format has the tool's shape,
+the originals its placeholders name are kept for the client's tenant and the tool is added to the body that
+goes upstream. The edge (`inflight.http.retrieval`) asks `answer` for each call the model makes.
+"""
+
+from __future__ import annotations
+
+import orjson
+
+from inflight.compaction import Outcome
+from inflight.compaction.retrieval import originals, read_back
+from inflight.config import Retrieval as RetrievalSettings
+from inflight.formats.retrieve_tool import offered, shape_of
+from inflight.pipeline.accounting import Counted
+from inflight.records.originals import OriginalStore
+
+HEADER = "x-inflight-retrieval"  # a client's `off` turns the tool off for its request
+
+
+class Originals:
+    """This process's originals, and the reading back of them for each tenant."""
+
+    def __init__(self, settings: RetrievalSettings) -> None:
+        self.store = OriginalStore(max_bytes=settings.max_bytes, ttl_s=settings.ttl_s)
+        self.answered = 0  # calls answered with an original
+        self.unavailable = 0  # calls answered "unavailable"
+
+    def keep(self, counted: Counted, outcome: Outcome, *, tenant: str) -> int:
+        """Keep every original the compacted request's placeholders name; return how many are kept."""
+        kept = 0
+        for handle, text in originals(outcome.record, counted.request.messages, counted.count.digests):
+            kept += self.store.keep(tenant, handle, text)
+        return kept
+
+    def answer(self, arguments: str, *, tenant: str, max_chars: int) -> str:
+        """The text a call is answered with: the original the handle names, for this tenant only."""
+        handle = handle_in(arguments)
+        original = self.store.get(tenant, handle) if handle is not None else None
+        if original is None:
+            self.unavailable += 1
+        else:
+            self.answered += 1
+        return read_back(original, arguments, max_chars=max_chars)
+
+    def stats(self) -> dict[str, int]:
+        return {**self.store.stats(), "answered": self.answered, "unavailable": self.unavailable}
+
+
+def handle_in(arguments: str) -> str | None:
+    """The handle a call's arguments name (None: none, or not JSON)."""
+    try:
+        asked = orjson.loads(arguments)
+    except orjson.JSONDecodeError:
+        return None
+    handle = asked.get("handle") if isinstance(asked, dict) else None
+    return handle.strip() if isinstance(handle, str) else None
+
+
+def may_offer(counted: Counted, settings: RetrievalSettings, *, asked: str) -> bool:
+    """Whether this request may offer the tool once compacted: configured `tool`, not turned off by the client's
+    header, tools offered, and a format with the tool's shape."""
+    if settings.mode != "tool" or asked.strip().lower() == "off":
+        return False
+    return offered(counted.payload.get("tools")) and shape_of(counted.wire) is not None
