@@ -3,7 +3,7 @@
     python -m benchmarks.cost [--agents claude,codex] [--arms "its own compaction,inflight, told the window"]
         [--steps 30] [--claude-window 55000] [--codex-window 52000] [--claude-lines 170] [--codex-lines 200]
         [--read 0.1] [--write 1.25] [--output 5]
-        [--proxy-log FILE]
+        [--proxy-log FILE] [--retrieval tool|off]
 
 Runs each agent (the binaries `.ci/run` installs under `.cache/agents/`, or `INFLIGHT_CLAUDE` and
 `INFLIGHT_CODEX`) against the fake upstream (Claude Code on its Messages API, Codex on its Responses
@@ -92,15 +92,17 @@ def pricing(prices: Prices) -> dict[str, object]:
 
 
 @contextmanager
-def proxied(upstream: str, models: dict[str, object], prices: Prices) -> Iterator[str]:
-    """inflight in this process, in front of `upstream` (an origin); yields its origin."""
-    overrides = {"upstream": {"base_url": f"{upstream}/v1"}, "models": models, "pricing": pricing(prices)}
+def proxied(upstream: str, models: dict[str, object], prices: Prices, *, retrieval: str = "tool") -> Iterator[str]:
+    """inflight in this process, in front of `upstream` (an origin), with `compaction.retrieval` set to
+    `retrieval`; yields its origin."""
+    overrides: dict[str, object] = {"upstream": {"base_url": f"{upstream}/v1"}, "models": models}
+    overrides |= {"pricing": pricing(prices), "compaction": {"retrieval": {"mode": retrieval}}}
     settings = load_settings(None, overrides=overrides)
     with serve(create_app(settings), **{**uvicorn_options(settings), "log_level": "warning"}) as url:
         yield url
 
 
-def run_arm(agent: Agent, arm: str, *, binary: str, steps: int, prices: Prices) -> Outcome:
+def run_arm(agent: Agent, arm: str, *, binary: str, steps: int, prices: Prices, retrieval: str = "tool") -> Outcome:
     """The agent's task in one arm, over a fresh fake upstream."""
     app = UpstreamApp(windows={} if arm == NO_WINDOW else {agent.model: agent.window})
     told = arm in (TOLD, ANSWERS)
@@ -113,7 +115,7 @@ def run_arm(agent: Agent, arm: str, *, binary: str, steps: int, prices: Prices) 
             if arm in (NO_WINDOW, OWN):
                 output = run_direct(agent, arm, binary=binary, url=url)
             else:
-                with proxied(url, models, prices) as proxy:
+                with proxied(url, models, prices, retrieval=retrieval) as proxy:
                     output = run_agent(agent, binary=binary, url=proxy, own=arm == ANSWERS)
     except subprocess.TimeoutExpired:
         output = "(timed out)"
@@ -217,6 +219,9 @@ def arguments() -> argparse.ArgumentParser:
     parser.add_argument("--output", type=float, default=anthropic.output, help="an output token's price")
     parser.add_argument("--proxy-log", metavar="FILE", help="write inflight's log lines (INFO) to this file")
     parser.add_argument(
+        "--retrieval", choices=("tool", "off"), default="tool", help="inflight's compaction.retrieval.mode"
+    )
+    parser.add_argument(
         "--traces",
         default="8000,16000",
         help="windows to replay the SWE-agent traces at (comma list; empty: none)",
@@ -267,7 +272,9 @@ def main() -> None:
         outcomes = {}
         for arm in arms:
             log.info("%s, window %d: %s", agent.label, agent.window, arm)
-            outcomes[arm] = run_arm(agent, arm, binary=binary, steps=args.steps, prices=prices)
+            outcomes[arm] = run_arm(
+                agent, arm, binary=binary, steps=args.steps, prices=prices, retrieval=args.retrieval
+            )
         print(f"\n{agent.label} ({agent.model}), window {agent.window}, steps of {agent.lines} lines")
         print(report(agent, outcomes, prices))
     windows = [int(window) for window in args.traces.split(",") if window.strip()]

@@ -194,5 +194,5 @@ def build_compactor(
         estimate_message=estimate_message,
         observation=observation,
         spacing=spacing,
-        handles=settings.retrieval.mode == "tool",
+        handles=settings.retrieval.mode != "off",
     )

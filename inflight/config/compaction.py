@@ -103,11 +103,13 @@ class Cache(Section):
 class Retrieval(Section):
     """`compaction.retrieval`: whether the model may read back what compaction took out (`inflight_retrieve`).
 
-    `tool` (default): once a conversation is compacted, and if its request offers tools, inflight adds the tool
-    and answers its calls itself; `off`: placeholders name no handle and no tool is added. A bare `tool` or `off`
-    (YAML's `off` is false) stands for the mode alone."""
+    `tool`: once a conversation is compacted, and if its request offers tools, inflight adds the tool and answers
+    its calls itself; `off`: placeholders name no handle and no tool is added; `auto` (default): `tool` where the
+    upstream bills no cache-write premium (`pricing`), `off` where it does, as adding a tool there writes the
+    cached tools and system prompt again (Anthropic's Messages API). A bare mode (YAML's `off` is false) stands
+    for the mode alone."""
 
-    mode: Literal["tool", "off"] = "tool"
+    mode: Literal["auto", "tool", "off"] = "auto"
     max_rounds: int = Field(3, ge=1, le=10)  # calls answered in one turn before the answer goes to the client
     max_chars: int = Field(40_000, ge=1000)  # the most of an original one call returns (a note says when clipped)
     ttl_s: float = Field(86400, gt=0)  # how long an original is kept

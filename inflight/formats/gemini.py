@@ -47,6 +47,7 @@ from inflight.formats.seam import (
     UpstreamCall,
     data_event,
     is_comment,
+    replaced_origin,
     text_of_parts,
 )
 from inflight.policy.refusals import Refusal, detect, detect_event
@@ -170,7 +171,7 @@ class Gemini:
                 origin = origin_of[id(message)]
                 if origin is not None:  # None is the system instruction, which stays in its own field
                     written.original(origin)
-            elif (found := replaced_response(request, message, position)) is not None:
+            elif (found := replaced_origin(request, message, position)) is not None:
                 (index, j), position = found
                 written.part(index, j, with_output(originals[index]["parts"][j], message.get("content")))
             else:
@@ -415,17 +416,6 @@ def usage_of(document: object) -> dict[str, Any] | None:
 
 def is_count(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def replaced_response(request: CoreRequest, message: Message, start: int) -> tuple[tuple[int, int], int] | None:
-    """The `functionResponse` part a masked or truncated tool message came from, and the position after it."""
-    if message.get("role") != "tool":
-        return None
-    for position in range(start, len(request.messages)):
-        original, origin = request.messages[position], request.origins[position]
-        if original.get("role") == "tool" and original.get("tool_call_id") == message.get("tool_call_id") and origin:
-            return (origin[0], origin[1]), position + 1
-    return None
 
 
 def with_output(part: Part, content: object) -> Part:

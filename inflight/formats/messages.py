@@ -56,6 +56,7 @@ from inflight.formats.seam import (
     event_name,
     is_comment,
     refuses_field,
+    replaced_origin,
     text_of_parts,
     usage_count,
 )
@@ -164,7 +165,7 @@ class Messages:
                 origin = origin_of[id(message)]
                 if origin is not None:  # None is the top-level system, which stays in its own field
                     written.original(origin)
-            elif (found := replaced_result(request, message, position)) is not None:
+            elif (found := replaced_origin(request, message, position)) is not None:
                 (index, block), position = found
                 written.block(index, block, with_result(originals[index]["content"][block], message.get("content")))
             else:
@@ -400,19 +401,6 @@ def chat_tool(tool: dict[str, Any]) -> dict[str, Any]:
         return {"type": "function", "function": function}
     name = str(tool.get("name") or tool.get("type") or "tool")
     return {"type": "function", "function": {"name": name, "description": orjson.dumps(tool).decode()}}
-
-
-def replaced_result(request: CoreRequest, message: Message, start: int) -> tuple[tuple[int, int], int] | None:
-    """The `tool_result` block a masked or truncated tool message came from, and the position after it.
-
-    It is the first tool message at or after `start` that answers the same call."""
-    if message.get("role") != "tool":
-        return None
-    for position in range(start, len(request.messages)):
-        original, origin = request.messages[position], request.origins[position]
-        if original.get("role") == "tool" and original.get("tool_call_id") == message.get("tool_call_id") and origin:
-            return (origin[0], origin[1]), position + 1
-    return None
 
 
 def with_result(block: Block, content: object) -> Block:

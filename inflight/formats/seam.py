@@ -431,3 +431,17 @@ def event_name(event: bytes) -> str | None:
 def is_comment(event: bytes) -> bool:
     """Whether an SSE event holds only comment lines (`: OPENROUTER PROCESSING`, keep-alives), which carry nothing."""
     return all(line.startswith(b":") for line in event.splitlines() if line.strip())
+
+
+def replaced_origin(request: CoreRequest, message: Message, start: int) -> tuple[tuple[int, int], int] | None:
+    """Where in the client's body a masked or truncated tool message came from (its entry and part: a
+    `tool_result` block, a `functionResponse` part), and the position after it in the core's messages.
+
+    It is the first tool message at or after `start` that answers the same call."""
+    if message.get("role") != "tool":
+        return None
+    for position in range(start, len(request.messages)):
+        original, origin = request.messages[position], request.origins[position]
+        if original.get("role") == "tool" and original.get("tool_call_id") == message.get("tool_call_id") and origin:
+            return (origin[0], origin[1]), position + 1
+    return None

@@ -85,7 +85,7 @@ class Options:
     # as long as the summarizer may take, and the summarizer is given the user's own instructions for it.
     agent_compaction: bool = False
     summary_instructions: str = ""
-    retrieval: str = ""  # `x-inflight-retrieval`: `off` keeps `inflight_retrieve` out of this request
+    retrieval: str = ""  # `x-inflight-retrieval`: `off` or `tool` overrides `compaction.retrieval.mode` here
 
     @functools.cached_property
     def tenant(self) -> str:
@@ -197,7 +197,8 @@ class Pipeline:
         """Whether this request, if compacted, offers `inflight_retrieve` (`compaction.retrieval`): never in shadow
         mode, nor when the client's header turns it off or the request offers no tools."""
         settings = self.model_settings(counted.model).compaction.retrieval
-        return may_offer(counted, settings, asked=options.retrieval) and not self._shadows(counted, options)
+        offers = may_offer(counted, settings, asked=options.retrieval, prices=self._prices(counted))
+        return offers and not self._shadows(counted, options)
 
     def read_back(self, arguments: str, *, model: str, tenant: str) -> str:
         """What one `inflight_retrieve` call of the client `tenant`'s conversation is answered with (never raises)."""
@@ -630,7 +631,7 @@ class Pipeline:
         summary_window = await self.summarizer_window(settings, accounting.model, ask=due and not shadow)
         # A client over its summarizer budget (or the proxy over its own) is not summarized: the ledger is used.
         spent = self._budget is not None and due and not self._budget.allows(self._spender_of(options, settings))
-        if settings.retrieval.mode == "tool" and not self.retrieves(counted, options):  # no handles to name
+        if settings.retrieval.mode != "off" and not self.retrieves(counted, options):  # no handles to name
             settings = settings.model_copy(update={"retrieval": settings.retrieval.model_copy(update={"mode": "off"})})
         parts = CompactionParts(
             settings=settings,

@@ -11,12 +11,13 @@ import orjson
 
 from inflight.compaction import Outcome
 from inflight.compaction.retrieval import originals, read_back
+from inflight.config import Prices
 from inflight.config import Retrieval as RetrievalSettings
 from inflight.formats.retrieve_tool import offered, shape_of
 from inflight.pipeline.accounting import Counted
 from inflight.records.originals import OriginalStore
 
-HEADER = "x-inflight-retrieval"  # a client's `off` turns the tool off for its request
+HEADER = "x-inflight-retrieval"  # a client's `off` or `tool` overrides the configured mode for its request
 
 
 class Originals:
@@ -58,9 +59,14 @@ def handle_in(arguments: str) -> str | None:
     return handle.strip() if isinstance(handle, str) else None
 
 
-def may_offer(counted: Counted, settings: RetrievalSettings, *, asked: str) -> bool:
-    """Whether this request may offer the tool once compacted: configured `tool`, not turned off by the client's
-    header, tools offered, and a format with the tool's shape."""
-    if settings.mode != "tool" or asked.strip().lower() == "off":
+def may_offer(counted: Counted, settings: RetrievalSettings, *, asked: str, prices: Prices) -> bool:
+    """Whether this request may offer the tool once compacted: tools offered, a format with the tool's shape, and
+    the mode (the client's header `off` or `tool`, else the configured one) says so. `auto` offers it where adding
+    it costs no more than a cache miss: a tool added to the list changes the cached prefix from the tools on,
+    which a provider with a cache-write premium (`prices.cache_write` above `prices.input`, Anthropic's 1.25)
+    bills again for the tools and the system prompt."""
+    header = asked.strip().lower()
+    mode = header if header in ("off", "tool") else settings.mode
+    if mode == "off" or (mode == "auto" and prices.cache_write > prices.input):
         return False
     return offered(counted.payload.get("tools")) and shape_of(counted.wire) is not None
