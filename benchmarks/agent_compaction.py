@@ -8,7 +8,8 @@ custom provider, its checkpoint prompt; `codex-openai`: with OpenAI as its provi
 a `compaction_trigger` item, which the fake upstream does not serve, so that one runs through inflight only), all below
 where inflight compacts in the fake upstream's window (and, in a third run, below where inflight makes summaries
 ahead: `background_at` 0.3). Prints, per run, the steps finished, the agent's compaction requests the upstream
-got, those inflight answered (and of them, those a summary made ahead or in place served), the slowest answer
+got, those inflight answered (and of them, those a summary made ahead or in place served, and those that took
+no summarizer call on their turn: a summary already made, or the earlier handoff carried over), the slowest answer
 (the proxy's `total_ms`), and inflight's summaries. Asserts nothing.
 """
 
@@ -87,12 +88,15 @@ def run(agent: str, steps: int, *, lines: int, through: bool, background_at: flo
     answers = [line for line in answered.lines if "agent_compaction_answer=answered" in line]
     slowest = max((float(m[1]) for line in answers if (m := TOTAL_MS.search(line))), default=None)
     ready = [line for line in answers if "summary-precomputed" in line or "summary-cached" in line]
+    # The answers whose turn asked the summarizer nothing: from a summary already made, or carried over.
+    no_call = [line for line in answers if not re.search(r"actions=\S*\bsummarize\b", line)]
     last = requests[-1].body.decode() if requests else ""
     return [
         f"{last_step(last, steps)}/{steps}" + (" FINISHED" if "FINISHED" in done else ""),
         upstream_compactions,
         len(answers),
         len(ready),
+        len(no_call),
         len(answered.lines) - len(answers),
         "-" if slowest is None else f"{slowest:.0f} ms",
         len(app.summaries),
@@ -154,6 +158,7 @@ def main() -> None:
         if through or agent != "codex-openai"  # the fake upstream has no remote compaction of its own
     ]
     header = ["agent", "run", "steps", "its compactions upstream", "answered by inflight", "of them made ahead"]
+    header += ["with no summarizer call"]
     header += ["forwarded", "slowest answer"]
     print(table(rows, [*header, "inflight's summaries"]))
 

@@ -2,8 +2,9 @@
 
     python -m benchmarks.cost [--agents claude,codex] [--arms "its own compaction,inflight, told the window"]
         [--steps 30] [--claude-window 55000] [--codex-window 52000] [--claude-lines 170] [--codex-lines 200]
+        [--claude-compact-pct 30]
         [--read 0.1] [--write 1.25] [--output 5]
-        [--proxy-log FILE] [--retrieval tool|off]
+        [--proxy-log FILE] [--retrieval auto|tool|off]
 
 Runs each agent (the binaries `.ci/run` installs under `.cache/agents/`, or `INFLIGHT_CLAUDE` and
 `INFLIGHT_CODEX`) against the fake upstream (Claude Code on its Messages API, Codex on its Responses
@@ -56,7 +57,7 @@ IN_STREAM = "inflight, learns, refusal in the stream"
 ANSWERS = "inflight, answering the agent's compactions"  # told the window; the agent's own compaction fires early
 ARMS = (NO_WINDOW, OWN, TOLD, LEARNS, IN_STREAM, ANSWERS)
 # Where the agent's own compaction fires in that arm: below inflight's thresholds, so inflight answers it
-EARLY_CLAUDE = {"CLAUDE_CODE_AUTO_COMPACT_WINDOW": "100000", "CLAUDE_AUTOCOMPACT_PCT_OVERRIDE": "30"}
+EARLY_CLAUDE_WINDOW = "100000"  # with a percentage of it (`--claude-compact-pct`, 30: about 22-27k tokens)
 EARLY_CODEX = 20_000
 OWN_COMPACTION_AT = 0.8  # Codex's own compaction limit, as a share of the window it is told
 
@@ -70,6 +71,7 @@ class Agent:
     model: str
     window: int
     lines: int
+    compact_pct: int = 30  # where its own compaction fires in the early arm, a percentage of 100k tokens
 
 
 @dataclass(frozen=True)
@@ -92,7 +94,7 @@ def pricing(prices: Prices) -> dict[str, object]:
 
 
 @contextmanager
-def proxied(upstream: str, models: dict[str, object], prices: Prices, *, retrieval: str = "tool") -> Iterator[str]:
+def proxied(upstream: str, models: dict[str, object], prices: Prices, *, retrieval: str = "auto") -> Iterator[str]:
     """inflight in this process, in front of `upstream` (an origin), with `compaction.retrieval` set to
     `retrieval`; yields its origin."""
     overrides: dict[str, object] = {"upstream": {"base_url": f"{upstream}/v1"}, "models": models}
@@ -102,7 +104,7 @@ def proxied(upstream: str, models: dict[str, object], prices: Prices, *, retriev
         yield url
 
 
-def run_arm(agent: Agent, arm: str, *, binary: str, steps: int, prices: Prices, retrieval: str = "tool") -> Outcome:
+def run_arm(agent: Agent, arm: str, *, binary: str, steps: int, prices: Prices, retrieval: str = "auto") -> Outcome:
     """The agent's task in one arm, over a fresh fake upstream."""
     app = UpstreamApp(windows={} if arm == NO_WINDOW else {agent.model: agent.window})
     told = arm in (TOLD, ANSWERS)
@@ -139,7 +141,8 @@ def run_direct(agent: Agent, arm: str, *, binary: str, url: str) -> str:
 def run_agent(agent: Agent, *, binary: str, url: str, own: bool = False) -> str:
     """The agent through inflight at `url` (an origin), its own compaction off, or (`own`) on and firing early."""
     if agent.name == "claude":
-        env = EARLY_CLAUDE if own else None
+        early = {"CLAUDE_CODE_AUTO_COMPACT_WINDOW": EARLY_CLAUDE_WINDOW}
+        env = early | {"CLAUDE_AUTOCOMPACT_PCT_OVERRIDE": str(agent.compact_pct)} if own else None
         return run_claude(binary, url, PROMPT, model=agent.model, own_compaction=own, env=env).output
     if own:
         return run_codex(
@@ -211,6 +214,12 @@ def arguments() -> argparse.ArgumentParser:
     parser.add_argument("--codex-window", type=int, default=52_000, help="the fake upstream's window for Codex")
     parser.add_argument("--claude-lines", type=int, default=170, help="lines each of Claude Code's steps prints")
     parser.add_argument("--codex-lines", type=int, default=200, help="lines each of Codex's steps prints")
+    parser.add_argument(
+        "--claude-compact-pct",
+        type=int,
+        default=30,
+        help="where Claude Code's own compaction fires in the arm answering it, in percent of 100k tokens",
+    )
     anthropic = DEFAULT_FORMAT_PRICES["messages"]
     parser.add_argument("--read", type=float, default=anthropic.cache_read, help="a cache-read token's price")
     parser.add_argument(
@@ -219,7 +228,7 @@ def arguments() -> argparse.ArgumentParser:
     parser.add_argument("--output", type=float, default=anthropic.output, help="an output token's price")
     parser.add_argument("--proxy-log", metavar="FILE", help="write inflight's log lines (INFO) to this file")
     parser.add_argument(
-        "--retrieval", choices=("tool", "off"), default="tool", help="inflight's compaction.retrieval.mode"
+        "--retrieval", choices=("auto", "tool", "off"), default="auto", help="inflight's compaction.retrieval.mode"
     )
     parser.add_argument(
         "--traces",
@@ -246,7 +255,9 @@ def main() -> None:
     prices = Prices(cache_read=args.read, cache_write=args.write, output=args.output)
     arms = selected_arms(args.arms)
     agents = {
-        "claude": Agent("claude", "Claude Code", "claude-sonnet-4-5", args.claude_window, args.claude_lines),
+        "claude": Agent(
+            "claude", "Claude Code", "claude-sonnet-4-5", args.claude_window, args.claude_lines, args.claude_compact_pct
+        ),
         "codex": Agent("codex", "Codex", "gpt-5.1-codex", args.codex_window, args.codex_lines),
     }
     names = [name.strip() for name in args.agents.split(",") if name.strip()]
