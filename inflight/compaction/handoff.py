@@ -126,8 +126,9 @@ def handed_over(head: Sequence[Message]) -> tuple[list[Message], str] | None:
         if earlier is None:
             continue
         note = "\n\n".join(part for part in (earlier.summary, earlier.turns and LATEST_TURNS + earlier.turns) if part)
-        task = {**message, "content": users_part(text)}
-        return [*head[:index], task, *head[index + 1 :]], note.removeprefix(SUMMARY_PREFIX).strip()
+        # An agent that keeps the user's messages itself (Codex) got a handoff that quotes none: nothing of it is task.
+        task = [{**message, "content": users_part(text)}] if USER_MESSAGES in text else []
+        return [*head[:index], *task, *head[index + 1 :]], note.removeprefix(SUMMARY_PREFIX).strip()
     return None
 
 

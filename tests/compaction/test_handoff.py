@@ -124,3 +124,14 @@ def test_the_summarizer_extends_an_earlier_handoff_instead_of_taking_it_for_the_
     assert task[0] == head[0] and task[1]["content"].strip() == "Fix the parser in src/app.py."
     assert note.startswith("The parser is fixed.") and "Running the tests." in note and END not in note
     assert handed_over([{"role": "user", "content": "Fix the parser."}]) is None
+
+
+def test_a_handoff_that_quotes_no_user_messages_gives_the_summarizer_no_task_of_it() -> None:
+    """Codex keeps the user's messages itself: its handoff quotes none, and all of it is the note to extend."""
+    messages, origins = compacted()
+    handoff = handoff_text(messages, origins, head_len=2, keeps_user_messages=True)
+    head = [{"role": "user", "content": "Fix the parser."}, installed(handoff)]
+    handed = handed_over(head)
+    assert handed is not None
+    task, note = handed
+    assert task == head[:1] and note.startswith("The parser is fixed.")
