@@ -27,7 +27,7 @@ from inflight.config import ConfigError, Settings
 from inflight.errors import UpstreamNotConfigured
 from inflight.formats import Responses, Route, WireFormat, key_headers, registered
 from inflight.formats.compaction_items import ItemKey
-from inflight.http.access import AccessGuard, OriginGuard
+from inflight.http.access import AccessGuard, OriginGuard, QueryKey
 from inflight.http.admin import healthz, metrics_route, stats_route, usage_route
 from inflight.http.archive_routes import ArchiveRoutes
 from inflight.http.conversation_handler import ConversationHandler
@@ -161,7 +161,15 @@ def create_app(
     # A plain Router, not a Starlette app: the endpoints render their own errors, so the app's two
     # error-handling middlewares would only wrap every `send` of every response for nothing.
     router = ExactRouter(routes, lifespan=lifespan, default=not_found)
-    return guarded(router, settings, routes=RouteTable(routes), client_keys=upstream.client_keys, metrics=metrics)
+    query_keys = frozenset(name for wire in served if (name := wire.spec.query_key) is not None)
+    return guarded(
+        router,
+        settings,
+        routes=RouteTable(routes),
+        client_keys=upstream.client_keys,
+        query_keys=query_keys,
+        metrics=metrics,
+    )
 
 
 def open_tracing(settings: Settings) -> Tracing | None:
@@ -200,7 +208,13 @@ def traced(observe: Callable[[Exchange], None], tracing: Tracing | None) -> Call
 
 
 def guarded(
-    router: ASGIApp, settings: Settings, *, routes: RouteTable, client_keys: frozenset[bytes], metrics: Metrics
+    router: ASGIApp,
+    settings: Settings,
+    *,
+    routes: RouteTable,
+    client_keys: frozenset[bytes],
+    query_keys: frozenset[bytes] = frozenset(),
+    metrics: Metrics,
 ) -> ASGIApp:
     """The router wrapped in the guards the access settings call for; they answer before any route does."""
     app = router
@@ -208,7 +222,10 @@ def guarded(
         app = AccessGuard(app, settings.access, client_keys=client_keys, routes=routes, on_refused=metrics.refused)
     # We hold a key for anyone who can reach us, so only pages from our own address may call, never another
     # origin's.
-    return OriginGuard(app, settings, routes=routes) if settings.holds_key and not settings.access.keys else app
+    if settings.holds_key and not settings.access.keys:
+        app = OriginGuard(app, settings, routes=routes)
+    # First of all, a key in the query (Gemini's `?key=`) becomes its header, for the guards and everything after.
+    return QueryKey(app, routes=routes, names=query_keys) if query_keys else app
 
 
 def tune_collector() -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import orjson
@@ -40,6 +40,11 @@ PARAMETERS: dict[str, Any] = {
 }
 HANDLE = re.compile(PREFIX + r"[0-9a-f]{16}")  # a handle in a request's text
 UNAVAILABLE = "[inflight_retrieve: unavailable: {why}]"
+NO_ROOM = UNAVAILABLE.format(why="no room left")
+FIT_NOTE = (
+    "\n[inflight_retrieve: clipped to its first {kept:,} of {total:,} characters to fit the room left in the context "
+    "window (ask for `lines` or `grep`)]"
+)
 MAX_GREP_LINES = 2000
 
 
@@ -98,6 +103,24 @@ def read_back(original: str | None, arguments: str, *, max_chars: int) -> str:
         said += f"; clipped to its first {max_chars:,} of {len(text):,} characters (ask for `lines` or `grep`)"
         text = text[:max_chars]
     return f"{text}\n[inflight_retrieve: {said.lstrip('; ')}]" if said else text
+
+
+def fitted(text: str, *, room: int, count: Callable[[str], int]) -> str:
+    """`text` within `room` tokens as `count` counts them: whole, or clipped with a note saying so, or, when not even
+    the note fits, a note that no room is left."""
+    if count(text) <= room:
+        return text
+    left = room - count(FIT_NOTE.format(kept=len(text), total=len(text)))
+    low, high = 0, max(0, min(len(text), left * 16))  # a token is rarely longer than 16 characters
+    while low < high:  # the longest start of the text that fits
+        middle = (low + high + 1) // 2
+        if count(text[:middle]) <= left:
+            low = middle
+        else:
+            high = middle - 1
+    if low == 0:
+        return NO_ROOM
+    return text[:low] + FIT_NOTE.format(kept=low, total=len(text))
 
 
 def _lines(text: str, asked: str) -> tuple[str, str]:

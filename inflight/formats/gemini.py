@@ -116,6 +116,7 @@ class Gemini:
         errors=GoogleErrors(),
         # The proxy's key goes as `x-goog-api-key`; a client signed in with OAuth sends a bearer token.
         credentials=(b"x-goog-api-key", b"authorization"),
+        query_key=b"key",  # `?key=`, which Google takes as it takes `x-goog-api-key`
         forwarded=("/v1beta/{path:path}",),  # countTokens, the model list, files: forwarded unchanged
         client_header="x-goog-api-client",  # the genai SDK's
         usage_marker=b'"usageMetadata"',

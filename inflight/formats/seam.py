@@ -224,6 +224,8 @@ class FormatSpec:
     # (`authorization` as `Bearer <key>`; any other header holds the key alone, as `x-api-key` and
     # `x-goog-api-key` do).
     credentials: tuple[bytes, ...] = (b"authorization",)
+    # A query parameter its clients may send their key in instead (Gemini's `?key=`): taken as the first header.
+    query_key: bytes | None = None
     forwarded: tuple[str, ...] = ()  # the rest of its API (route patterns), forwarded unchanged
     # A header only its clients send (`anthropic-version`): a request with it, on a path forwarded for another
     # format, goes to this format's upstream.

@@ -3,7 +3,8 @@
 With `access.keys` set, every request to a wire format's API must carry one of them as
 `Authorization: Bearer …` or in another header a registered format's clients send their key in
 (`x-api-key` for Anthropic's; the upstream gets `upstream.api_key` instead), and `/inflight/*` and
-`/metrics` one of `access.admin_keys`. `/healthz` stays open for load balancers.
+`/metrics` one of `access.admin_keys`. `/healthz` stays open for load balancers. A key a format's clients
+send in the query string (Gemini's `?key=`) is taken as that format's key header first (`QueryKey`).
 Keys are compared in constant time, each against all.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 from collections.abc import Callable
+from urllib.parse import unquote_to_bytes
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -98,6 +100,42 @@ class AccessGuard:
                     self.on_refused(self.routes.label(scope["path"]))
                 return
         await self.app(scope, receive, send)
+
+
+class QueryKey:
+    """An ASGI wrapper: a key sent in the query string where a format's clients may send it (Gemini's `?key=`) is
+    moved into that format's key header before anything else runs, so it is checked, replaced by a held key and
+    kept out of the logs and the archive exactly as the header is. The rest of the query goes on as it came."""
+
+    def __init__(self, app: ASGIApp, *, routes: RouteTable, names: frozenset[bytes]) -> None:
+        self.app = app
+        self.routes = routes
+        self.marks = tuple(name + b"=" for name in names)  # a query without any of these has no key to move
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        query = scope.get("query_string", b"") if scope["type"] == "http" else b""
+        if query and any(mark in query for mark in self.marks):
+            spec = self.routes.wire(scope["path"]).spec
+            if spec.query_key is not None:
+                scope = moved_key(scope, spec.query_key, header=spec.credentials[0])
+        await self.app(scope, receive, send)
+
+
+def moved_key(scope: Scope, name: bytes, *, header: bytes) -> Scope:
+    """`scope` without the query parameter `name`, its (first) value in `header` unless a key is there already."""
+    kept, found = [], None
+    for pair in scope["query_string"].split(b"&"):
+        key, _, value = pair.partition(b"=")
+        if unquote_to_bytes(key.replace(b"+", b" ")) == name:
+            found = unquote_to_bytes(value.replace(b"+", b" ")) if found is None else found
+        else:
+            kept.append(pair)
+    if found is None:
+        return scope
+    headers = list(scope["headers"])
+    if not any(existing == header for existing, _ in headers):
+        headers.append((header, found.strip()))
+    return {**scope, "query_string": b"&".join(kept), "headers": headers}
 
 
 class OriginGuard:

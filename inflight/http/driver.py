@@ -21,7 +21,7 @@ from inflight.codecs.sse import EventBuffer
 from inflight.config import Limits
 from inflight.errors import ProxyError
 from inflight.formats import UsageReader, WireFormat
-from inflight.formats.retrieve_tool import shape_of
+from inflight.formats.retrieve_tool import Document, shape_of
 from inflight.http.exchange import Exchange
 from inflight.http.hold import Held, hold_until_known, may_refuse
 from inflight.http.keepalive import KeepAlive
@@ -212,7 +212,13 @@ class Driver:
         shape = shape_of(self.wire)
         if shape is None or command.prepared is None or command.archived is None:
             return None
-        counted, _, options = command.archived
+        counted, accounting, options = command.archived
+        limit = command.prepared.limit
+
+        def room_in(payload: Document) -> int | None:
+            return self.pipeline.room_left(
+                payload, counted=counted, accounting=accounting, limit=limit, tenant=options.tenant
+            )
 
         async def post(body: bytes) -> Response:
             return await post_upstream(self.upstream, self.request, self.exchange, body, rewritten=True, identity=True)
@@ -227,6 +233,7 @@ class Driver:
             sent=command.prepared.body,
             model=counted.model,
             tenant=options.tenant,
+            room_in=room_in,
         )
 
     async def _close(self) -> None:

@@ -53,6 +53,7 @@ class Retriever:
     unavailable: int = 0  # of those, answered "unavailable"
     handles: list[str] = field(default_factory=list)  # what was read back, for the log and the archive
     done: Callable[[list[str]], None] | None = None  # told what was read back once the answer is complete
+    room_in: Callable[[Document], int | None] = lambda payload: None  # tokens a continuation leaves in the budget
 
     def finished(self) -> None:
         """Say once what was read back (the archive's turn)."""
@@ -60,13 +61,15 @@ class Retriever:
         if done is not None:
             done(self.handles)
 
-    def answers(self, calls: list[Call]) -> list[tuple[Call, str]]:
-        """Each call with the text it is answered with."""
+    def answers(self, calls: list[Call], *, room: int | None) -> list[tuple[Call, str]]:
+        """Each call with the text it is answered with, all of them within `room` tokens (None: unbounded)."""
         self.calls += len(calls)
         answered = []
         for call in calls:
             self.handles.append((handle_in(call.arguments) or "?")[:40])
-            text = self.pipeline.read_back(call.arguments, model=self.model, tenant=self.tenant)
+            text = self.pipeline.read_back(call.arguments, model=self.model, tenant=self.tenant, room=room)
+            if room is not None:
+                room -= self.pipeline.text_tokens(self.model, text)
             self.unavailable += text.startswith(UNAVAILABLE_START)
             answered.append((call, text))
         return answered
@@ -76,16 +79,22 @@ class Retriever:
         """Roughly the tokens of the body sent, which parsing and writing a continuation costs in proportion to."""
         return len(self.sent) // 4
 
-    async def continued(self, payload: Document | None, answer: Document, calls: list[Call]) -> Document:
+    async def continued(self, payload: Document | None, answer: Document, calls: list[Call]) -> Document | None:
         """The next continuation's body: the last one (None: the body the turn sent) with the answer and the calls'
-        results; off the event loop for a big conversation."""
-        results = self.answers(calls)
+        results, each clipped to the room the budget has left; off the event loop for a big conversation.
 
-        def build() -> Document:
+        None when the answer and its calls alone leave no room: such a continuation would be refused."""
+
+        def held() -> tuple[Document, int | None]:
             base: Document = payload if payload is not None else orjson.loads(self.sent)
-            return self.shape.continued(base, answer, results)
+            return base, self.room_in(self.shape.continued(base, answer, [(call, "") for call in calls]))
 
-        return await call_sized(build, self.size)
+        base, room = await call_sized(held, self.size)
+        if room is not None and room < 0:
+            self.exchange.note("retrieval_error", "no-room-left")
+            return None
+        results = self.answers(calls, room=room)
+        return await call_sized(lambda: self.shape.continued(base, answer, results), self.size)
 
     async def send(self, body: Document) -> Response:
         """A continuation POSTed upstream, asking for an unencoded answer (it is read here)."""
@@ -116,6 +125,8 @@ class Retriever:
         current = answer
         while calls and not others and self.rounds < self.pipeline.retrieval_rounds(self.model):
             payload = await self.continued(payload, current, calls)
+            if payload is None:
+                break
             try:
                 following = await self.read_json(await self.send(payload))
             except Exception as exc:  # the continuation failed: the client gets what the upstream gave so far
@@ -180,6 +191,8 @@ class Retriever:
             if not calls or others or self.rounds >= self.pipeline.retrieval_rounds(self.model):
                 break
             payload = await self.continued(payload, stitch.answer(), calls)
+            if payload is None:
+                break
             response = await self.continuation(payload)
             if response is None:
                 break

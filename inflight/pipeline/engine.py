@@ -34,7 +34,7 @@ from inflight.offload import call_sized
 from inflight.pipeline.accounting import Accounting, Counted
 from inflight.pipeline.outgoing import MeasuredOnce, Prepared, as_sent, rewritten, shadowed, translated, unopened
 from inflight.pipeline.parts import CompactionParts, SummarizerFactory, summarizer_window
-from inflight.pipeline.retrieval import Originals, may_offer
+from inflight.pipeline.retrieval import Originals, definition_tokens, may_offer
 from inflight.policy.bracket import WindowBrackets
 from inflight.policy.calibration import Calibration, Ratios
 from inflight.policy.refusals import Refusal, agrees
@@ -200,14 +200,30 @@ class Pipeline:
         offers = may_offer(counted, settings, asked=options.retrieval, prices=self._prices(counted))
         return offers and not self._shadows(counted, options)
 
-    def read_back(self, arguments: str, *, model: str, tenant: str) -> str:
-        """What one `inflight_retrieve` call of the client `tenant`'s conversation is answered with (never raises)."""
+    def read_back(self, arguments: str, *, model: str, tenant: str, room: int | None = None) -> str:
+        """What one `inflight_retrieve` call of the client `tenant`'s conversation is answered with (never raises),
+        within `room` tokens of ours (None: only `compaction.retrieval.max_chars` bounds it)."""
         settings = self.model_settings(model).compaction.retrieval
+        count = functools.partial(self.text_tokens, model)
         try:
-            return self._originals.answer(arguments, tenant=tenant, max_chars=settings.max_chars)
+            return self._originals.answer(
+                arguments, tenant=tenant, max_chars=settings.max_chars, room=room, count=count
+            )
         except Exception:  # a bug of ours: the model is told, and the request goes on
             log.exception("[retrieval] a call could not be answered")
             return read_back(None, arguments, max_chars=settings.max_chars)
+
+    def room_left(
+        self, payload: dict[str, Any], *, counted: Counted, accounting: Accounting, limit: int, tenant: str
+    ) -> int | None:
+        """The tokens of ours a continuation `payload` of the request `counted` leaves within `limit` (the upstream's
+        units); None when it cannot be counted."""
+        again = self.count(b"", payload, counted.wire, tenant=tenant)
+        return None if again is None else accounting.own_units(limit) - again.count.total
+
+    def retrieve_tool_tokens(self, counted: Counted, options: Options) -> int:
+        """What `inflight_retrieve`'s definition adds to this request once compacted (0: it is not offered)."""
+        return definition_tokens(counted, self._counter) if self.retrieves(counted, options) else 0
 
     def retrieval_rounds(self, model: str) -> int:
         """How many rounds of calls one turn may answer (`compaction.retrieval.max_rounds`)."""
@@ -548,8 +564,9 @@ class Pipeline:
         prepared = await call_sized(
             lambda: rewritten(sent, accounting, outcome, limit=limit, key=key), outcome.tokens_after
         )
-        if retrieves:
-            prepared = replace(prepared, retrieves=True).noted(retrieval="offered")
+        if retrieves:  # compaction counted the tool's definition in the fixed part; so does calibration
+            fixed = prepared.sent_fixed + self.retrieve_tool_tokens(counted, options)
+            prepared = replace(prepared, retrieves=True, sent_fixed=fixed).noted(retrieval="offered")
         return self._cache_figures(prepared, counted, outcome, key=key, scheduled=scheduled)
 
     def _keep_originals(self, counted: Counted, outcome: Outcome, *, tenant: str) -> bool:
@@ -608,7 +625,7 @@ class Pipeline:
             request.messages,
             count.messages,
             count.digests,
-            count.fixed,
+            count.fixed + self.retrieve_tool_tokens(counted, options),  # the tool a compacted request offers is fixed
             request.opaque,
             request.observations,
             count.approximated,

@@ -7,15 +7,18 @@ goes upstream. The edge (`inflight.http.retrieval`) asks `answer` for each call 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import orjson
 
 from inflight.compaction import Outcome
-from inflight.compaction.retrieval import originals, read_back
+from inflight.compaction.retrieval import NO_ROOM, fitted, originals, read_back
 from inflight.config import Prices
 from inflight.config import Retrieval as RetrievalSettings
-from inflight.formats.retrieve_tool import offered, shape_of
+from inflight.formats.retrieve_tool import ChatShape, offered, shape_of
 from inflight.pipeline.accounting import Counted
 from inflight.records.originals import OriginalStore
+from inflight.tokens import TokenCounter
 
 HEADER = "x-inflight-retrieval"  # a client's `off` or `tool` overrides the configured mode for its request
 
@@ -35,15 +38,27 @@ class Originals:
             kept += self.store.keep(tenant, handle, text)
         return kept
 
-    def answer(self, arguments: str, *, tenant: str, max_chars: int) -> str:
-        """The text a call is answered with: the original the handle names, for this tenant only."""
+    def answer(
+        self,
+        arguments: str,
+        *,
+        tenant: str,
+        max_chars: int,
+        room: int | None = None,
+        count: Callable[[str], int] = len,
+    ) -> str:
+        """The text a call is answered with: the original the handle names, for this tenant only, within `room`
+        tokens as `count` counts them (None: no bound but `max_chars`)."""
         handle = handle_in(arguments)
         original = self.store.get(tenant, handle) if handle is not None else None
-        if original is None:
+        text = read_back(original, arguments, max_chars=max_chars)
+        if room is not None:
+            text = fitted(text, room=room, count=count)
+        if original is None or text == NO_ROOM:
             self.unavailable += 1
         else:
             self.answered += 1
-        return read_back(original, arguments, max_chars=max_chars)
+        return text
 
     def stats(self) -> dict[str, int]:
         return {**self.store.stats(), "answered": self.answered, "unavailable": self.unavailable}
@@ -57,6 +72,15 @@ def handle_in(arguments: str) -> str | None:
         return None
     handle = asked.get("handle") if isinstance(asked, dict) else None
     return handle.strip() if isinstance(handle, str) else None
+
+
+def definition_tokens(counted: Counted, counter: TokenCounter) -> int:
+    """What the tool's definition adds to the request's count (ours), with the request's own tools beside it."""
+    view = counted.request.view
+    tools = view.get("tools")
+    with_tool = {**view, "tools": [*(tools if isinstance(tools, list) else []), ChatShape.definition]}
+    added, _ = counter.count_tools(with_tool, counter.encoding(counted.encoding.name))
+    return max(added - counted.count.tools, 0)
 
 
 def may_offer(counted: Counted, settings: RetrievalSettings, *, asked: str, prices: Prices) -> bool:

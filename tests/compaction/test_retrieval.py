@@ -6,7 +6,7 @@ import asyncio
 
 import orjson
 
-from inflight.compaction.retrieval import HANDLE, handle_of, originals, read_back
+from inflight.compaction.retrieval import HANDLE, fitted, handle_of, originals, read_back
 from inflight.compaction.stages.mask import placeholder
 from inflight.config import Settings
 from inflight.formats import CHAT_COMPLETIONS
@@ -63,3 +63,14 @@ def test_every_handle_a_compacted_request_names_has_its_original() -> None:
     named = set(HANDLE.findall(sent.decode()))
     assert named and named == set(kept)
     assert set(kept.values()) <= {m["content"] for m in messages if m["role"] == "tool"}
+
+
+def test_a_read_back_is_clipped_to_the_room_left_or_says_there_is_none() -> None:
+    assert fitted(TEXT, room=10_000, count=len) == TEXT
+    clipped = fitted(TEXT, room=500, count=len)
+    kept, note = clipped.split("\n[inflight_retrieve: ")
+    assert len(clipped) <= 500 and TEXT.startswith(kept) and kept
+    assert note == f"clipped to its first {len(kept):,} of {len(TEXT):,} characters to fit the room left in the " + (
+        "context window (ask for `lines` or `grep`)]"
+    )
+    assert fitted(TEXT, room=20, count=len) == "[inflight_retrieve: unavailable: no room left]"

@@ -16,6 +16,7 @@ import pytest
 
 from inflight.formats.agent_prompts import GEMINI_CLI
 from tests.conftest import ProxyFactory
+from tests.http.test_archive import archived
 from tests.support.gemini import FakeGemini, GeminiTaskAgent, part_signature
 from tests.support.logs import log_lines
 from tests.support.responses import TASK_MARKER
@@ -247,7 +248,7 @@ def test_gemini_clis_compression_and_its_verification_are_answered_from_one_summ
     assert first.json()["usageMetadata"]["candidatesTokenCount"] > 0
 
 
-def test_a_key_in_the_query_goes_upstream_as_sent_and_into_no_log_line(
+def test_a_key_in_the_query_goes_upstream_as_the_header_and_into_no_log_line(
     upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
     app, url = upstream
@@ -255,8 +256,37 @@ def test_a_key_in_the_query_goes_upstream_as_sent_and_into_no_log_line(
     with caplog.at_level(logging.DEBUG, logger="inflight"), gemini_proxy(start_proxy, url) as origin:
         answer = httpx.post(f"{origin}/v1beta/models/{MODEL}:generateContent?key=query-secret", json=hello)
         [line] = log_lines(caplog, f"POST /v1beta/models/{MODEL}:generateContent")
-    assert answer.status_code == 200 and app.gemini_requests()[0].query == b"key=query-secret"
+    (sent,) = app.gemini_requests()
+    assert answer.status_code == 200 and sent.query == b"" and sent.headers["x-goog-api-key"] == "query-secret"
     assert "query-secret" not in caplog.text and f"model={MODEL}" in line
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_key_in_the_query_is_checked_and_replaced_by_the_held_key_like_the_header(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory, caplog: pytest.LogCaptureFixture, stream: bool
+) -> None:
+    app, url = upstream
+    overrides: dict[str, Any] = {"access": {"keys": ["proxy-client-key"], "admin_keys": ["admin-key"]}}
+    overrides["upstream"] = {"api_key": "sk-up"}
+    overrides |= {"gemini_upstream": {"api_key": "google-up-key"}, "archive": {"enabled": True}}
+    hello = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
+    method = "streamGenerateContent?alt=sse&" if stream else "generateContent?"
+    with caplog.at_level(logging.DEBUG, logger="inflight"), gemini_proxy(start_proxy, url, **overrides) as origin:
+        accepted = httpx.post(f"{origin}/v1beta/models/{MODEL}:{method}key=proxy-client-key", json=hello)
+        refused = httpx.post(f"{origin}/v1beta/models/{MODEL}:{method}key=wrong-key", json=hello)
+        counted = httpx.post(f"{origin}/v1beta/models/{MODEL}:countTokens?key=proxy-client-key", json=hello)
+        listed = archived(origin, "/inflight/conversations", until=lambda j: j["conversations"], key="admin-key")
+        (conversation,) = listed["conversations"]
+        turns = archived(origin, f"/inflight/conversations/{conversation['id']}", key="admin-key")
+    assert accepted.status_code == 200 and counted.status_code == 200
+    sent, count = app.gemini_requests()[0], app.requests[-1]
+    for forwarded in (sent, count):  # the held key as Google takes it; the client's key nowhere
+        assert forwarded.headers["x-goog-api-key"] == "google-up-key" and b"key=" not in forwarded.query
+    assert sent.query == (b"alt=sse" if stream else b"")
+    assert refused.status_code == 401 and refused.json()["error"]["status"] == "UNAUTHENTICATED"
+    assert len(app.gemini_requests()) == 1  # the refused one went nowhere
+    assert "proxy-client-key" not in caplog.text and "wrong-key" not in caplog.text
+    assert b"proxy-client-key" not in orjson.dumps(turns) and turns["turns"]
 
 
 def test_with_client_keys_and_no_gemini_upstream_gemini_clients_are_told_what_to_set() -> None:

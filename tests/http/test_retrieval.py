@@ -16,6 +16,7 @@ from anthropic.types import Message
 from openai.types.responses import ResponseCompletedEvent, ResponseTextDeltaEvent
 
 from inflight.compaction.retrieval import TOOL_NAME
+from inflight.tokens import TokenCounter
 from tests.compaction.test_compactor import agent_conversation
 from tests.conftest import ProxyFactory
 from tests.http.test_archive import archived
@@ -309,3 +310,26 @@ def test_by_default_it_is_offered_where_cache_writes_cost_no_more_and_a_header_t
     plain, offered = (r.body for r in app.messages_requests()[-2:])
     assert TOOL_NAME.encode() not in plain and b"inflight:" not in plain
     assert TOOL_NAME.encode() in offered
+
+
+def test_what_is_read_back_is_clipped_to_the_room_left_in_the_window(start_proxy: ProxyFactory) -> None:
+    app = UpstreamApp(windows={MODEL: 8000})  # refuses a continuation over the window, as OpenAI does
+    app.retriever = RetrievingModel()
+    messages = chat_conversation()
+    first = next(m for m in messages if m["role"] == "tool")
+    first["content"] = "\n".join(f"line {n}: {digest_of(str(n)) * 3}" for n in range(600))  # about 25,000 tokens
+    with (
+        serve(app) as url,
+        start_proxy(url + "/v1", **WINDOW) as proxy_url,
+        openai.OpenAI(base_url=proxy_url, api_key="sk-a", max_retries=0) as client,
+    ):
+        reply = client.chat.completions.create(model=MODEL, messages=messages, tools=[BASH])
+    (received,) = app.retriever.received
+    assert expected(messages) not in (reply.choices[0].message.content or "")  # not the whole original: it is clipped
+    assert f"digest:{digest_of(received)}" in (reply.choices[0].message.content or "")  # the continuation was answered
+    kept = received.split("\n[inflight_retrieve: clipped to its first ")[0]
+    assert first["content"].startswith(kept) and received.endswith(
+        "to fit the room left in the context window (ask for `lines` or `grep`)]"
+    )
+    continuation = upstream_conversations(app)[-1]
+    assert TokenCounter().count_request(continuation, "o200k_base").total <= 8000

@@ -420,12 +420,8 @@ class UpstreamApp:
             return
         model = payload.get("model", "unknown")
         self.last_messages = payload.get("messages") or []
-        window = next((w for pattern, w in self.windows.items() if fnmatch.fnmatchcase(str(model), pattern)), None)
-        if window is not None:
-            tokens = self.counter.count_request(payload, "o200k_base").total
-            if tokens > window:
-                await self.respond(record, send, 400, orjson.dumps(context_refusal(window, tokens)), "application/json")
-                return
+        if await self.refused(record, send, payload):
+            return
         if payload.get("stream"):
             include_usage = bool((payload.get("stream_options") or {}).get("include_usage"))
             delay = 0.02 if record.headers.get("x-scenario") == "paced" else self.stream_interval
@@ -437,6 +433,18 @@ class UpstreamApp:
         else:
             body = orjson.dumps(completion(model, prompt_tokens=self.usage_tokens(record)))
             await self.respond(record, send, 200, body, "application/json")
+
+    async def refused(self, record: Recorded, send: Any, payload: dict[str, Any]) -> bool:
+        """Refuse a chat completion over its model's window, as OpenAI does (False: it fits, or has no window)."""
+        model = str(payload.get("model", "unknown"))
+        window = next((w for pattern, w in self.windows.items() if fnmatch.fnmatchcase(model, pattern)), None)
+        if window is None:
+            return False
+        tokens = self.counter.count_request(payload, "o200k_base").total
+        if tokens <= window:
+            return False
+        await self.respond(record, send, 400, orjson.dumps(context_refusal(window, tokens)), "application/json")
+        return True
 
     async def answer_responses(self, record: Recorded, receive: Any, send: Any) -> None:
         payload = record.json()
@@ -507,6 +515,8 @@ class UpstreamApp:
         """The retrieving model's answer, when it is on (False: it is off)."""
         if self.retriever is None:
             return False
+        if api == "chat" and await self.refused(record, send, payload):
+            return True
         body, events = self.retriever.answer(api, payload)
         if events is not None:
             await self.stream(record, send, events)
