@@ -188,9 +188,9 @@ def claude_code_conversation(steps: int, *, output_lines: int) -> dict[str, Any]
 @pytest.mark.parametrize("steps", [12, 40])
 def test_the_pipeline_compacts_a_claude_code_conversation_into_a_valid_request(steps: int) -> None:
     body = claude_code_conversation(steps, output_lines=60)
-    settings = Settings.model_validate(
-        {"models": {"claude-*": {"context_window": 12_000}}, "discover_context_window": False}
-    )
+    # With `inflight_retrieve` offered (`auto` leaves it off on this API): the request stays valid with it too
+    config = {"models": {"claude-*": {"context_window": 12_000}}, "discover_context_window": False}
+    settings = Settings.model_validate({**config, "compaction": {"retrieval": "tool"}})
     pipeline = build_pipeline(settings, summarizers=None)
     raw = orjson.dumps(body)
 

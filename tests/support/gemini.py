@@ -33,10 +33,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-import tiktoken
 
-from inflight.tokens import load_encoding
 from tests.support.billing import Bill
+from tests.support.prompt_tokens import RememberedTokens
 from tests.support.responses import PROGRESS, STEP_DONE, TASK_MARKER, sign, verified
 
 OUTPUT_TOKENS = 20  # what every answer is said to cost
@@ -222,17 +221,7 @@ class FakeGemini:
     bill: Bill = field(default_factory=Bill)
     rejected: list[str] = field(default_factory=list)  # why a request was refused as malformed
     signatures_seen: int = 0  # signed parts that came back and were verified
-    _encoding: tiktoken.Encoding | None = None
-    _counted: dict[bytes, int] = field(default_factory=dict)
-
-    def tokens(self, value: Any) -> int:
-        """o200k_base tokens of a string, or of a value's JSON (remembered: Gemini CLI resends its parts)."""
-        if self._encoding is None:
-            self._encoding = load_encoding("o200k_base")
-        text = value.encode() if isinstance(value, str) else orjson.dumps(value)
-        if text not in self._counted:
-            self._counted[text] = len(self._encoding.encode_ordinary(text.decode()))
-        return self._counted[text]
+    tokens: RememberedTokens = field(default_factory=RememberedTokens)  # each piece counted once
 
     def blocks(self, payload: dict[str, Any]) -> list[tuple[bytes, int]]:
         """The prompt as the cache sees it: the system instruction and tools as one block, then each content."""

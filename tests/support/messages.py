@@ -44,11 +44,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-import tiktoken
 
-from inflight.tokens import load_encoding
 from inflight.tokens.media import image_size
 from tests.support.billing import Bill
+from tests.support.prompt_tokens import RememberedTokens
 from tests.support.responses import STEP_DONE, TASK_MARKER, TaskAgent, last_step, sign, verified
 
 MAX_BREAKPOINTS = 4
@@ -294,17 +293,7 @@ class FakeMessages:
     refused: int = 0
     bill: Bill = field(default_factory=Bill)
     rejected: list[str] = field(default_factory=list)  # why a request was refused as malformed
-    _encoding: tiktoken.Encoding | None = None
-    _counted: dict[bytes, int] = field(default_factory=dict)
-
-    def tokens(self, value: Any) -> int:
-        """o200k_base tokens of a string, or of a value's JSON (remembered: Claude Code resends its blocks)."""
-        if self._encoding is None:
-            self._encoding = load_encoding("o200k_base")
-        text = value.encode() if isinstance(value, str) else orjson.dumps(value)
-        if text not in self._counted:
-            self._counted[text] = len(self._encoding.encode_ordinary(text.decode()))
-        return self._counted[text]
+    tokens: RememberedTokens = field(default_factory=RememberedTokens)  # each piece counted once
 
     def block_tokens(self, block: Any) -> int:
         """A content block's tokens: its JSON, less what is opaque (signatures) or not text (images)."""
