@@ -28,14 +28,21 @@ class EventBuffer:
 
     def next_event(self) -> bytes | None:
         """The next complete event (without its separator), or None until more comes."""
+        found = self.next_with_separator()
+        return None if found is None else found[0]
+
+    def next_with_separator(self) -> tuple[bytes, bytes] | None:
+        """The next complete event and the separator that ended it as it came (`\n\n`, `\r\n\r\n`...), or None
+        until more comes: what passes unchanged can go on byte for byte."""
         found = SEPARATOR.search(self._buffer, self._searched)
         if found is None:
             self._searched = max(0, len(self._buffer) - 3)  # a separator may start in the last 3 bytes
             return None
         event = bytes(self._buffer[: found.start()])
+        separator = bytes(self._buffer[found.start() : found.end()])
         del self._buffer[: found.end()]
         self._searched = 0
-        return event
+        return event, separator
 
     @property
     def pending(self) -> bytes:

@@ -272,7 +272,8 @@ class Driver:
             reader.feed(first)
             counted_by_upstream()  # the first answer's counts: those of the request the turn sent
             return await self._answered_whole(response, first, retriever)
-        whole = response.whole_body() if held is None and prepared.report is None else None
+        # All of it is in (most JSON answers, and a stream sent whole): relayed at once, unless calls are stitched in.
+        whole = response.whole_body() if held is None and prepared.report is None and retriever is None else None
         if whole is not None:  # all of it is in: its counts read now, with no iterator in between
             reader.feed(whole)
             counted_by_upstream()
@@ -282,6 +283,8 @@ class Driver:
         if retriever is not None:  # the first answer's counts are read as it passes, before any continuation
             passing = retriever.stream(passing, max_event_bytes=self.limits.max_event_bytes)
         answer = relay(response, exchange, chunks=passing)
+        if retriever is not None:  # a stream the calls are stitched into has a length of its own
+            answer.headers = [(name, value) for name, value in answer.headers if name != b"content-length"]
         if prepared.report is None:
             return answer
         return reported(answer, self.wire, prepared.report, max_event_bytes=self.limits.max_event_bytes)

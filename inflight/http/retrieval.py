@@ -181,9 +181,11 @@ class Retriever:
         assert stitch is not None
         payload: Document | None = None
         chunks: AsyncIterator[bytes] = first
+        as_came: dict[bytes, bytes] = {}  # the last events' bytes as they came, for those held back to the end
         while True:
             cut = Overflow()
-            async for out in stitched(chunks, stitch, max_event_bytes=max_event_bytes, overflow=cut):
+            as_came.clear()
+            async for out in stitched(chunks, stitch, max_event_bytes=max_event_bytes, overflow=cut, as_came=as_came):
                 yield out
             if cut.happened:  # the rest went as it came: nothing more can be stitched
                 return
@@ -199,7 +201,7 @@ class Retriever:
             stitch.next_round()
             chunks = guarded(response, self.host)
         for out in stitch.finish():
-            yield out
+            yield as_came.get(out, out)
         self.noted()
 
 
@@ -210,16 +212,31 @@ class Overflow:
     happened: bool = False
 
 
+KEPT_AS_CAME = 16  # events whose bytes as they came are kept for the stream's end (its last few are held back)
+
+
 async def stitched(
-    chunks: AsyncIterator[bytes], stitch: Stitch, *, max_event_bytes: int, overflow: Overflow
+    chunks: AsyncIterator[bytes],
+    stitch: Stitch,
+    *,
+    max_event_bytes: int,
+    overflow: Overflow,
+    as_came: dict[bytes, bytes] | None = None,
 ) -> AsyncIterator[bytes]:
-    """One round's events through the stitch, as they come."""
+    """One round's events through the stitch, as they come. An event it passes unchanged goes on as it came, with
+    its own line ends (llama.cpp's server ends lines with CRLF); `as_came` keeps each event's bytes for those the
+    stitch holds back to the end."""
     events = EventBuffer()
+    kept = as_came if as_came is not None else {}
     async for chunk in chunks:
         events.add(chunk)
-        while (event := events.next_event()) is not None:
+        while (found := events.next_with_separator()) is not None:
+            event, separator = found
+            kept[event + b"\n\n"] = event + separator
+            if len(kept) > KEPT_AS_CAME:  # only the last few can be held back to the end
+                del kept[next(iter(kept))]
             for out in stitch.event(event):
-                yield out
+                yield kept.get(out, out)
         if len(events) > max_event_bytes:  # no end of an event in sight: the rest goes as it comes
             overflow.happened = True
             yield events.pending

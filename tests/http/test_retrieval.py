@@ -333,3 +333,47 @@ def test_what_is_read_back_is_clipped_to_the_room_left_in_the_window(start_proxy
     )
     continuation = upstream_conversations(app)[-1]
     assert TokenCounter().count_request(continuation, "o200k_base").total <= 8000
+
+
+CRLF_STREAM = (
+    b"".join(
+        b"data: " + orjson.dumps(chunk) + b"\r\n\r\n"
+        for chunk in (
+            {"id": "c", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"role": "assistant"}}]},
+            {"id": "c", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": "Done."}}]},
+            {
+                "id": "c",
+                "object": "chat.completion.chunk",
+                "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+            },
+        )
+    )
+    + b"data: [DONE]\r\n\r\n"
+)
+
+
+async def crlf_upstream(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """An upstream that sends its stream whole, with a length and CRLF line ends, as llama.cpp's server does."""
+    if scope["type"] != "http":
+        return
+    while (await receive()).get("more_body"):
+        pass
+    headers = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"content-length", b"%d" % len(CRLF_STREAM))]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": CRLF_STREAM})
+
+
+def test_a_compacted_stream_the_model_called_no_tool_in_comes_as_it_came(start_proxy: ProxyFactory) -> None:
+    """With the tool offered, a stream sent whole with its length and CRLF line ends, in which the model called
+    nothing, reaches the client byte for byte (and no longer than its length said)."""
+    body = {"model": MODEL, "messages": chat_conversation(), "tools": [BASH], "stream": True}
+    with (
+        serve(crlf_upstream) as url,
+        start_proxy(url + "/v1", **WINDOW) as proxy_url,
+        httpx.stream("POST", f"{proxy_url}/chat/completions", json=body, timeout=30) as response,
+    ):
+        received = b"".join(response.iter_raw())
+        headers = response.headers
+    assert "mask" in headers["x-inflight-actions"]  # compacted, so the tool was offered
+    assert received == CRLF_STREAM
+    assert "content-length" not in headers or int(headers["content-length"]) == len(received)
