@@ -167,13 +167,9 @@ class ConversationCompactions:
         say_how_it_waited(outcome, job, conversation)
         return outcome
 
-    async def summary_ready(self, key: str, digests: Sequence[bytes]) -> bool:
-        """Whether a summary made ahead for this conversation is stored and still fits it, so a compaction now needs
-        no summarizer call."""
-        return await self.summary_ahead(key, digests) is not None
-
     async def summary_ahead(self, key: str, digests: Sequence[bytes]) -> Precomputed | None:
-        """The summary made ahead for this conversation, if one is stored and still fits it."""
+        """The summary made ahead for this conversation, if one is stored and still fits it (a compaction now needs no
+        summarizer call)."""
         record = best_record(await self.records.load(key), digests)
         return record.ahead if record is not None and record.ahead_usable(digests) else None
 

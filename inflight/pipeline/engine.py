@@ -454,10 +454,7 @@ class Pipeline:
 
     async def summary_ready(self, counted: Counted, options: Options) -> bool:
         """Whether a summary made ahead for this request's conversation is ready to use (never in shadow mode)."""
-        if not self.compacts(counted, options):
-            return False
-        key = key_of(counted, options, max_chars=self._max_key_chars)
-        return await self._compactions.summary_ready(key, counted.count.digests)
+        return await self.summary_ahead(counted, options) is not None
 
     async def summary_ahead(self, counted: Counted, options: Options) -> Precomputed | None:
         """The summary made ahead for this request's conversation, if one is ready (never in shadow mode)."""
