@@ -78,6 +78,20 @@ class TurnReport:
     retrieved: int = 0
     unavailable: int = 0
 
+    def with_cache(self, cache: CacheFigures | None) -> TurnReport:
+        """This report with the prompt cache's figures (built field by field: this runs once a request)."""
+        return TurnReport(
+            self.window,
+            self.sent,
+            self.shadow,
+            self.shadow_mode,
+            self.retried,
+            self.degraded,
+            cache,
+            self.retrieved,
+            self.unavailable,
+        )
+
     def headers(self) -> dict[str, str]:
         """The `x-inflight-*` headers for the client."""
         headers = self.window.headers() if self.window is not None else {}

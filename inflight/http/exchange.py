@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from inflight.compaction.report import CacheFigures, TurnReport
@@ -108,7 +108,7 @@ class Exchange:
         self.finished = True
         if self.cache_figures is not None:
             try:
-                self.report = replace(self.report, cache=self.cache_figures())
+                self.report = self.report.with_cache(self.cache_figures())
                 self.note_all(self.report.cache_fields())
             except Exception:  # a bug of ours in a figure must not cost the log line
                 log.exception("the prompt cache's figures could not be worked out")

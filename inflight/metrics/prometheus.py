@@ -13,6 +13,7 @@ worker answers it, adds up all of them.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, values
@@ -68,10 +69,37 @@ def multiprocess_directory() -> str | None:
     return os.environ.get("PROMETHEUS_MULTIPROC_DIR")
 
 
+@dataclass(frozen=True, slots=True)
+class ClientSeries:
+    """One client label's `inflight_client_*` series, looked up once: a request adds to several of them."""
+
+    requests: Counter
+    client_tokens: Counter
+    upstream_tokens: Counter
+    saved_tokens: Counter
+    cost_sent: Counter
+    cost_client: Counter
+    refusals_avoided: Counter
+
+    @classmethod
+    def of(cls, metrics: Metrics, label: str) -> ClientSeries:
+        tokens, cost = metrics.client_tokens, metrics.client_cost
+        return cls(
+            metrics.client_requests.labels(label),
+            tokens.labels(label, "client"),
+            tokens.labels(label, "upstream"),
+            tokens.labels(label, "saved"),
+            cost.labels(label, "sent"),
+            cost.labels(label, "client"),
+            metrics.client_refusals_avoided.labels(label),
+        )
+
+
 class Metrics:
     def __init__(self, *, top_clients: int = 10) -> None:
         self.registry = CollectorRegistry()
         self.usage = Usage(top=top_clients)  # per client: `GET /inflight/usage`, and the `inflight_client_*` series
+        self._client_series: dict[str, ClientSeries] = {}  # at most the labels `usage` gives: bounded
         self._define_requests(self.registry)
         self._define_compactions(self.registry)
         self._define_clients(self.registry)
@@ -300,19 +328,20 @@ class Metrics:
 
     def _client_used(self, client: str, usage: ClientUsage) -> None:
         label = self.usage.add(client, usage)
-        self._child(self.client_requests, label).inc(usage.requests)
-        for kind, tokens in (
-            ("client", usage.client_tokens),
-            ("upstream", usage.upstream_tokens),
-            ("saved", usage.saved_tokens),
+        series = self._client_series.get(label)
+        if series is None:
+            series = self._client_series[label] = ClientSeries.of(self, label)
+        series.requests.inc(usage.requests)
+        for counter, value in (
+            (series.client_tokens, usage.client_tokens),
+            (series.upstream_tokens, usage.upstream_tokens),
+            (series.saved_tokens, usage.saved_tokens),
+            (series.cost_sent, usage.cost_units),
+            (series.cost_client, usage.cost_units_client),
+            (series.refusals_avoided, usage.refusals_avoided),
         ):
-            if tokens:
-                self._child(self.client_tokens, label, kind).inc(tokens)
-        for side, units in (("sent", usage.cost_units), ("client", usage.cost_units_client)):
-            if units:
-                self._child(self.client_cost, label, side).inc(units)
-        if usage.refusals_avoided:
-            self._child(self.client_refusals_avoided, label).inc(usage.refusals_avoided)
+            if value:
+                counter.inc(value)
 
     def summarizer_spent(self, tenant: str, tokens: int) -> None:
         label = self.usage.summarized(client_of(tenant), tokens)

@@ -9,7 +9,7 @@ which a chat template may render at any size (see `inflight.policy.calibration`)
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from inflight.compaction.report import Window
@@ -30,10 +30,10 @@ class Counted:
     request: CoreRequest
     encoding: EncodingChoice
     count: RequestCount
+    model: str = field(init=False)  # the request's model, asked for many times a request
 
-    @property
-    def model(self) -> str:
-        return self.request.model
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "model", self.request.model)
 
     @property
     def streams(self) -> bool:

@@ -86,13 +86,12 @@ class Options:
     agent_compaction: bool = False
     summary_instructions: str = ""
     retrieval: str = ""  # `x-inflight-retrieval`: `off` or `tool` overrides `compaction.retrieval.mode` here
+    # The client's tenant: a digest of its key ("" if it presents none). Every step of a request (key, budget,
+    # calibration) needs it, so it is hashed once, when the options are made.
+    tenant: str = field(init=False, repr=False, compare=False)
 
-    @functools.cached_property
-    def tenant(self) -> str:
-        """The client's tenant: a digest of its key ("" if it presents none).
-
-        Every step of a request (key, budget, calibration) needs it, so it is hashed only once."""
-        return tenant_of(self.credentials)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tenant", tenant_of(self.credentials))
 
 
 # The modes that override a shadow config: a client's `off` (which does even less: nothing is planned), and
@@ -537,16 +536,28 @@ class Pipeline:
             key = key_of(counted, options, max_chars=self._max_key_chars)
         except Exception as exc:  # a bug of ours must not cost the user the request
             return self._failed(as_sent(counted, accounting, limit=limit, shadow=shadow), exc, accounting.model)
-        untouched = as_sent(counted, accounting, limit=limit, shadow=shadow, key=key)
         # Shadow plans are recorded under a key of their own; the archive keeps the conversation's key.
         plan_key = shadow_key(key) if shadow else key
         try:
             outcome = await self._compact(counted, accounting, options, key=plan_key, retry=retry, shadow=shadow)
         except Exception as exc:  # a bug of ours must not cost the user the request
-            return self._failed(untouched, exc, accounting.model)
+            return self._failed(
+                as_sent(counted, accounting, limit=limit, shadow=shadow, key=key), exc, accounting.model
+            )
         scheduled = outcome.scheduled if outcome is not None else None
         if outcome is None or (outcome.actions == [Action.NONE] and outcome.fits):  # nothing changed
-            return self._cache_figures(untouched, counted, None, key=plan_key, scheduled=scheduled)
+            measured, prices = self._measured(counted, None, key=plan_key), self._prices(counted)
+            return as_sent(
+                counted,
+                accounting,
+                limit=limit,
+                shadow=shadow,
+                key=key,
+                measured=measured,
+                prices=prices,
+                scheduled=scheduled,
+            )
+        untouched = as_sent(counted, accounting, limit=limit, shadow=shadow, key=key)
         if shadow:  # send the client's bytes; report what would have been sent, and measure it for the cache
             plan = shadowed(untouched, accounting, outcome)
             return self._cache_figures(plan, counted, outcome, key=plan_key, scheduled=scheduled)
@@ -591,6 +602,12 @@ class Pipeline:
 
         It is compared with the conversation's previous request (`inflight.compaction.prefix`); in shadow mode, with
         the previous plan, under its own `key`. The measurement is made when first asked, after the answer."""
+        measured = self._measured(counted, outcome, key=key)
+        return replace(prepared, measured=measured, prices=self._prices(counted), scheduled=scheduled)
+
+    def _measured(self, counted: Counted, outcome: Outcome | None, *, key: str) -> MeasuredOnce:
+        """How much of what is sent (the client's request, or `outcome`) the prompt cache serves, measured when
+        first asked."""
         prefixes = self._prefixes
 
         def measure() -> CacheTurn:
@@ -599,7 +616,7 @@ class Pipeline:
                 return prefixes.observe(key, client)
             return prefixes.observe(key, sent_request(counted, outcome), client)
 
-        return replace(prepared, measured=MeasuredOnce(measure), prices=self._prices(counted), scheduled=scheduled)
+        return MeasuredOnce(measure)
 
     async def _compact(
         self,

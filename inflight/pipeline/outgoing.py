@@ -106,8 +106,19 @@ class Prepared:
             self.outcome.previous = refused.outcome.previous
 
 
-def as_sent(counted: Counted, accounting: Accounting, *, limit: int, shadow: bool = False, key: str = "") -> Prepared:
-    """The client's own bytes, reported as untouched (in shadow mode, with nothing planned yet)."""
+def as_sent(
+    counted: Counted,
+    accounting: Accounting,
+    *,
+    limit: int,
+    shadow: bool = False,
+    key: str = "",
+    measured: MeasuredOnce | None = None,
+    prices: Prices | None = None,
+    scheduled: Budget | None = None,
+) -> Prepared:
+    """The client's own bytes, reported as untouched (in shadow mode, with nothing planned yet), with how to
+    measure the prompt cache's figures, the prices they are billed at and the thresholds compared, when known."""
     plan = Plan.untouched(accounting.calibrated(counted.count.total))
     total, fixed, approximate = counted.count.total, counted.count.fixed, bool(counted.count.approximated)
     fields: dict[str, object] = {"shadow": "none"} if shadow else {}
@@ -122,6 +133,9 @@ def as_sent(counted: Counted, accounting: Accounting, *, limit: int, shadow: boo
         approximate=approximate,
         sent_fixed=fixed,
         shadow=shadow,
+        measured=measured if measured is not None else MeasuredOnce(),
+        prices=prices,
+        scheduled=scheduled,
     )
 
 

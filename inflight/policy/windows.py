@@ -154,6 +154,7 @@ class ContextRegistry:
         self._discovery_lock = asyncio.Lock()
         # Resolving walks the config's globs and the table, so results are cached per model and cleared on any change.
         self._resolved: LRUCache[str, ModelLimits] = LRUCache(maxsize=MAX_MODELS)
+        self._last: tuple[str, ModelLimits] | None = None  # the model resolved last: a request asks for it again
 
     def learn(self, model: str, context_window: int, *, tenant: str = "") -> None:
         """Record the window an upstream told the client `tenant` in a refusal; it overrides discovery and the table
@@ -176,11 +177,17 @@ class ContextRegistry:
     def resolve(self, model: str, *, tenant: str = "") -> ModelLimits:
         """The model's limits for the client `tenant` from what is known now, without any I/O (see `resolve_async`
         for discovery)."""
-        key = bounded_key(model, self.max_key_chars)
-        limits = self._resolved.get(key)
-        if limits is None:
-            limits = self._resolved[key] = self._resolve(model)
-        if limits.source == "config":
+        last = self._last
+        if last is not None and last[0] == model:
+            limits = last[1]
+        else:
+            key = bounded_key(model, self.max_key_chars)
+            found = self._resolved.get(key)
+            if found is None:
+                found = self._resolved[key] = self._resolve(model)
+            limits = found
+            self._last = (model, limits)
+        if limits.source == "config" or not self._learned:  # most processes never learn a window
             return limits
         learned = self._learned.get(tenant_model_key(model, tenant, self.max_key_chars))
         return limits if learned is None else ModelLimits(learned, limits.max_output_tokens, "learned")
@@ -225,6 +232,7 @@ class ContextRegistry:
                 return
             self._discovered = parse_model_list(body)
             self._resolved.clear()
+            self._last = None
             log.info("[context] discovered windows: %s", self._discovered or "none")
 
 

@@ -3,6 +3,7 @@ the same run, and the client label stays bounded however many keys clients send.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 from typing import Any
@@ -14,7 +15,7 @@ from inflight.compaction.actions import Action
 from inflight.compaction.report import CacheFigures, Plan, TurnReport, Window
 from inflight.http.exchange import Exchange
 from inflight.metrics.prometheus import Metrics
-from inflight.metrics.usage import OTHER, used_by
+from inflight.metrics.usage import OTHER, ClientUsage, used_by
 from inflight.policy.tenants import tenant_of
 from tests.compaction.test_compactor import agent_conversation
 from tests.conftest import ProxyFactory
@@ -143,3 +144,26 @@ def test_a_compaction_that_came_out_longer_saved_nothing_rather_than_a_negative_
     grown = TurnReport(window=Window(900, 8000, 6000), sent=Plan((Action.SUMMARIZE,), 900, 1100))
     usage = used_by(grown, status=200)
     assert (usage.client_tokens, usage.upstream_tokens, usage.saved_tokens) == (900, 1100, 0)
+
+
+def test_adding_one_clients_usage_to_another_adds_every_figure() -> None:
+    one = ClientUsage(**{item.name: index + 1 for index, item in enumerate(dataclasses.fields(ClientUsage))})
+    total = ClientUsage(**{item.name: 100 for item in dataclasses.fields(ClientUsage)})
+    total.add(one)
+    assert dataclasses.asdict(total) == {name: 100 + value for name, value in dataclasses.asdict(one).items()}
+
+
+def test_a_report_with_the_caches_figures_keeps_everything_else() -> None:
+    report = TurnReport(
+        window=Window(10, 100, 90),
+        sent=Plan((Action.MASK,), 10, 5, "c1"),
+        shadow=Plan((Action.SUMMARIZE,), 10, 4, "c2"),
+        shadow_mode=True,
+        retried=True,
+        degraded=True,
+        retrieved=2,
+        unavailable=1,
+    )
+    figures = CacheFigures(0.5, rewrite=True, cost=3, cost_client=4)
+    assert report.with_cache(figures) == dataclasses.replace(report, cache=figures)
+    assert report.with_cache(figures).cache is figures
