@@ -144,17 +144,17 @@ class ConversationCompactions:
         if none runs; if its summary does not arrive in time, `outcome` is returned as it is."""
         assert self.jobs is not None
         job = self.jobs.running(key) or self.ahead_jobs.start(
-            key, conversation, record, ahead, conversation.messages, outcome.tokens_before, crossing=True
+            key, conversation, record, ahead, conversation.messages, outcome.tokens_before, needed_now=True
         )
         if job is None:
             return outcome
         deadline = time.monotonic() + ahead.wait_s
-        landed = await self.jobs.wait(job, ahead.wait_s) and job.succeeded
+        ready = await self.jobs.wait(job, ahead.wait_s) and job.succeeded
         if isinstance(job.error, Superseded):  # the summary it would make is already stored: compact from it
-            landed = True
+            ready = True
         elif isinstance(job.error, Elsewhere):  # another process is making it and will save it in the shared store
-            landed = await self.ahead_jobs.landed_elsewhere(key, conversation, deadline)
-        if landed:
+            ready = await self.ahead_jobs.saved_by_another_process(key, conversation, deadline)
+        if ready:
             again, _ = await self.run(key, conversation, compactor, budget=budget, force=False)
             if again is not None and Action.SUMMARY_CACHED not in outcome.actions:
                 # The second run replayed a record: this turn's own digest, or, in a burst, the record another

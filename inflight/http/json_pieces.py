@@ -8,7 +8,7 @@ each top-level array and each of its elements begins and ends; each element is t
 own (a millisecond each), the rest of the object with those arrays left empty. JSON's grammar is
 unambiguous: if every piece parses, together they are what the whole parses to. Anything this does
 not expect (a body that is not an object, a repeated key, too much structure, a piece that does not
-parse) returns None, and the caller parses the body whole, as before.
+parse) returns None, and the caller parses the body whole.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A streaming answer begun before it is ready: SSE comment lines while the compaction is waited on.
 
 Off unless `summarize.keepalive_after_s` is set. A streaming client that waits long for its first
-byte (a summary made on the crossing turn with a slow model) may give up; a comment line every
+byte (a summary made on the turn that needs it, with a slow model) may give up; a comment line every
 few seconds (`: ...`, which SSE clients ignore) keeps it and every proxy between reading. The
 price: the 200 status and the headers go out before the upstream has answered, so the
 `x-inflight-*` headers of the compaction are not sent, an error (ours or the upstream's) can

@@ -159,7 +159,7 @@ class HeadCork:
     its body with the next message: two writes, two system calls, and often two reads for the client
     before it has a byte of the body. When the body follows at once (a JSON answer, a held stream's
     first event) the two go out together; when it does not (a stream still waiting on the upstream),
-    the head goes out alone at the loop's next turn, so the client sees the headers as soon as before."""
+    the head goes out alone at the loop's next turn, so the client sees the headers without waiting for the body."""
 
     def __init__(self, transport: asyncio.Transport) -> None:
         self.transport = transport

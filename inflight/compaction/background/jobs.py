@@ -48,7 +48,7 @@ class AheadJobs:
         self.save = save
         self.owner = uuid.uuid4().hex  # identifies this process as a lease holder
 
-    async def landed_elsewhere(self, key: str, conversation: Conversation, deadline: float) -> bool:
+    async def saved_by_another_process(self, key: str, conversation: Conversation, deadline: float) -> bool:
         """Whether another process saves a usable summary of this conversation in the store before `deadline`."""
         while True:
             record = best_record(await self.records.load(key), conversation.digests)
@@ -67,12 +67,12 @@ class AheadJobs:
         sent: Sequence[Message],
         sent_tokens: int,
         *,
-        crossing: bool = False,
+        needed_now: bool = False,
     ) -> Job | None:
         """Start the background summary this conversation will need, if it is past `background_at` and has none.
 
-        `crossing` marks a turn that needs the summary now: it starts a job whatever its size."""
-        if ahead is None or self.jobs is None or (not crossing and sent_tokens <= ahead.start_at):
+        `needed_now` marks a turn that needs the summary now: it starts a job whatever its size."""
+        if ahead is None or self.jobs is None or (not needed_now and sent_tokens <= ahead.start_at):
             return None
         if record is not None and record.ahead_usable(conversation.digests):
             return None
@@ -110,7 +110,7 @@ class AheadJobs:
                 result.made_ms,
             )
 
-        started_by = conversation if crossing else None
+        started_by = conversation if needed_now else None
         return self.jobs.start(key, base, make, land, started_by=started_by, tenant=ahead.tenant)
 
     async def still_needed(self, key: str, conversation: Conversation, plan: AheadPlan) -> bool:
