@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from inflight.compaction.conversation import Message, describe_call, text_of
 from inflight.compaction.ledger import LEDGER_HEADING, Ledger
+from inflight.compaction.middle import REPLACED_NOTE
 from inflight.compaction.summary_job import SUMMARY_PREFIX
 
 MESSAGE_CHARS = 2_000  # a user's or the assistant's text in the tail (or the head's user messages)
@@ -194,8 +195,8 @@ def with_ledger(summary: str, ledger: Ledger | None) -> str:
     note, heading, rest = summary.partition(LEDGER_HEADING)
     if ledger is None or not heading:
         return with_ledger_cut(summary)
-    _, gap, after = rest.partition("\n\n")  # the ledger's lines hold no blank line: a read-back note may follow
-    return f"{note}{ledger.render(LEDGER_CHARS)}{gap}{after}"
+    after = rest.rfind(f"\n\n{REPLACED_NOTE}")  # how to read back what the summary replaced, kept
+    return f"{note}{ledger.render(LEDGER_CHARS)}{rest[after:] if after >= 0 else ''}"
 
 
 def turn_text(message: Message, text: str) -> str:

@@ -15,6 +15,7 @@ from inflight.compaction.handoff import (
     without_context,
 )
 from inflight.compaction.ledger import LEDGER_HEADING, Ledger
+from inflight.compaction.middle import REPLACED_NOTE
 
 SUMMARY = {"role": "user", "content": "[Previous conversation summary]\nThe parser is fixed."}
 
@@ -149,14 +150,17 @@ def test_a_handoff_that_quotes_no_user_messages_gives_the_summarizer_no_task_of_
 
 def test_the_ledger_below_the_summary_is_its_newest_entries_whole_from_the_compactions_ledger() -> None:
     messages, origins = compacted()
-    ledger = Ledger(commands=tuple(f"pytest tests/test_{n}.py -q" for n in range(60)), dropped_messages=120)
-    read_back = "[the messages this summary replaced: ask for them by name]"
+    script = "python - <<'EOF'\nprint(1)\n\nprint(2)\nEOF"  # a command may hold a blank line
+    commands = (*(f"pytest tests/test_{n}.py -q" for n in range(60)), script)
+    ledger = Ledger(commands=commands, dropped_messages=120)
+    read_back = f"{REPLACED_NOTE}ask for them by name]"
     summary = f"{SUMMARY['content']}\n\n{ledger.render(4_000)}\n\n{read_back}"
     messages[2] = {"role": "user", "content": summary}
     text = handoff_text(messages, origins, head_len=2, keeps_user_messages=False, ledger=ledger)
     rendered = text[text.index(LEDGER_HEADING) : text.index(read_back)].strip()
     assert rendered == ledger.render(LEDGER_CHARS) and len(rendered) <= LEDGER_CHARS
-    assert "pytest tests/test_59.py -q" in rendered and "pytest tests/test_0.py -q" not in rendered
+    assert script in rendered and "pytest tests/test_59.py -q" in rendered and "pytest tests/test_0.py" not in rendered
+    assert text.count(LEDGER_HEADING) == 1 and text.count(read_back) == 1
     assert "characters cut" not in rendered  # whole entries, not a head and an end cut apart mid-line
     assert text.index(SUMMARY["content"]) < text.index(LEDGER_HEADING) < text.index("Running the tests.")
 
