@@ -17,14 +17,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from inflight.compaction.conversation import Message, describe_call, text_of
-from inflight.compaction.ledger import LEDGER_HEADING
+from inflight.compaction.ledger import LEDGER_HEADING, Ledger
+from inflight.compaction.middle import REPLACED_NOTE
 from inflight.compaction.summary_job import SUMMARY_PREFIX
 
 MESSAGE_CHARS = 2_000  # a user's or the assistant's text in the tail (or the head's user messages)
 OUTPUT_CHARS = 400  # a tool's output, head and end
 USER_MESSAGES = "The user's messages at the start of the conversation:\n"
 LATEST_TURNS = "The latest turns, as they happened (long outputs cut):\n"
-LEDGER_CHARS = 1_500  # the ledger below a summary: the agent keeps it in its context from then on
+# The ledger below a summary (its newest entries): the agent keeps it in its context from then on, writes it to the
+# prompt cache again at each of its compactions and reads it at each step; a longer one also brings the next sooner.
+LEDGER_CHARS = 800
 TAIL_CHARS = 4_000  # all of the tail (about a thousand tokens): past it, its oldest turns go first
 INSTRUCTIONS = "Written following the user's instructions for this summary: "
 END = "[End of the summary]"  # the handoff's last line, so that the next compaction finds where it ends
@@ -39,16 +42,17 @@ def handoff_text(
     keeps_recent_turns: bool = False,
     instructions: str = "",
     context_tag: str = "",
+    ledger: Ledger | None = None,
 ) -> str:
     """The handoff written from a compaction's messages (`origins`: each one's index in the client's list, None for
     what the compaction wrote: the summary). Without a summary (nothing before the latest turns to summarize), the
     turns after the head follow the user's messages; an agent that `keeps_recent_turns` gets none. The summary's
-    ledger is cut to its head and end. Text in `context_tag` elements is left out: the agent's own context (Claude
-    Code's `<system-reminder>`s), which it adds again itself."""
+    ledger is rendered anew from the compaction's `ledger` (else cut to its head and end). Text in `context_tag`
+    elements is left out: the agent's own context (Claude Code's `<system-reminder>`s), which it adds again itself."""
 
     written = [i for i, origin in enumerate(origins) if origin is None]
     users = [] if keeps_user_messages else users_said(messages, origins, head_len, context_tag)
-    summaries = [with_ledger_cut(readable(messages[i], context_tag)) for i in written]
+    summaries = [with_ledger(readable(messages[i], context_tag), ledger) for i in written]
     after_head = (i for i, origin in enumerate(origins) if origin is not None and origin >= head_len)
     start = written[-1] + 1 if written else next(after_head, len(messages))
     recent = [] if keeps_recent_turns and written else messages[start:]
@@ -185,6 +189,16 @@ def with_ledger_cut(summary: str) -> str:
     return f"{note}{heading}{cut(ledger, LEDGER_CHARS)}" if heading else summary
 
 
+def with_ledger(summary: str, ledger: Ledger | None) -> str:
+    """A summary message's text with its ledger rendered anew from `ledger` within `LEDGER_CHARS` (its newest entries,
+    each whole), and what followed the ledger kept; without one, cut (`with_ledger_cut`)."""
+    note, heading, rest = summary.partition(LEDGER_HEADING)
+    if ledger is None or not heading:
+        return with_ledger_cut(summary)
+    after = rest.rfind(f"\n\n{REPLACED_NOTE}")  # how to read back what the summary replaced, kept
+    return f"{note}{ledger.render(LEDGER_CHARS)}{rest[after:] if after >= 0 else ''}"
+
+
 def turn_text(message: Message, text: str) -> str:
     """One message of the tail (its `text`) as a line or a few: who said it, and what (tool calls by name and
     arguments)."""
@@ -204,6 +218,33 @@ def cut(text: str, limit: int) -> str:
         return text
     half = limit // 2
     return f"{text[:half]} [... {len(text) - 2 * half:,} characters cut ...] {text[-half:]}"
+
+
+def without_context(ledger: Ledger, messages: Sequence[Message], context_tag: str) -> Ledger:
+    """The ledger without what only the agent's own context elements (`context_tag`) in `messages` said: Claude Code
+    puts its `<system-reminder>`s into tool results too, and adds them again itself; they are none of its work."""
+    if not context_tag:
+        return ledger
+    texts = [text_of(message.get("content")) for message in messages]
+    context = "\n".join(part for text in texts for part in tagged(text, context_tag))
+    if not context:
+        return ledger
+    rest = "\n".join(without_tagged(text, context_tag) for text in texts)
+    return ledger.without(lambda fact: fact in context and fact not in rest)
+
+
+def tagged(text: str, tag: str) -> list[str]:
+    """What `text`'s `<tag>...</tag>` elements hold (an unclosed one is left out), in one pass."""
+    opening, closing = f"<{tag}>", f"</{tag}>"
+    held: list[str] = []
+    at = 0
+    while (start := text.find(opening, at)) >= 0:
+        end = text.find(closing, start)
+        if end < 0:
+            break
+        held.append(text[start + len(opening) : end])
+        at = end + len(closing)
+    return held
 
 
 def without_tagged(text: str, tag: str) -> str:

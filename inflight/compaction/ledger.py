@@ -10,6 +10,7 @@ When it outgrows its room, the oldest entries go first, outcomes before commands
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from inflight.compaction.facts import Facts
@@ -40,6 +41,17 @@ class Ledger:
             errors=_newest_last(self.errors, facts.errors),
             identifiers=_newest_last(self.identifiers, facts.identifiers),
             dropped_messages=self.dropped_messages + messages,
+        )
+
+    def without(self, dropped: Callable[[str], bool]) -> Ledger:
+        """This ledger without the files, errors, outcomes and names for which `dropped` is true; commands stay."""
+        return Ledger(
+            commands=self.commands,
+            outcomes={command: said for command, said in self.outcomes.items() if not dropped(said)},
+            files={path: command for path, command in self.files.items() if not dropped(path)},
+            errors=tuple(error for error in self.errors if not dropped(error)),
+            identifiers=tuple(name for name in self.identifiers if not dropped(name)),
+            dropped_messages=self.dropped_messages,
         )
 
     def render(self, max_chars: int) -> str:

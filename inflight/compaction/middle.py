@@ -17,6 +17,8 @@ from inflight.compaction.stage import Work
 from inflight.compaction.summary_job import clip, summary_message
 from inflight.config import Summarize as SummarizeSettings
 
+REPLACED_NOTE = "[the messages this summary replaced: "  # after the ledger: how to read them back
+
 
 def max_summary_tokens(settings: SummarizeSettings, budget: Budget) -> int:
     return max(min(settings.max_summary_tokens, budget.limit // 4), 32)
@@ -123,7 +125,7 @@ def replace_middle(
     body = "\n\n".join(part for part in (text, ledger.render(max(room - len(text), 400))) if part)
     if work.handles:  # the summarized messages can be read back whole
         handle = span_handle(work.conversation.digests[draft.head_len : cut])
-        body += f"\n\n[the messages this summary replaced: {read_back_note(handle)}]"
+        body += f"\n\n{REPLACED_NOTE}{read_back_note(handle)}]"
     message = summary_message(body)
     draft.ledger = ledger
     work.outcome.messages_replaced += cut - draft.prefix_len

@@ -82,9 +82,11 @@ class Options:
     credentials: RawHeaders = field(default_factory=list)
     client: str = ""  # the client's address: identifies its summarizer budget when it presents no key
     # The agent asked for its own compaction (`inflight.pipeline.handoff`): a turn waits for the summary it needs
-    # as long as the summarizer may take, and the summarizer is given the user's own instructions for it.
+    # as long as the summarizer may take, and the summarizer is given the user's own instructions for it, and not
+    # the agent's own context (the text of its `context_tag` elements), which it adds again itself.
     agent_compaction: bool = False
     summary_instructions: str = ""
+    context_tag: str = ""
     retrieval: str = ""  # `x-inflight-retrieval`: `off` or `tool` overrides `compaction.retrieval.mode` here
     # The client's tenant: a digest of its key ("" if it presents none). Every step of a request (key, budget,
     # calibration) needs it, so it is hashed once, when the options are made.
@@ -677,6 +679,7 @@ class Pipeline:
             tenant=options.tenant,
             prices=self._prices(counted) if self._scheduled_by_cost(counted, settings, tenant=options.tenant) else None,
             instructions=options.summary_instructions,
+            context_tag=options.context_tag,
         )
         # No background job for a retry (the original turn started any needed) or for a request below every threshold.
         wanted = background and due and not retry

@@ -10,7 +10,9 @@ summarizer rather than a summary made without them.
 
 from __future__ import annotations
 
+import functools
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import orjson
@@ -18,7 +20,9 @@ import xxhash
 
 from inflight.compaction import head_length
 from inflight.compaction.actions import Action
-from inflight.compaction.handoff import LEDGER_CHARS, carried_handoff, handoff_text
+from inflight.compaction.conversation import Message
+from inflight.compaction.handoff import LEDGER_CHARS, carried_handoff, handoff_text, without_context
+from inflight.compaction.ledger import Ledger
 from inflight.compaction.record import Precomputed
 from inflight.compaction.summary_job import SUMMARY_PREFIX
 from inflight.formats import Target
@@ -66,7 +70,9 @@ async def made_handoff(pipeline: Pipeline, counted: Counted, options: Options, a
     messages = history.request.messages
     if not asked.instructions:  # little has happened since the last summary: no summarizer call
         ahead = await pipeline.summary_ahead(history, options)
-        summaries = [made_ahead(ahead), None] if ahead is not None else [None]
+        summaries: list[tuple[int, str] | None] = [None]
+        if ahead is not None:
+            summaries.insert(0, made_ahead(ahead, await own_ledger(ahead.ledger, messages, asked.context_tag, size)))
         for summary in summaries:
             carried = carried_handoff(
                 messages,
@@ -79,7 +85,13 @@ async def made_handoff(pipeline: Pipeline, counted: Counted, options: Options, a
                 untouched = await pipeline.prepare(history, accounting, replace(options, mode=Mode.OFF))
                 served = (Action.SUMMARY_PRECOMPUTED,) if summary is not None else ()
                 return Handoff(carried, pipeline.text_tokens(counted.model, carried), untouched, accounting, served)
-    forced = replace(options, mode=Mode.FORCE, agent_compaction=True, summary_instructions=asked.instructions)
+    forced = replace(
+        options,
+        mode=Mode.FORCE,
+        agent_compaction=True,
+        summary_instructions=asked.instructions,
+        context_tag=asked.context_tag,
+    )
     if asked.instructions:  # a summary of its own, which the summarizer writes with the instructions
         key = key_of(history, options)
         name = (key.rpartition("#")[0] if "#" in key else key).removeprefix("session:")  # its scope is added again
@@ -101,6 +113,7 @@ async def made_handoff(pipeline: Pipeline, counted: Counted, options: Options, a
     elif Action.FALLBACK in outcome.actions:  # no summary could be had, only the ledger: the agent makes its own
         return "no-summary:" + ",".join(outcome.actions)
     else:
+        own = await own_ledger(outcome.record.ledger, messages, asked.context_tag, size)
         text = handoff_text(
             outcome.messages,
             outcome.sent_origins,
@@ -109,11 +122,21 @@ async def made_handoff(pipeline: Pipeline, counted: Counted, options: Options, a
             keeps_recent_turns=asked.keeps_recent_turns,
             instructions=asked.instructions,
             context_tag=asked.context_tag,
+            ledger=own,
         )
     return Handoff(text, pipeline.text_tokens(counted.model, text), prepared, accounting)
 
 
-def made_ahead(ahead: Precomputed) -> tuple[int, str]:
-    """A summary made ahead as the handoff needs it: the messages it covers, and its text with its ledger."""
-    ledger = ahead.ledger.render(LEDGER_CHARS) if ahead.ledger is not None else ""
+async def own_ledger(ledger: Ledger | None, messages: Sequence[Message], context_tag: str, size: int) -> Ledger | None:
+    """A compaction's ledger without what only the agent's own context said (`without_context`), read from the whole
+    history (of `size` tokens)."""
+    if ledger is None:
+        return None
+    return await call_sized(functools.partial(without_context, ledger, messages, context_tag), size)
+
+
+def made_ahead(ahead: Precomputed, own: Ledger | None) -> tuple[int, str]:
+    """A summary made ahead as the handoff needs it: the messages it covers, and its text with its ledger (`own`:
+    without what only the agent's own context said)."""
+    ledger = own.render(LEDGER_CHARS) if own is not None else ""
     return ahead.cut, "\n\n".join(part for part in (f"{SUMMARY_PREFIX}\n{ahead.text.strip()}", ledger) if part)

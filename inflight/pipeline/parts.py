@@ -13,6 +13,7 @@ from typing import Protocol
 from inflight.compaction import Budget, Compactor, Summarize, SummaryAhead, SummaryJob, build_compactor
 from inflight.compaction.conversation import Message, observation_regex
 from inflight.compaction.depth import Spacing
+from inflight.compaction.handoff import without_tagged
 from inflight.compaction.stages import SummarizeStage
 from inflight.compaction.summary_job import SummaryBudgetSpent
 from inflight.config import Compaction, Prices
@@ -69,6 +70,7 @@ class CompactionParts:
     tenant: str = ""  # whose key the request came with: its summaries count in that client's usage
     prices: Prices | None = None  # the upstream's prices, when compactions are scheduled by cost
     instructions: str = ""  # the user's own instructions for the summary (an agent's `/compact <instructions>`)
+    context_tag: str = ""  # the element an agent's own context comes in, left out of what the summarizer reads
 
     def spacing(self, *, summaries_ahead: bool) -> Spacing:
         """How far apart compactions are spaced, for both the compactor and the background job."""
@@ -87,6 +89,8 @@ class CompactionParts:
         made = self.summarizers(self.settings, model=model, client_credentials=self.client_credentials, wire=self.wire)
         if self.instructions:
             made = with_instructions(made, self.instructions)
+        if self.context_tag:
+            made = without_context(made, self.context_tag)
         return on_home_loop(budgeted(made, self.budget, self.spender, self.tenant) if self.budget is not None else made)
 
     def count_message(self) -> Callable[[Message], int]:
@@ -147,6 +151,20 @@ def with_instructions(summarize: Summarize, instructions: str) -> Summarize:
         return await summarize(replace(job, prompt=prompt))
 
     return instructed
+
+
+def without_context(summarize: Summarize, tag: str) -> Summarize:
+    """The summarizer, given the task and the messages without the agent's own context (the text of its `tag`
+    elements, Claude Code's `<system-reminder>`s): the agent adds it again itself, so the summary need not say it."""
+
+    async def read(job: SummaryJob) -> str:
+        if job.in_place is not None:  # the conversation itself is the input: its bytes are the agent's
+            return await summarize(job)
+        return await summarize(
+            replace(job, head=without_tagged(job.head, tag), transcript=without_tagged(job.transcript, tag))
+        )
+
+    return read
 
 
 def budgeted(summarize: Summarize, budget: SummaryBudget, spender: str, tenant: str = "") -> Summarize:

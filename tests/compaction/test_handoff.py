@@ -4,7 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from inflight.compaction.handoff import END, TAIL_CHARS, carried_handoff, handed_over, handoff_text
+from inflight.compaction.facts import facts_of
+from inflight.compaction.handoff import (
+    END,
+    LEDGER_CHARS,
+    TAIL_CHARS,
+    carried_handoff,
+    handed_over,
+    handoff_text,
+    without_context,
+)
+from inflight.compaction.ledger import LEDGER_HEADING, Ledger
+from inflight.compaction.middle import REPLACED_NOTE
 
 SUMMARY = {"role": "user", "content": "[Previous conversation summary]\nThe parser is fixed."}
 
@@ -135,3 +146,40 @@ def test_a_handoff_that_quotes_no_user_messages_gives_the_summarizer_no_task_of_
     assert handed is not None
     task, note = handed
     assert task == head[:1] and note.startswith("The parser is fixed.")
+
+
+def test_the_ledger_below_the_summary_is_its_newest_entries_whole_from_the_compactions_ledger() -> None:
+    messages, origins = compacted()
+    script = "python - <<'EOF'\nprint(1)\n\nprint(2)\nEOF"  # a command may hold a blank line
+    commands = (*(f"pytest tests/test_{n}.py -q" for n in range(60)), script)
+    ledger = Ledger(commands=commands, dropped_messages=120)
+    read_back = f"{REPLACED_NOTE}ask for them by name]"
+    summary = f"{SUMMARY['content']}\n\n{ledger.render(4_000)}\n\n{read_back}"
+    messages[2] = {"role": "user", "content": summary}
+    text = handoff_text(messages, origins, head_len=2, keeps_user_messages=False, ledger=ledger)
+    rendered = text[text.index(LEDGER_HEADING) : text.index(read_back)].strip()
+    assert rendered == ledger.render(LEDGER_CHARS) and len(rendered) <= LEDGER_CHARS
+    assert script in rendered and "pytest tests/test_59.py -q" in rendered and "pytest tests/test_0.py" not in rendered
+    assert text.count(LEDGER_HEADING) == 1 and text.count(read_back) == 1
+    assert "characters cut" not in rendered  # whole entries, not a head and an end cut apart mid-line
+    assert text.index(SUMMARY["content"]) < text.index(LEDGER_HEADING) < text.index("Running the tests.")
+
+
+def test_what_only_the_agents_own_context_said_is_left_out_of_the_ledger() -> None:
+    """Claude Code puts its `<system-reminder>`s into a tool result after it compacts: none of that is its work."""
+    reminder = (
+        "<system-reminder>\nDeferred tools: calling them directly will fail with InputValidationError.\n"
+        "Configure the harness in settings.json.\n</system-reminder>"
+    )
+    call = {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": '{"cmd": "make test"}'}}
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": "Fix the build."},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": f"Error: src/app.py: ParseError at line 3\n\n{reminder}"},
+    ]
+    ledger = Ledger().add(facts_of(messages), messages=3)
+    assert any("InputValidationError" in error for error in ledger.errors) and "settings.json" in ledger.files
+    own = without_context(ledger, messages, "system-reminder").render(LEDGER_CHARS)
+    assert "InputValidationError" not in own and "settings.json" not in own
+    assert "Error: src/app.py: ParseError at line 3" in own and "src/app.py" in own and "make test" in own
+    assert without_context(ledger, messages, "") == ledger  # an agent whose context comes in no element

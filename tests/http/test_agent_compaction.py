@@ -124,6 +124,32 @@ def test_with_nothing_ready_the_summarizer_is_asked_once_with_the_users_compact_
     assert "Summary number 1" in text and "following the user's instructions for this summary: focus on the" in text
 
 
+def test_claude_codes_own_context_in_its_tool_results_reaches_neither_the_summarizer_nor_the_handoff(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    """After it compacts, Claude Code adds its `<system-reminder>`s to the next tool result: they are its own
+    context, which it adds again after each compaction, so the summary and the ledger need not say them."""
+    app, url = upstream
+    reminder = (
+        "<system-reminder>\nThe deferred tools are not loaded: calling them directly will fail with "
+        "InputValidationError.\nConfigure the harness in .claude/settings.json.\n</system-reminder>"
+    )
+    messages = agent_messages(10)  # too many turns to carry in the handoff's tail: the summarizer is asked
+    for turn in (2, 4):  # the first two steps' results, which the summary replaces
+        result = messages[turn]["content"][0]
+        messages[turn]["content"][0] = {**result, "content": f"{result['content']}\n\n{reminder}"}
+    body = {"model": MODEL, "max_tokens": 32_000, "system": SYSTEM, "tools": TOOLS, "messages": asking(messages)}
+    with start_proxy(url, models={MODEL: {"context_window": WINDOW}}) as proxy_url:
+        response = httpx.post(f"{proxy_url}/messages", json=body, headers=SESSION, timeout=30)
+    assert response.status_code == 200 and response.headers["x-inflight-actions"].startswith("answered-compaction")
+    assert app.messages_requests() == [] and len(app.summaries) == 1
+    asked = app.summaries[0].body.decode()
+    assert "STEP 1 DONE" in asked and "InputValidationError" not in asked and "settings.json" not in asked
+    text = response.json()["content"][0]["text"]
+    assert "Ledger" in text and "check step 1" in text
+    assert "InputValidationError" not in text and "settings.json" not in text
+
+
 def test_codexs_checkpoint_request_is_answered_with_one_assistant_message_through_the_openai_client(
     upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
 ) -> None:
