@@ -90,7 +90,7 @@ class CompactionParts:
         if self.instructions:
             made = with_instructions(made, self.instructions)
         if self.context_tag:
-            made = without_context(made, self.context_tag)
+            made = reading_without_context(made, self.context_tag)
         return on_home_loop(budgeted(made, self.budget, self.spender, self.tenant) if self.budget is not None else made)
 
     def count_message(self) -> Callable[[Message], int]:
@@ -153,7 +153,7 @@ def with_instructions(summarize: Summarize, instructions: str) -> Summarize:
     return instructed
 
 
-def without_context(summarize: Summarize, tag: str) -> Summarize:
+def reading_without_context(summarize: Summarize, tag: str) -> Summarize:
     """The summarizer, given the task and the messages without the agent's own context (the text of its `tag`
     elements, Claude Code's `<system-reminder>`s): the agent adds it again itself, so the summary need not say it."""
 
