@@ -47,6 +47,12 @@ class SentRequest:
     def of(cls, ids: bytes, counts: Sequence[int], *, fixed: int, client: Sequence[bytes]) -> SentRequest:
         return cls(ids, array("q", accumulate(counts, initial=fixed))[1:], b"".join(client))
 
+    @classmethod
+    def untouched(cls, digests: Sequence[bytes], counts: Sequence[int], *, fixed: int) -> SentRequest:
+        """The client's own request, sent as it came: its messages are identified by their digests."""
+        joined = b"".join(digests)
+        return cls(joined, array("q", accumulate(counts, initial=fixed))[1:], joined)
+
     @property
     def tokens(self) -> int:
         return self.ends[-1] if self.ends else 0
@@ -151,6 +157,7 @@ class PrefixTracker:
 
     def __init__(self, max_bytes: int) -> None:
         self._last: LRUCache[str, tuple[LastSent, int]] = LRUCache(maxsize=max_bytes, getsizeof=lambda kept: kept[1])
+        self._client_entries = False  # whether any conversation was compacted here (so keeps the client's apart)
 
     def observe(self, key: str, sent: SentRequest, client: SentRequest | None = None) -> CacheTurn:
         """Compare `sent` with the conversation's previous request, and `client` with the client's previous one.
@@ -159,11 +166,13 @@ class PrefixTracker:
         separate entry for the client: before its first compaction, what the client sent is what was sent."""
         previous = self._last.get(key)
         turn = self._compare(key, previous, sent)
-        own = f"client:{key}"
         if client is None:
-            if own in self._last:  # compacted before but sent unchanged now: update the client's entry too
+            own = f"client:{key}" if self._client_entries else ""
+            if own and own in self._last:  # compacted before but sent unchanged now: update the client's entry too
                 self._compare(own, self._last.get(own), sent)
             return CacheTurn(turn.tokens, turn.cached, turn.rewrite, turn.tokens, turn.cached)
+        own = f"client:{key}"
+        self._client_entries = True
         theirs = self._compare(own, self._last.get(own, previous), client)
         return CacheTurn(turn.tokens, turn.cached, turn.rewrite, theirs.tokens, theirs.cached)
 

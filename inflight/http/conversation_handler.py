@@ -34,6 +34,10 @@ if TYPE_CHECKING:
     from inflight.metrics.tracing import Tracing
 
 MakeTurn = Callable[[Pipeline, Counted, Options], Steps]
+# The request headers a client asks the proxy with, as the ASGI scope names them.
+COMPACTION_HEADER = b"x-inflight-compaction"
+SESSION_HEADER = b"x-inflight-session"
+RETRIEVAL_NAME = RETRIEVAL_HEADER.encode("latin-1")
 
 
 class ConversationHandler:
@@ -113,21 +117,30 @@ class ConversationHandler:
 
 def options_of(request: Request, wire: WireFormat, *, client_keys: frozenset[bytes]) -> Options:
     """The `x-inflight-*` headers, the format's own session header (the key uses it after the body's), and
-    the client's key (`client_keys`: the headers that carry one)."""
-    header = wire.spec.session_header
-    hint = request.headers.get(header) if header is not None else None
-    asked = request.headers.get("x-inflight-compaction", "")
+    the client's key (`client_keys`: the headers that carry one), read in one pass over the raw headers."""
+    hint_header = wire.spec.session_header
+    hint_name = hint_header.lower().encode("latin-1") if hint_header is not None else None
+    wanted = {COMPACTION_HEADER, SESSION_HEADER, RETRIEVAL_NAME, hint_name}
+    found: dict[bytes, str] = {}
+    credentials: list[tuple[bytes, bytes]] = []
+    for name, value in request.scope["headers"]:  # names are lower-case in the ASGI scope
+        if name in client_keys:
+            credentials.append((name, value))
+        elif name in wanted and name not in found:  # the first of a repeated header, as starlette's `get` reads it
+            found[name] = value.decode("latin-1")
+    asked = found.get(COMPACTION_HEADER, "")
     if asked.strip() and asked.strip().lower() not in CLIENT_MODES:  # a typo must not pass as the configured mode
         raise BadRequest(
             f"x-inflight-compaction: expected off, force or shadow (or no header), got {asked!r}",
             param="x-inflight-compaction",
             code="invalid_header",
         )
+    client = request.scope.get("client")
     return Options(
         mode=Mode.asked(asked),
-        session=request.headers.get("x-inflight-session"),
-        session_hint=hint,
-        credentials=[(name, value) for name, value in request.scope["headers"] if name in client_keys],
-        client=request.client.host if request.client else "",
-        retrieval=request.headers.get(RETRIEVAL_HEADER, ""),
+        session=found.get(SESSION_HEADER),
+        session_hint=found.get(hint_name) if hint_name is not None else None,
+        credentials=credentials,
+        client=client[0] if client else "",
+        retrieval=found.get(RETRIEVAL_NAME, ""),
     )

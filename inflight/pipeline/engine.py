@@ -781,7 +781,7 @@ def sent_request(counted: Counted, outcome: Outcome | None) -> SentRequest:
     """What the request sends, as the prompt cache sees it: the client's messages or the compacted ones."""
     count = counted.count
     if outcome is None:
-        return SentRequest.of(b"".join(count.digests), count.messages, fixed=count.fixed, client=count.digests)
+        return SentRequest.untouched(count.digests, count.messages, fixed=count.fixed)
     view = zip(outcome.messages, outcome.sent_counts, outcome.sent_origins, strict=True)
     ids = view_ids(view, count.digests, outcome.record.replaced)
     return SentRequest.of(ids, outcome.sent_counts, fixed=count.fixed, client=count.digests)
