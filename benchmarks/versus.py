@@ -1,7 +1,8 @@
 """This checkout's idle throughput against another checkout's, measured in alternating rounds.
 
 Starts one fake upstream and two proxies in front of it, this checkout's and the one at `--against`
-(a `git worktree` of an older commit; its package may still be called `proxy`), then loads them in turn
+(a `git worktree` of an older commit; its package may still be called `proxy`; both run on this Python
+environment, so it must have the other's dependencies), then loads them in turn
 at concurrency 32, `--rounds` rounds of `--seconds` each, the order flipped every round. A shared
 machine's speed drifts by tens of percent within minutes, so two benchmark runs made one after the
 other compare the drift as much as the code; alternating short rounds gives both the same machine.
@@ -57,7 +58,11 @@ def proxy_of(checkout: Path, upstream: str) -> Iterator[tuple[int, str]]:
             yield process.pid, f"http://127.0.0.1:{port}/v1/chat/completions"
         finally:
             process.terminate()
-            process.wait(timeout=10)
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
 
 
 Rounds = dict[str, list[tuple[float, float]]]  # per target: requests/s and CPU microseconds per request, by round

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from inflight.compaction.conversation import Message, describe_call, text_of
+from inflight.compaction.facts import steps
 from inflight.compaction.ledger import LEDGER_HEADING, Ledger
 from inflight.compaction.middle import REPLACED_NOTE
 from inflight.compaction.summary_job import SUMMARY_PREFIX
@@ -184,15 +185,16 @@ def users_part(text: str) -> str:
 
 
 def with_ledger_cut(summary: str) -> str:
-    """A summary message's text with its ledger cut to `LEDGER_CHARS`."""
-    note, heading, ledger = summary.partition(LEDGER_HEADING)
+    """A summary message's text with its ledger (after the last ledger heading) cut to `LEDGER_CHARS`."""
+    note, heading, ledger = summary.rpartition(LEDGER_HEADING)
     return f"{note}{heading}{cut(ledger, LEDGER_CHARS)}" if heading else summary
 
 
 def with_ledger(summary: str, ledger: Ledger | None) -> str:
-    """A summary message's text with its ledger rendered anew from `ledger` within `LEDGER_CHARS` (its newest entries,
-    each whole), and what followed the ledger kept; without one, cut (`with_ledger_cut`)."""
-    note, heading, rest = summary.partition(LEDGER_HEADING)
+    """A summary message's text with its ledger rendered anew from `ledger` within `LEDGER_CHARS` (the newest entries
+    of each kind, `Ledger.render`), and what followed the ledger kept; without one, cut (`with_ledger_cut`). The last
+    ledger heading is the ledger's: the summary's own text may quote one."""
+    note, heading, rest = summary.rpartition(LEDGER_HEADING)
     if ledger is None or not heading:
         return with_ledger_cut(summary)
     after = rest.rfind(f"\n\n{REPLACED_NOTE}")  # how to read back what the summary replaced, kept
@@ -229,7 +231,11 @@ def without_context(ledger: Ledger, messages: Sequence[Message], context_tag: st
     context = "\n".join(part for text in texts for part in tagged(text, context_tag))
     if not context:
         return ledger
-    rest = "\n".join(without_tagged(text, context_tag) for text in texts)
+    # What the agent did and saw besides: the messages' text outside those elements, and its tool calls' commands (a
+    # file it only opened is named in a call's arguments, which no message's text holds).
+    rest = "\n".join(
+        [*(without_tagged(text, context_tag) for text in texts), *(step.command for step in steps(messages))]
+    )
     return ledger.without(lambda fact: fact in context and fact not in rest)
 
 

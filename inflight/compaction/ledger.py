@@ -17,6 +17,7 @@ from inflight.compaction.facts import Facts
 
 LEDGER_HEADING = "## Ledger (kept verbatim by inflight from the dropped messages)"
 MAX_ENTRIES = 400  # per kind: more than any rendering shows, but keeps the record's size bounded
+CUT_MARK = " [... cut]"  # the end of a ledger too long for its room even at one entry of each kind
 
 
 @dataclass(frozen=True)
@@ -55,12 +56,13 @@ class Ledger:
         )
 
     def render(self, max_chars: int) -> str:
-        """Render the ledger within `max_chars`: all of it when it fits, else its newest entries."""
-        for keep in (None, 60, 30, 15, 8, 4, 2):
+        """Render the ledger within `max_chars`: all of it when it fits, else the newest entries of each kind, as many
+        of each as fit; when even one of each is too long, that cut at the end with a marker."""
+        for keep in (None, 60, 30, 15, 8, 4, 2, 1):
             text = self._text(keep, outcomes=keep is None or keep >= 15)
             if len(text) <= max_chars:
                 return text
-        return self._text(1, outcomes=False)[:max_chars]
+        return text[: max(max_chars - len(CUT_MARK), 0)] + CUT_MARK
 
     def _text(self, keep: int | None, *, outcomes: bool) -> str:
         def newest(items: tuple[str, ...] | list[str]) -> list[str]:

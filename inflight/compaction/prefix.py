@@ -157,7 +157,7 @@ class PrefixTracker:
 
     def __init__(self, max_bytes: int) -> None:
         self._last: LRUCache[str, tuple[LastSent, int]] = LRUCache(maxsize=max_bytes, getsizeof=lambda kept: kept[1])
-        self._client_entries = False  # whether any conversation was compacted here (so keeps the client's apart)
+        self._client_entries = False  # whether any conversation has an entry for the client's own request
 
     def observe(self, key: str, sent: SentRequest, client: SentRequest | None = None) -> CacheTurn:
         """Compare `sent` with the conversation's previous request, and `client` with the client's previous one.

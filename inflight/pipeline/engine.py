@@ -559,8 +559,8 @@ class Pipeline:
                 prices=prices,
                 scheduled=scheduled,
             )
-        untouched = as_sent(counted, accounting, limit=limit, shadow=shadow, key=key)
         if shadow:  # send the client's bytes; report what would have been sent, and measure it for the cache
+            untouched = as_sent(counted, accounting, limit=limit, shadow=shadow, key=key)
             plan = shadowed(untouched, accounting, outcome)
             return self._cache_figures(plan, counted, outcome, key=plan_key, scheduled=scheduled)
         retrieves = self.retrieves(counted, options)

@@ -12,9 +12,10 @@ from inflight.compaction.handoff import (
     carried_handoff,
     handed_over,
     handoff_text,
+    with_ledger,
     without_context,
 )
-from inflight.compaction.ledger import LEDGER_HEADING, Ledger
+from inflight.compaction.ledger import CUT_MARK, LEDGER_HEADING, Ledger
 from inflight.compaction.middle import REPLACED_NOTE
 
 SUMMARY = {"role": "user", "content": "[Previous conversation summary]\nThe parser is fixed."}
@@ -183,3 +184,42 @@ def test_what_only_the_agents_own_context_said_is_left_out_of_the_ledger() -> No
     assert "InputValidationError" not in own and "settings.json" not in own
     assert "Error: src/app.py: ParseError at line 3" in own and "src/app.py" in own and "make test" in own
     assert without_context(ledger, messages, "") == ledger  # an agent whose context comes in no element
+
+
+def test_a_file_the_agent_opened_stays_in_the_ledger_when_a_reminder_names_it_too() -> None:
+    """Claude Code's "this file was modified" reminder names a file the agent opened with a tool call: the call's
+    arguments, not any message's text, show that the file is the agent's own work."""
+    path = "/repo/src/app/main.py"
+    call = {"id": "r1", "type": "function", "function": {"name": "Read", "arguments": f'{{"file_path": "{path}"}}'}}
+    reminder = f"<system-reminder>\nNote: {path} was modified, either by the user or by a linter.\n</system-reminder>"
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": "Fix the crash."},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "r1", "content": f"1\timport sys\n\n{reminder}"},
+    ]
+    ledger = Ledger().add(facts_of(messages), messages=3)
+    assert path in ledger.files
+    assert path in without_context(ledger, messages, "system-reminder").files
+
+
+def test_a_ledger_of_long_entries_keeps_whole_ones_and_marks_a_cut() -> None:
+    """Commands and errors are up to a couple of hundred characters: within its room the ledger shows whole entries,
+    and when not even one of each fits, what it shows ends in a marker."""
+    commands = [f"python -m pytest tests/test_{n}.py -q -k 'case_{n} and not slow' " + "x" * 140 for n in range(6)]
+    errors = [f"E   AssertionError: case {n} " + "y" * 170 for n in range(6)]
+    ledger = Ledger(commands=tuple(commands), errors=tuple(errors), dropped_messages=12)
+    text = ledger.render(LEDGER_CHARS)
+    assert len(text) <= LEDGER_CHARS
+    assert f"- `{commands[-1]}`" in text and f"- {errors[-1]}" in text  # the newest of each, whole
+    assert not text.endswith(CUT_MARK)
+    short = ledger.render(300)
+    assert len(short) <= 300 and short.endswith(CUT_MARK)
+
+
+def test_a_summary_quoting_the_ledger_heading_keeps_its_text() -> None:
+    """The summarizer is shown the ledger with its heading and may quote it: the ledger is what follows the last one."""
+    ledger = Ledger(commands=("make test",), dropped_messages=2)
+    quoted = f"[Previous conversation summary]\nAs the {LEDGER_HEADING} says, the build passes."
+    summary = f"{quoted}\n\n{ledger.render(400)}"
+    text = with_ledger(summary, ledger)
+    assert "the build passes." in text and text.count("make test") == 1

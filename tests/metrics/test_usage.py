@@ -154,16 +154,21 @@ def test_adding_one_clients_usage_to_another_adds_every_figure() -> None:
 
 
 def test_a_report_with_the_caches_figures_keeps_everything_else() -> None:
-    report = TurnReport(
-        window=Window(10, 100, 90),
-        sent=Plan((Action.MASK,), 10, 5, "c1"),
-        shadow=Plan((Action.SUMMARIZE,), 10, 4, "c2"),
-        shadow_mode=True,
-        retried=True,
-        degraded=True,
-        retrieved=2,
-        unavailable=1,
-    )
+    """Every field but the cache is set to a value of its own, so a field `with_cache` missed would show."""
+    values: dict[str, Any] = {
+        "window": Window(10, 100, 90),
+        "sent": Plan((Action.MASK,), 10, 5, "c1"),
+        "shadow": Plan((Action.SUMMARIZE,), 10, 4, "c2"),
+        "shadow_mode": True,
+        "retried": True,
+        "degraded": True,
+        "retrieved": 2,
+        "unavailable": 1,
+    }
+    names = {item.name for item in dataclasses.fields(TurnReport)}
+    assert names == {*values, "cache"}  # a new field needs a value here
+    report = TurnReport(**values)
     figures = CacheFigures(0.5, rewrite=True, cost=3, cost_client=4)
-    assert report.with_cache(figures) == dataclasses.replace(report, cache=figures)
-    assert report.with_cache(figures).cache is figures
+    with_figures = report.with_cache(figures)
+    assert with_figures.cache is figures
+    assert {name: getattr(with_figures, name) for name in values} == values

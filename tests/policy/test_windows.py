@@ -181,3 +181,20 @@ def test_calibration_learns_a_template_that_leaves_the_tools_out(
         assert estimate == pytest.approx(actual, rel=0.01)
     assert stats["ratio"] == pytest.approx(1.3, abs=0.01) and stats["fixed_ratio"] < 0.5  # the tools, dropped
     assert stats["samples"] == 6
+
+
+async def test_a_model_resolved_before_discovery_gets_the_discovered_window_after_it() -> None:
+    """The registry keeps the model it resolved last; discovery must not leave the default window in place."""
+    windows = registry()
+    before = windows.resolve("served-model")
+    assert before.source == "default"
+
+    async def model_list() -> bytes:
+        return b'{"object": "list", "data": [{"id": "served-model", "max_model_len": 6000}]}'
+
+    await windows.discover(model_list)
+    after = windows.resolve("served-model")
+    assert (after.context_window, after.source) == (6000, "discovered")
+    windows.learn("served-model", 5000, tenant="t1")
+    assert windows.resolve("served-model", tenant="t1").context_window == 5000
+    assert windows.resolve("served-model", tenant="t2").context_window == 6000
