@@ -13,7 +13,7 @@ its own parts again inside whatever the agent wrapped them in.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from inflight.compaction.conversation import Message, describe_call, text_of
@@ -239,30 +239,30 @@ def without_context(ledger: Ledger, messages: Sequence[Message], context_tag: st
     return ledger.without(lambda fact: fact in context and fact not in rest)
 
 
-def tagged(text: str, tag: str) -> list[str]:
-    """What `text`'s `<tag>...</tag>` elements hold (an unclosed one is left out), in one pass."""
+def elements(text: str, tag: str) -> Iterator[tuple[int, int, int, int]]:
+    """Where each closed `<tag>...</tag>` element of `text` is: its start, where its content starts and ends, and
+    its end; an unclosed one, and what follows it, is not an element."""
     opening, closing = f"<{tag}>", f"</{tag}>"
-    held: list[str] = []
     at = 0
     while (start := text.find(opening, at)) >= 0:
         end = text.find(closing, start)
         if end < 0:
-            break
-        held.append(text[start + len(opening) : end])
+            return
         at = end + len(closing)
-    return held
+        yield start, start + len(opening), end, at
+
+
+def tagged(text: str, tag: str) -> list[str]:
+    """What `text`'s `<tag>...</tag>` elements hold (an unclosed one is left out), in one pass."""
+    return [text[inner:close] for _, inner, close, _ in elements(text, tag)]
 
 
 def without_tagged(text: str, tag: str) -> str:
     """`text` without its `<tag>...</tag>` elements (an unclosed one is kept), in one pass."""
-    opening, closing = f"<{tag}>", f"</{tag}>"
     kept: list[str] = []
     at = 0
-    while (start := text.find(opening, at)) >= 0:
-        end = text.find(closing, start)
-        if end < 0:
-            break
+    for start, _, _, end in elements(text, tag):
         kept.append(text[at:start])
-        at = end + len(closing)
+        at = end
     kept.append(text[at:])
     return "".join(kept)
