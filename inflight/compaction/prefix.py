@@ -45,17 +45,22 @@ class SentRequest:
 
     @classmethod
     def of(cls, ids: bytes, counts: Sequence[int], *, fixed: int, client: Sequence[bytes]) -> SentRequest:
-        return cls(ids, array("q", accumulate(counts, initial=fixed))[1:], b"".join(client))
+        return cls(ids, running_totals(counts, fixed), b"".join(client))
 
     @classmethod
     def untouched(cls, digests: Sequence[bytes], counts: Sequence[int], *, fixed: int) -> SentRequest:
         """The client's own request, sent as it came: its messages are identified by their digests."""
         joined = b"".join(digests)
-        return cls(joined, array("q", accumulate(counts, initial=fixed))[1:], joined)
+        return cls(joined, running_totals(counts, fixed), joined)
 
     @property
     def tokens(self) -> int:
         return self.ends[-1] if self.ends else 0
+
+
+def running_totals(counts: Sequence[int], fixed: int) -> array[int]:
+    """The tokens up to the end of each message: the fixed part, then each message's count added."""
+    return array("q", accumulate(counts, initial=fixed))[1:]
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,8 +172,8 @@ class PrefixTracker:
         previous = self._last.get(key)
         turn = self._compare(key, previous, sent)
         if client is None:
-            own = f"client:{key}" if self._client_entries else ""
-            if own and own in self._last:  # compacted before but sent unchanged now: update the client's entry too
+            # Compacted before but sent unchanged now: update the client's entry too.
+            if self._client_entries and (own := f"client:{key}") in self._last:
                 self._compare(own, self._last.get(own), sent)
             return CacheTurn(turn.tokens, turn.cached, turn.rewrite, turn.tokens, turn.cached)
         own = f"client:{key}"

@@ -538,30 +538,19 @@ class Pipeline:
             key = key_of(counted, options, max_chars=self._max_key_chars)
         except Exception as exc:  # a bug of ours must not cost the user the request
             return self._failed(as_sent(counted, accounting, limit=limit, shadow=shadow), exc, accounting.model)
+        unchanged = functools.partial(as_sent, counted, accounting, limit=limit, shadow=shadow, key=key)  # as it came
         # Shadow plans are recorded under a key of their own; the archive keeps the conversation's key.
         plan_key = shadow_key(key) if shadow else key
         try:
             outcome = await self._compact(counted, accounting, options, key=plan_key, retry=retry, shadow=shadow)
         except Exception as exc:  # a bug of ours must not cost the user the request
-            return self._failed(
-                as_sent(counted, accounting, limit=limit, shadow=shadow, key=key), exc, accounting.model
-            )
+            return self._failed(unchanged(), exc, accounting.model)
         scheduled = outcome.scheduled if outcome is not None else None
         if outcome is None or (outcome.actions == [Action.NONE] and outcome.fits):  # nothing changed
-            measured, prices = self._measured(counted, None, key=plan_key), self._prices(counted)
-            return as_sent(
-                counted,
-                accounting,
-                limit=limit,
-                shadow=shadow,
-                key=key,
-                measured=measured,
-                prices=prices,
-                scheduled=scheduled,
-            )
+            measured = self._measured(counted, None, key=plan_key)
+            return unchanged(measured=measured, prices=self._prices(counted), scheduled=scheduled)
         if shadow:  # send the client's bytes; report what would have been sent, and measure it for the cache
-            untouched = as_sent(counted, accounting, limit=limit, shadow=shadow, key=key)
-            plan = shadowed(untouched, accounting, outcome)
+            plan = shadowed(unchanged(), accounting, outcome)
             return self._cache_figures(plan, counted, outcome, key=plan_key, scheduled=scheduled)
         retrieves = self.retrieves(counted, options)
         sent = counted

@@ -98,6 +98,13 @@ def installed(handoff: str) -> dict[str, Any]:
     return {"role": "user", "content": f"This session is being continued.\nSummary:\n{handoff}\n\nContinue the work."}
 
 
+def handed_over_of(head: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
+    """What `handed_over` finds in a head that holds an installed handoff: the task, and the note to extend."""
+    handed = handed_over(head)
+    assert handed is not None
+    return handed
+
+
 def test_a_few_turns_after_an_earlier_handoff_are_carried_with_its_summary_and_no_summarizer() -> None:
     messages, origins = compacted()
     first = handoff_text(messages, origins, head_len=2, keeps_user_messages=False)
@@ -130,9 +137,7 @@ def test_the_summarizer_extends_an_earlier_handoff_instead_of_taking_it_for_the_
     messages, origins = compacted()
     first = handoff_text(messages, origins, head_len=2, keeps_user_messages=False)
     head = [{"role": "system", "content": "You are an agent."}, installed(first)]
-    handed = handed_over(head)
-    assert handed is not None
-    task, note = handed
+    task, note = handed_over_of(head)
     assert task[0] == head[0] and task[1]["content"].strip() == "Fix the parser in src/app.py."
     assert note.startswith("The parser is fixed.") and "Running the tests." in note and END not in note
     assert handed_over([{"role": "user", "content": "Fix the parser."}]) is None
@@ -143,9 +148,7 @@ def test_a_handoff_that_quotes_no_user_messages_gives_the_summarizer_no_task_of_
     messages, origins = compacted()
     handoff = handoff_text(messages, origins, head_len=2, keeps_user_messages=True)
     head = [{"role": "user", "content": "Fix the parser."}, installed(handoff)]
-    handed = handed_over(head)
-    assert handed is not None
-    task, note = handed
+    task, note = handed_over_of(head)
     assert task == head[:1] and note.startswith("The parser is fixed.")
 
 
