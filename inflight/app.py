@@ -93,6 +93,7 @@ def create_app(
         try:
             yield
         finally:
+            metrics.flush()  # the requests that finished since the last batch
             try:
                 if archive is not None:
                     await archive.close()  # first, because it writes its waiting entries

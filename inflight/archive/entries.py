@@ -9,7 +9,6 @@ the summary and ledger sent in their place. Nothing here does I/O.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import xxhash
@@ -19,6 +18,7 @@ from inflight.compaction.conversation import Message, pinned
 from inflight.compaction.record import Record
 from inflight.compaction.stages.digest import without_notes
 from inflight.compaction.summary_job import written_part
+from inflight.frozen import frozen
 
 LEDGER_CHARS = 100_000  # the archived ledger is whole unless it is pathologically long
 
@@ -38,7 +38,7 @@ def conversation_label(key: str) -> str:
     return clipped(rest if kind == "session" else rest.rpartition(":")[0] or name)
 
 
-@dataclass(frozen=True)
+@frozen
 class Thresholds:
     """A turn's limits, in the upstream's tokens (calibrated), for the viewer's lines."""
 

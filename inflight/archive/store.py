@@ -6,8 +6,9 @@ them clipped to `NAME_CHARS` (`clipped`), and lists at most `MAX_LISTED` convers
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Protocol
+
+from inflight.frozen import frozen
 
 NAME_CHARS = 256  # longest label or model name kept: enough for any real one (`limits.max_key_chars`' default)
 MAX_LISTED = 1000  # most conversations one listing returns
@@ -23,7 +24,7 @@ def kept_turn(number: int, turn: dict[str, Any]) -> dict[str, Any]:
     return {"n": number, **turn, "model": clipped(str(turn.get("model", "")))}
 
 
-@dataclass(frozen=True)
+@frozen
 class TurnWrite:
     """A turn to append to conversation `conversation` (called `label` in the viewer)."""
 

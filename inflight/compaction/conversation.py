@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
+
+from inflight.frozen import frozen
 
 Message = dict[str, Any]
 PINNED_ROLES = ("system", "developer")  # a tuple, so `role in PINNED_ROLES` compares and never raises on a list role
@@ -20,7 +21,7 @@ MAX_VALUE_CHARS = 60
 MAX_ARGS_CHARS = 160
 
 
-@dataclass(frozen=True)
+@frozen
 class Conversation:
     """The client's original messages, with their token counts and digests."""
 

@@ -21,17 +21,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from inflight.compaction.conversation import Message
 from inflight.config import Prices
 from inflight.config import Summarize as SummarizeSettings
+from inflight.frozen import frozen
 from inflight.policy.cost import Schedule, summary_cost
 
 RECENT_TURNS = 8  # a compaction plans for growth equal to the mean size of this many latest turns
 
 
-@dataclass(frozen=True)
+@frozen
 class Spacing:
     """How far apart compactions should be and what a summary costs.
 
@@ -49,7 +49,7 @@ class Spacing:
     prices: Prices | None = None
 
 
-@dataclass(frozen=True)
+@frozen
 class Depth:
     """The size one compaction aims for, based on how the conversation grows (token figures in our own units)."""
 

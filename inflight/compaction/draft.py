@@ -12,9 +12,10 @@ from inflight.compaction.conversation import Conversation, Message, pinned
 from inflight.compaction.ledger import Ledger
 from inflight.compaction.record import Precomputed, Record, Replacement, prefix_hash
 from inflight.config import Compaction
+from inflight.frozen import frozen
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(slots=True)
 class Budget:
     """The request's budget and the thresholds derived from it, in tokens."""
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from inflight.compaction.conversation import Message, calls_of_results, text_of
 from inflight.compaction.scan import MAX_LINE, error_lines, first_line, identifiers_in, paths_in
+from inflight.frozen import frozen
 
 COMMAND_KEYS = ("command", "cmd", "code", "script", "query", "input")
 PATH_KEYS = ("path", "file_path", "filepath", "file", "filename", "target_file", "target", "directory", "dir")
@@ -36,7 +36,7 @@ SHELL_TOOLS = (
 FENCED = re.compile(r"```[\w-]*\n(.*?)```", re.DOTALL)
 
 
-@dataclass(frozen=True)
+@frozen
 class Step:
     """One action of the agent and what came back."""
 
@@ -44,7 +44,7 @@ class Step:
     output: str
 
 
-@dataclass(frozen=True)
+@frozen
 class Facts:
     commands: tuple[str, ...]
     outcomes: dict[str, str]  # command -> first line of its output (or its error line)

@@ -14,13 +14,13 @@ its own parts again inside whatever the agent wrapped them in.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 
 from inflight.compaction.conversation import Message, describe_call, text_of
 from inflight.compaction.facts import steps
 from inflight.compaction.ledger import LEDGER_HEADING, Ledger
 from inflight.compaction.middle import REPLACED_NOTE
 from inflight.compaction.summary_job import SUMMARY_PREFIX
+from inflight.frozen import frozen
 
 MESSAGE_CHARS = 2_000  # a user's or the assistant's text in the tail (or the head's user messages)
 OUTPUT_CHARS = 400  # a tool's output, head and end
@@ -98,7 +98,7 @@ def carried_handoff(
     return assembled(users, summaries, tail, "")
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(slots=True)
 class EarlierHandoff:
     """The parts of a handoff of ours found in a message: its summary (with its ledger) and its latest turns."""
 

@@ -11,16 +11,17 @@ When it outgrows its room, the oldest entries go first, outcomes before commands
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from inflight.compaction.facts import Facts
+from inflight.frozen import frozen
 
 LEDGER_HEADING = "## Ledger (kept verbatim by inflight from the dropped messages)"
 MAX_ENTRIES = 400  # per kind: more than any rendering shows, but keeps the record's size bounded
 CUT_MARK = " [... cut]"  # the end of a ledger too long for its room even at one entry of each kind
 
 
-@dataclass(frozen=True)
+@frozen
 class Ledger:
     commands: tuple[str, ...] = ()
     outcomes: dict[str, str] = field(default_factory=dict)

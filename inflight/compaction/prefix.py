@@ -29,13 +29,14 @@ from cachetools import LRUCache
 from inflight.compaction.draft import ViewItem
 from inflight.compaction.record import Replacement
 from inflight.config import Prices
+from inflight.frozen import frozen
 from inflight.policy.cost import prompt_cost
 
 ENTRY_OVERHEAD_BYTES = 600  # memory per conversation besides its messages: objects, key, the LRU's links
 ID_BYTES = 16  # a message's identity: its digest (xxh3-128 of its canonical JSON), or that of its replacement
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(slots=True)
 class SentRequest:
     """One request as the prompt cache sees it: its messages' identities and the running token total."""
 
@@ -63,7 +64,7 @@ def running_totals(counts: Sequence[int], fixed: int) -> array[int]:
     return array("q", accumulate(counts, initial=fixed))[1:]
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(slots=True)
 class LastSent:
     """What is kept of a conversation's last request: identities, token totals and a digest of the client's history.
 
@@ -86,7 +87,7 @@ class LastSent:
         return len(self.ids) + self.ends.itemsize * len(self.ends) + len(key) + ENTRY_OVERHEAD_BYTES
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(slots=True)
 class CacheTurn:
     """How the cache treats one request compared with the previous one in its conversation.
 

@@ -10,18 +10,19 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Literal, Protocol
 
 import xxhash
 
 from inflight.compaction.conversation import Message
 from inflight.compaction.ledger import Ledger
+from inflight.frozen import frozen
 
 MAX_RECORDS_PER_KEY = 8  # conversations that share a head (same system prompt and task) each get their own record
 
 
-@dataclass(frozen=True)
+@frozen
 class Replacement:
     """The original message with this `digest` is sent as `message`, which is `tokens` long."""
 
@@ -31,7 +32,7 @@ class Replacement:
     kind: Literal["truncate", "mask"]
 
 
-@dataclass(frozen=True)
+@frozen
 class Precomputed:
     """A summary made ahead by a background job (`inflight.compaction.background`), kept until a turn needs it.
 
@@ -55,7 +56,7 @@ class Precomputed:
         return self.cut > prefix_len or fallback
 
 
-@dataclass(frozen=True)
+@frozen
 class Record:
     head_len: int
     prefix_len: int  # original messages [head_len, prefix_len) are replaced by `summary`

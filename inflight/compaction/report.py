@@ -3,12 +3,13 @@ the metrics and the archive read it as it is, so no reader parses a header back.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 
 from inflight.compaction.actions import NOT_COMPACTIONS, Action
+from inflight.frozen import frozen
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(slots=True)
 class Window:
     """The request measured against its model's window: the prompt, the window, and the prompt's budget."""
 
@@ -28,7 +29,7 @@ class Window:
         return headers
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(slots=True)
 class Plan:
     """What a compaction did to a request (or, in shadow mode, would have done), in the upstream's tokens."""
 
@@ -53,7 +54,7 @@ class Plan:
         return ",".join(self.actions)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(slots=True)
 class CacheFigures:
     """What the upstream's prompt cache serves of the request, and what it costs (`inflight.compaction.prefix`)."""
 
@@ -63,7 +64,7 @@ class CacheFigures:
     cost_client: int | None = None  # the same for the client's own request, as if inflight were not there
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(slots=True)
 class TurnReport:
     """Everything a request's handling says about itself: in the headers, the log line, the metrics, the archive."""
 

@@ -8,7 +8,7 @@ the exact names (paths, commands, errors, identifiers) the next steps will need.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -17,6 +17,7 @@ from inflight.compaction.actions import Action
 from inflight.compaction.background.scheduler import Final
 from inflight.compaction.conversation import Message, calls_of_results, describe_call, text_of
 from inflight.compaction.ledger import LEDGER_HEADING
+from inflight.frozen import frozen
 
 SUMMARY_PREFIX = "[Previous conversation summary]"
 
@@ -31,7 +32,7 @@ def load_prompt(path: str | None = None) -> str:
     return (Path(path) if path else PROMPT_FILE).read_text(encoding="utf-8")
 
 
-@dataclass(frozen=True)
+@frozen
 class InPlace:
     """The conversation as last sent upstream, for asking the same model to summarize it "in place".
 
@@ -46,7 +47,7 @@ class InPlace:
     keep_from: str = ""  # the start of the first message that stays unchanged after the summary
 
 
-@dataclass(frozen=True)
+@frozen
 class SummaryJob:
     """One summarizer request: extend the summary `previous` (or write a new one) to cover `transcript`.
 

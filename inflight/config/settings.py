@@ -11,7 +11,6 @@ import fnmatch
 import functools
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any, Literal
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
@@ -21,6 +20,7 @@ from pydantic import Field, PrivateAttr, ValidationError, ValidationInfo, field_
 from inflight.config.compaction import Compaction
 from inflight.config.pricing import FormatName, Pricing
 from inflight.config.section import Section
+from inflight.frozen import frozen
 
 
 class ConfigError(ValueError):
@@ -299,7 +299,7 @@ class ModelEntry(Section):
     compaction: dict[str, Any] | None = None
 
 
-@dataclass(frozen=True)
+@frozen
 class ModelSettings:
     compaction: Compaction
     encoding: str | None  # the `models:` entry's encoding override

@@ -10,9 +10,9 @@ from __future__ import annotations
 import re
 import textwrap
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from inflight.demo.upstream import Seen
+from inflight.frozen import frozen
 
 # What each action in the table means, said under it for the actions it shows.
 MEANINGS = {
@@ -30,7 +30,7 @@ ACTIONS_WIDTH = 40
 ACTIONS_AT = 47  # the column the actions start at
 
 
-@dataclass(frozen=True)
+@frozen
 class Row:
     turn: int
     messages: int
@@ -46,7 +46,7 @@ class Row:
         return self.sent_tokens < self.client_tokens
 
 
-@dataclass(frozen=True)
+@frozen
 class Totals:
     turns: int
     client_tokens: int

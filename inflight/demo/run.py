@@ -32,6 +32,7 @@ from inflight.demo.report import Row, Totals, render
 from inflight.demo.summary import PROMPT_OPENING
 from inflight.demo.upstream import ScriptedUpstream
 from inflight.errors import ProxyError
+from inflight.frozen import frozen
 from inflight.http.server import prepare_process, uvicorn_options
 from inflight.pipeline.evaluation import turns
 from inflight.upstream.client import UpstreamClient
@@ -47,7 +48,7 @@ class DemoError(Exception):
     """Why the demo could not run (a port in use, a server that did not start), said in one line."""
 
 
-@dataclass(frozen=True)
+@frozen
 class DemoOptions:
     window: int = 8000
     port: int = 0  # the proxy's; 0: any free port

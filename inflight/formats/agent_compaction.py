@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -30,9 +29,10 @@ from inflight.formats.agent_prompts import (
     CheckpointPrompt,
     SummaryPrompt,
 )
+from inflight.frozen import frozen
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(slots=True)
 class AgentCompaction:
     """An agent's request for its own compaction: which agent, the user's own instructions ("" if none), and the
     body without the agent's prompt (the conversation to summarize)."""

@@ -6,10 +6,10 @@ from the agents' own requests, `tests/formats/test_agent_compaction.py` shows on
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from inflight.frozen import frozen
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(slots=True)
 class SummaryPrompt:
     """Claude Code's: a text block that opens with `opening`, holds `task`, may carry the user's `/compact`
     instructions after `instructions`, and ends with a paragraph that opens with `reminder` and ends with `ending`."""
@@ -24,7 +24,7 @@ class SummaryPrompt:
     keeps_recent_turns: bool = False  # it keeps its latest turns verbatim after the summary it installs
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(slots=True)
 class CheckpointPrompt:
     """Codex's: a user message whose only text is `text` (surrounding whitespace aside)."""
 
@@ -32,7 +32,7 @@ class CheckpointPrompt:
     text: str
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(slots=True)
 class SnapshotPrompt:
     """Gemini CLI's: a system instruction that holds `system`, and a last user content of one text part that is
     one of `asks` (a first snapshot, or one that integrates an earlier snapshot); or, to verify it, `verify` after

@@ -25,12 +25,12 @@ asks for one or two): more is refused, so the work stays linear in what was sent
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from inflight.errors import BadRequest
+from inflight.frozen import frozen
 
 TOOL_USES = "clear_tool_uses_20250919"
 THINKING_BLOCKS = "clear_thinking_20251015"
@@ -45,7 +45,7 @@ Count = Callable[[str], int]  # tokens of a text, in the upstream's units
 Message = dict[str, Any]
 
 
-@dataclass(frozen=True)
+@frozen
 class Edited:
     """The body with the edits done and the field removed, and what was done (Anthropic's `applied_edits`)."""
 

@@ -9,18 +9,18 @@ A format without a shape here (`shape_of` returns None) never offers the tool. S
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import orjson
 
 from inflight.compaction.retrieval import DESCRIPTION, PARAMETERS, TOOL_NAME
 from inflight.formats.seam import WireFormat
+from inflight.frozen import frozen
 
 Document = dict[str, Any]
 
 
-@dataclass(frozen=True)
+@frozen
 class Call:
     """One call of the model's to `inflight_retrieve`: its id and its arguments (JSON text)."""
 

@@ -85,17 +85,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Protocol
 
 import orjson
 
+from inflight.frozen import frozen
 from inflight.policy.refusals import Refusal, messages_of, parse
 
 Message = dict[str, Any]
 
 
-@dataclass(frozen=True)
+@frozen
 class TakenOver:
     """The result of inflight doing a body's requested context management itself: the body to continue with,
     and the report the upstream would have given (None: nothing to report)."""
@@ -105,7 +106,7 @@ class TakenOver:
     edited: bool = False  # the conversation changed (not only the field removed), so it must be counted again
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(slots=True)
 class CoreRequest:
     """A request body in the core's format-neutral form (see the module docstring)."""
 
@@ -147,7 +148,7 @@ class CoreRequest:
         return messages
 
 
-@dataclass(frozen=True)
+@frozen
 class Route:
     """A path a format accepts conversations on, in starlette's syntax (`{model}` is a path parameter, as in
     `/v1beta/models/{model}:generateContent`).
@@ -159,7 +160,7 @@ class Route:
     stream: bool | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(slots=True)
 class Target:
     """What a request's path says, for `read`: the route it matched and that route's path parameters."""
 
@@ -174,7 +175,7 @@ class Target:
 UNROUTED = Target()  # a body read outside any HTTP request (the CLI, the benchmarks): only the body counts
 
 
-@dataclass(frozen=True)
+@frozen
 class UpstreamCall:
     """A request the proxy makes to the upstream on its own behalf (a summary, an exact count): its path, its
     JSON body, and the headers it needs besides the credentials."""
@@ -209,7 +210,7 @@ class ExactCount(Protocol):
         ...
 
 
-@dataclass(frozen=True)
+@frozen
 class FormatSpec:
     """A format described as data: where it is served, which headers carry its clients' keys, how its errors
     look, and the few facts the pipeline needs.

@@ -37,6 +37,7 @@ def usage_route(metrics: Metrics) -> Callable[[Request], Awaitable[Response]]:
             limit = max(0, min(int(request.query_params.get("limit", "100")), 10_000))
         except ValueError:
             limit = 100
+        metrics.flush()  # the requests finished since the last batch
         return JSONResponse(metrics.usage.report(limit) | {"worker_pid": os.getpid()})
 
     return usage
@@ -46,7 +47,8 @@ def metrics_route(metrics: Metrics) -> Callable[[Request], Awaitable[Response]]:
     """`GET /metrics` for Prometheus: every worker's figures (`inflight.metrics.prometheus`)."""
 
     async def scrape(request: Request) -> Response:
-        # Off the loop: with several workers this reads each one's file.
+        metrics.flush()  # on the loop, which the batch belongs to; then the render off it: with several workers
+        # it reads each one's file.
         body, content_type = await asyncio.to_thread(metrics.render, request.headers.get("accept", ""))
         return Response(body, headers={"content-type": content_type})
 

@@ -16,7 +16,7 @@ from inflight.config import Limits
 from inflight.errors import BadRequest
 from inflight.formats import Route, Target, WireFormat
 from inflight.http.body import read_limited
-from inflight.http.disconnect import cancelled_on_disconnect
+from inflight.http.disconnect import CancelledOnDisconnect
 from inflight.http.driver import Driver, post_upstream
 from inflight.http.exchange import Exchange
 from inflight.http.intake import read_request
@@ -97,7 +97,7 @@ class ConversationHandler:
         exchange.note("model", model if isinstance(model, str) else "-")
         if exchange.trace is not None and isinstance(model, str):
             exchange.trace.named(model)
-        async with cancelled_on_disconnect(request.scope, request.receive):  # the body is in: watch the client leaving
+        async with CancelledOnDisconnect(request.scope, request.receive):  # the body is in: watch the client leaving
             if intake.counted is None:  # not ours to judge: the upstream answers whatever this is with its own error
                 response = await post_upstream(self.upstream, request, exchange, intake.raw, rewritten=False)
                 return relay(response, exchange)

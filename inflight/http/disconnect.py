@@ -13,9 +13,10 @@ A client that stays but reads nothing is cut by the connection (`inflight.http.s
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import TracebackType
+from typing import Any
 
 from starlette.types import Receive, Scope
 
@@ -29,11 +30,6 @@ DISCONNECT = "inflight.disconnect"
 
 class ClientGone(Exception):
     """The client disconnected while it was being answered: there is no one to answer any more."""
-
-
-@dataclass
-class _Watch:
-    gone: bool = False
 
 
 class Disconnect:
@@ -60,29 +56,47 @@ class Disconnect:
             callback()
 
 
+class DisconnectWatch:
+    """Calls `callback` once if the client disconnects between `start()` and `stop()` (or did already).
+
+    Only for after the request body has been read: under another server, the watcher consumes `receive()`."""
+
+    __slots__ = ("_callback", "_disconnect", "_receive", "_told", "_watcher")
+
+    def __init__(self, scope: Scope, receive: Receive, callback: Callable[[], object]) -> None:
+        self._disconnect: Disconnect | None = scope.get(DISCONNECT)
+        self._receive = receive
+        self._callback = callback
+        self._watcher: asyncio.Future[None] | None = None
+        self._told: asyncio.Handle | None = None
+
+    def start(self) -> None:
+        disconnect = self._disconnect
+        if disconnect is None:
+            self._watcher = asyncio.ensure_future(_call_on_disconnect(self._receive, self._callback))
+            return
+        if disconnect.happened:  # gone already: called once the block waits, as a watcher would be
+            self._told = asyncio.get_running_loop().call_soon(self._callback)
+        disconnect.listen(self._callback)
+
+    def stop(self) -> None:
+        if self._watcher is not None:
+            self._watcher.cancel()
+        if self._disconnect is not None:
+            self._disconnect.forget(self._callback)
+        if self._told is not None:
+            self._told.cancel()
+
+
 @contextmanager
 def on_disconnect(scope: Scope, receive: Receive, callback: Callable[[], object]) -> Iterator[None]:
-    """Run the block; if the client disconnects meanwhile (or did already), call `callback`, once.
-
-    Only for after the request body has been read: under another server, the watcher consumes `receive()`.
-    """
-    disconnect: Disconnect | None = scope.get(DISCONNECT)
-    if disconnect is None:
-        watcher = asyncio.ensure_future(_call_on_disconnect(receive, callback))
-        try:
-            yield
-        finally:
-            watcher.cancel()
-        return
-    # Gone already: called once the block waits, as a watcher would be (not before it starts).
-    told = asyncio.get_running_loop().call_soon(callback) if disconnect.happened else None
-    disconnect.listen(callback)
+    """Run the block; if the client disconnects meanwhile (or did already), call `callback`, once."""
+    watch = DisconnectWatch(scope, receive, callback)
+    watch.start()
     try:
         yield
     finally:
-        disconnect.forget(callback)
-        if told is not None:
-            told.cancel()
+        watch.stop()
 
 
 async def _call_on_disconnect(receive: Receive, callback: Callable[[], object]) -> None:
@@ -91,24 +105,34 @@ async def _call_on_disconnect(receive: Receive, callback: Callable[[], object]) 
     callback()
 
 
-@asynccontextmanager
-async def cancelled_on_disconnect(scope: Scope, receive: Receive) -> AsyncIterator[None]:
-    """Run the block; if the client disconnects meanwhile, cancel it and raise `ClientGone`."""
-    task = asyncio.current_task()
-    assert task is not None
-    watch = _Watch()
+class CancelledOnDisconnect:
+    """`async with`: run the block; if the client disconnects meanwhile, cancel it and raise `ClientGone`.
 
-    def cancel() -> None:
-        watch.gone = True
-        task.cancel()
+    A class rather than an `asynccontextmanager`, whose generator costs a few microseconds more: every
+    request enters one twice."""
 
-    with on_disconnect(scope, receive, cancel):
-        try:
-            yield
-        except asyncio.CancelledError:
-            if not watch.gone:
-                raise
-            task.uncancel()
+    __slots__ = ("_gone", "_task", "_watch")
+
+    def __init__(self, scope: Scope, receive: Receive) -> None:
+        self._watch = DisconnectWatch(scope, receive, self._cancel)
+        self._task: asyncio.Task[Any] | None = None
+        self._gone = False
+
+    def _cancel(self) -> None:
+        self._gone = True
+        if self._task is not None:
+            self._task.cancel()
+
+    async def __aenter__(self) -> None:
+        self._task = asyncio.current_task()
+        self._watch.start()
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self._watch.stop()
+        if kind is not None and issubclass(kind, asyncio.CancelledError) and self._gone and self._task is not None:
+            self._task.uncancel()
             raise ClientGone() from None
 
 

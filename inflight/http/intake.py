@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -19,6 +18,7 @@ import orjson
 from inflight.codecs.inflate import is_identity
 from inflight.errors import BadRequest, RequestTooLarge
 from inflight.formats import UNROUTED, Target, WireFormat
+from inflight.frozen import frozen
 from inflight.http.body import decompress
 from inflight.http.json_pieces import PIECES_FROM_BYTES, parse_in_pieces
 from inflight.offload import HEAVY_BYTES, in_thread
@@ -34,7 +34,7 @@ NO_OPTIONS = Options()
 MAX_WRITTEN_DEPTH = 254
 
 
-@dataclass(frozen=True)
+@frozen
 class Intake:
     raw: bytes  # the body as the client sent it
     payload: dict[str, Any]  # empty when the body was not read

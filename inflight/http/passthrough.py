@@ -9,7 +9,7 @@ from starlette.requests import Request
 
 from inflight.config import Limits
 from inflight.http.body import declared_length, stream_limited
-from inflight.http.disconnect import cancelled_on_disconnect
+from inflight.http.disconnect import CancelledOnDisconnect
 from inflight.http.exchange import Exchange
 from inflight.http.relay import Relay, relay
 from inflight.http.target import checked_path
@@ -50,7 +50,7 @@ class PassThrough:
         target = upstream.target_for(checked_path(request.scope), request.scope["query_string"])
         exchange.upstream_sending()
         if content is None:  # nothing left to read from the client: watch for it leaving instead
-            async with cancelled_on_disconnect(request.scope, request.receive):
+            async with CancelledOnDisconnect(request.scope, request.receive):
                 response = await upstream.open(request.method, target, headers=headers, content=None)
         else:
             response = await upstream.open(request.method, target, headers=headers, content=content)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from starlette.types import Receive, Scope, Send
 
-from inflight.http.disconnect import ClientGone, cancelled_on_disconnect, note_send_timeout
+from inflight.http.disconnect import CancelledOnDisconnect, ClientGone, note_send_timeout
 from inflight.http.exchange import Exchange
 from inflight.upstream.exceptions import STREAM_ERRORS
 from inflight.upstream.headers import RawHeaders, response_headers
@@ -39,7 +39,7 @@ class Relay:
             await self.send_whole(scope, send)
             return
         try:
-            async with cancelled_on_disconnect(scope, receive):  # even while a silent upstream is waited on
+            async with CancelledOnDisconnect(scope, receive):  # even while a silent upstream is waited on
                 await self.start(send)
                 async for chunk in self.chunks:
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})

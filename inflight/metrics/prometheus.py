@@ -12,8 +12,9 @@ worker answers it, adds up all of them.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
-from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, values
@@ -22,6 +23,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 
 from inflight.compaction.actions import Action
 from inflight.compaction.report import Plan, TurnReport
+from inflight.frozen import frozen
 from inflight.metrics.observer import SummarizerOutcome
 from inflight.metrics.usage import ClientUsage, Usage, client_of, used_by
 
@@ -32,6 +34,12 @@ SUMMARIZER_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300)
 SHARE_BUCKETS = (0.1, 0.25, 0.5, 0.65, 0.8, 0.9, 0.95, 0.99, 1.0)
 TOKEN_BUCKETS = (1000, 2000, 4000, 8000, 16000, 32000, 64000, 128000, 256000, 512000, 1_000_000, 2_000_000)
 M = TypeVar("M", Counter, Gauge, Histogram)
+# Finished requests are added to the metrics in batches: at most this many seconds after they finish, or
+# once this many wait, and always before a scrape or `/inflight/usage` answered by the same process.
+FLUSH_S = 0.5
+MAX_PENDING = 4096
+
+log = logging.getLogger("inflight")
 
 
 class FinishedRequest(Protocol):
@@ -62,6 +70,33 @@ class FinishedRequest(Protocol):
     def client(self) -> str | None: ...  # the tenant of a conversation request (None: another route)
 
 
+@frozen(slots=True)
+class Finished:
+    """What the metrics keep of a finished request until they add it in (`Metrics.flush`)."""
+
+    route: str
+    status: int
+    added_s: float | None
+    upstream_s: float
+    queue_s: float | None
+    report: TurnReport
+    send_timed_out: bool
+    client: str | None
+
+    @classmethod
+    def of(cls, request: FinishedRequest) -> Finished:
+        return cls(
+            request.route,
+            request.status,
+            request.added_s,
+            request.upstream_s,
+            request.queue_s,
+            request.report,
+            request.send_timed_out,
+            request.client,
+        )
+
+
 def multiprocess_directory() -> str | None:
     """Where the workers' values are, when prometheus_client keeps them in files (else None)."""
     if not getattr(values.ValueClass, "_multiprocess", False):
@@ -69,7 +104,7 @@ def multiprocess_directory() -> str | None:
     return os.environ.get("PROMETHEUS_MULTIPROC_DIR")
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(slots=True)
 class ClientSeries:
     """One client label's `inflight_client_*` series, looked up once: a request adds to several of them."""
 
@@ -104,6 +139,8 @@ class Metrics:
         self._define_compactions(self.registry)
         self._define_clients(self.registry)
         self._children: dict[tuple[object, ...], Any] = {}  # `labels()` costs microseconds: each child once
+        self._pending: list[Finished] = []  # finished requests not added yet (`flush`)
+        self._flush_timer: asyncio.TimerHandle | None = None
         for side in ("before", "after"):  # the label values known ahead, at 0 from the start
             self._child(self.tokens, side)
         for outcome in ("ok", "rejected", "error"):
@@ -262,22 +299,58 @@ class Metrics:
         return encode(self.exposed), content_type
 
     def exchange_done(self, exchange: FinishedRequest) -> None:
-        """Record a finished request (`Exchange.finish`): its status, latencies, and what its compaction did."""
-        route = exchange.route
-        self._child(self.requests, route, str(exchange.status)).inc()
-        added = exchange.added_s
+        """Take in a finished request (`Exchange.finish`, on the event loop): its status, latencies, and what its
+        compaction did.
+
+        It is added with others at the next `flush`, at most `FLUSH_S` later: added one by one, the metrics
+        took a tenth of the proxy's time for a request it only relays."""
+        self._pending.append(Finished.of(exchange))
+        if len(self._pending) >= MAX_PENDING:
+            self.flush()
+        elif self._flush_timer is None:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # no event loop to wait on (a script, a test): added now
+                self.flush()
+                return
+            self._flush_timer = loop.call_later(FLUSH_S, self.flush)
+
+    def flush(self) -> None:
+        """Add the requests taken in since the last flush (on the event loop: a scrape's render runs in a thread)."""
+        if self._flush_timer is not None:
+            self._flush_timer.cancel()
+            self._flush_timer = None
+        pending, self._pending = self._pending, []
+        by_label: dict[str, ClientUsage] = {}  # a client series is added to once a batch
+        for finished in pending:
+            try:
+                self._finished(finished, by_label)
+            except Exception:  # one request's figures must not cost the others theirs
+                log.exception("[metrics] could not observe a request to %s", finished.route)
+        for label, usage in by_label.items():
+            self._client_used(label, usage)
+
+    def _finished(self, finished: Finished, by_label: dict[str, ClientUsage]) -> None:
+        route = finished.route
+        self._child(self.requests, route, str(finished.status)).inc()
+        added = finished.added_s
         if added is not None:
             self._child(self.added, route).observe(added)
-            self._child(self.upstream, route).observe(exchange.upstream_s)
-        queued = exchange.queue_s
+            self._child(self.upstream, route).observe(finished.upstream_s)
+        queued = finished.queue_s
         if queued is not None:
             self._child(self.lane_wait, route).observe(queued)
-        if exchange.send_timed_out:
+        if finished.send_timed_out:
             self.send_timeouts.inc()
-        self._reported(exchange.report)
-        self._retrieved(exchange.report)
-        if exchange.client is not None:
-            self._client_used(client_of(exchange.client), used_by(exchange.report, status=exchange.status))
+        self._reported(finished.report)
+        self._retrieved(finished.report)
+        if finished.client is not None:
+            usage = used_by(finished.report, status=finished.status)
+            label = self.usage.add(client_of(finished.client), usage)
+            if (batched := by_label.get(label)) is None:
+                by_label[label] = usage
+            else:
+                batched.add(usage)
 
     def _reported(self, report: TurnReport) -> None:
         """What the turn's report says: the prompt cache's figures, and what compaction did or planned."""
@@ -326,8 +399,8 @@ class Metrics:
     def store_error(self, *, store: str) -> None:
         self._child(self.store_errors, store).inc()
 
-    def _client_used(self, client: str, usage: ClientUsage) -> None:
-        label = self.usage.add(client, usage)
+    def _client_used(self, label: str, usage: ClientUsage) -> None:
+        """Add `usage` to the series of the client label `label`."""
         series = self._client_series.get(label)
         if series is None:
             series = self._client_series[label] = ClientSeries.of(self, label)

@@ -9,17 +9,18 @@ which a chat template may render at any size (see `inflight.policy.calibration`)
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Any
 
 from inflight.compaction.report import Window
 from inflight.formats import CoreRequest, WireFormat
+from inflight.frozen import frozen
 from inflight.policy.calibration import RATIO_BOUNDS
 from inflight.policy.windows import ModelLimits
 from inflight.tokens import EncodingChoice, RequestCount
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(slots=True)
 class Counted:
     """A request we can count: the client's bytes and parsed body, its wire format, its format-neutral form
     (`request`), its encoding and its count."""
@@ -44,7 +45,7 @@ class Counted:
         return self.payload.get("stream") is True
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(slots=True)
 class Accounting:
     model: str
     encoding: str

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -29,6 +29,7 @@ from inflight.errors import ProxyError
 from inflight.formats import UNROUTED, Target, WireFormat
 from inflight.formats.retrieve_tool import shape_of
 from inflight.formats.seam import TakenOver
+from inflight.frozen import frozen
 from inflight.metrics.observer import NO_OBSERVER, Observer
 from inflight.offload import call_sized
 from inflight.pipeline.accounting import Accounting, Counted
@@ -70,7 +71,7 @@ class Mode(StrEnum):
         return cls(mode) if mode in CLIENT_MODES else cls.CONFIGURED
 
 
-@dataclass(frozen=True)
+@frozen
 class Options:
     """What the client asked of the proxy for this request (the `x-inflight-*` request headers)."""
 

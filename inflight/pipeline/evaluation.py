@@ -43,6 +43,7 @@ from inflight.compaction.stage import Outcome
 from inflight.compaction.stages.mask import TOOL_PRUNED
 from inflight.config import Compaction
 from inflight.formats import CHAT_COMPLETIONS, WireFormat
+from inflight.frozen import frozen
 from inflight.pipeline.accounting import Accounting, Counted
 from inflight.pipeline.engine import Mode, Options, Pipeline
 from inflight.pipeline.outgoing import Prepared
@@ -213,7 +214,7 @@ def wrong_placeholders(original: Sequence[Message], sent: Sequence[Message]) -> 
     return wrong
 
 
-@dataclass(frozen=True)
+@frozen
 class ReplayedTurn:
     """One turn's request from a replayed conversation, which the pipeline compacted."""
 

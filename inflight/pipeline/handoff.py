@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import orjson
 import xxhash
@@ -27,6 +27,7 @@ from inflight.compaction.record import Precomputed
 from inflight.compaction.summary_job import SUMMARY_PREFIX
 from inflight.formats import Target
 from inflight.formats.agent_compaction import AgentCompaction
+from inflight.frozen import frozen
 from inflight.offload import call_sized
 from inflight.pipeline.accounting import Accounting, Counted
 from inflight.pipeline.engine import Mode, Options, Pipeline, key_of
@@ -35,7 +36,7 @@ from inflight.pipeline.outgoing import Prepared
 log = logging.getLogger("inflight")
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(slots=True)
 class Handoff:
     """The text to answer the agent with, and the compaction of its history it was written from."""
 

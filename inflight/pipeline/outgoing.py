@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Any
 
 from inflight.compaction import Budget, Outcome
@@ -12,6 +12,7 @@ from inflight.compaction.actions import Action
 from inflight.compaction.prefix import CacheTurn
 from inflight.compaction.report import CacheFigures, Plan, TurnReport
 from inflight.config import Prices
+from inflight.frozen import frozen
 from inflight.pipeline.accounting import Accounting, Counted
 
 log = logging.getLogger("inflight")
@@ -40,7 +41,7 @@ class MeasuredOnce:
         return self._turn
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(slots=True)
 class Prepared:
     """The body to send upstream and what the proxy reports about it."""
 

@@ -13,12 +13,13 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Generator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from inflight.compaction.actions import Action
 from inflight.compaction.report import Plan, TurnReport
 from inflight.formats.agent_compaction import AgentCompaction, answer, recognised
 from inflight.formats.responses import Responses
+from inflight.frozen import frozen
 from inflight.pipeline.accounting import Accounting, Counted
 from inflight.pipeline.engine import Options, Pipeline
 from inflight.pipeline.handoff import Handoff
@@ -30,19 +31,19 @@ from inflight.policy.retry import RetryAim
 log = logging.getLogger("inflight")
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(slots=True)
 class Discover:
     """Read the context windows from the upstream's model list, then send `Discovered()`."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(slots=True)
 class CountExactly:
     """Ask the upstream to count the prompt (its format's `count_path`), then send `ExactCount`."""
 
     counted: Counted
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(slots=True)
 class Prepare:
     """Build the body to send (`Pipeline.prepare`, which may wait for a summary), then send `Prepared`.
 
@@ -55,7 +56,7 @@ class Prepare:
     keepalive_after: float | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(slots=True)
 class Send:
     """POST `body` upstream, then send `Answered`.
 
@@ -69,13 +70,13 @@ class Send:
     event_stream: bool = False  # the client asked for a stream: with `hold`, read the answer up to its first event
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(slots=True)
 class ReadAnswer:
     """Read the whole of the latest answer (a short one, such as an upstream's "no such route"), close it, then
     send `AnswerRead`."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(slots=True)
 class Relay:
     """Relay the latest answer to the client; always the final command.
 
@@ -86,7 +87,7 @@ class Relay:
     archived: tuple[Counted, Accounting, Options] | None = None  # the turn, for the archive
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(slots=True)
 class Answer:
     """Answer the client with inflight's own JSON body (or an upstream answer read in full); a final command."""
 
@@ -96,7 +97,7 @@ class Answer:
     archived: tuple[Counted, Accounting, Options, PreparedBody] | None = None  # the turn, for the archive
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(slots=True)
 class Summarize:
     """Write the handoff for the agent's own compaction request (`inflight.pipeline.handoff`, which may wait for
     a summary), then send `Summarized`."""
@@ -107,7 +108,7 @@ class Summarize:
     keepalive_after: float | None = None  # as for `Prepare`: a streaming agent is kept waiting with comments
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(slots=True)
 class CheckSummary:
     """Ask whether a summary made ahead is ready for the conversation (`Pipeline.summary_ready`), then send
     `SummaryReady`."""
@@ -119,27 +120,27 @@ class CheckSummary:
 Command = Discover | CountExactly | Prepare | Send | ReadAnswer | Relay | Answer | Summarize | CheckSummary
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(slots=True)
 class Discovered:
     pass
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(slots=True)
 class ExactCount:
     tokens: int | None  # None: the upstream gave no count
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(slots=True)
 class Prepared:
     prepared: PreparedBody
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(slots=True)
 class AnswerRead:
     body: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(slots=True)
 class Answered:
     """The upstream's answer: its status, the start of the body read with `hold` (empty if none), and the
     context refusal it contains, if any."""
@@ -149,12 +150,12 @@ class Answered:
     refusal: Refusal | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(slots=True)
 class Summarized:
     handoff: Handoff | str  # or why there is nothing to answer with: the request is then forwarded
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(slots=True)
 class SummaryReady:
     ready: bool
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 from cachetools import LRUCache
 
+from inflight.frozen import frozen
 from inflight.policy.tenants import bounded_key
 
 log = logging.getLogger("inflight")
@@ -43,7 +44,7 @@ TEXT_PRIOR_WEIGHT = 10.0
 SLOPE_PRIOR_WEIGHT = 0.005
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(slots=True)
 class Ratios:
     """The upstream's tokens per token of ours, for message text and for the fixed part."""
 

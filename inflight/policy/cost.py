@@ -18,9 +18,9 @@ trigger is `kept + sqrt(2 * growth * rewrite / cache_read)`, as far as the budge
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from inflight.config.pricing import Prices
+from inflight.frozen import frozen
 
 
 def prompt_cost(prices: Prices, *, tokens: int, cached: int) -> float:
@@ -29,7 +29,7 @@ def prompt_cost(prices: Prices, *, tokens: int, cached: int) -> float:
     return cached * prices.cache_read + (tokens - cached) * prices.cache_write
 
 
-@dataclass(frozen=True)
+@frozen
 class Schedule:
     """A conversation's growth and fixed part with prices, to compute what a compaction schedule costs per turn."""
 

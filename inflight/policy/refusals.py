@@ -13,19 +13,19 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from inflight.codecs.inflate import InflateError, Inflater, is_identity, is_inflatable
 from inflight.codecs.sse import event_data
+from inflight.frozen import frozen
 
 MAX_BODY = 1024 * 1024
 MAX_MESSAGE_CHARS = 2000  # a longer message is no server's refusal (the real ones are a few sentences)
 
 
-@dataclass(frozen=True)
+@frozen
 class Refusal:
     upstream: str  # which row of the table matched
     context_window: int | None = None
@@ -35,7 +35,7 @@ class Refusal:
     counts_output: bool = False
 
 
-@dataclass(frozen=True)
+@frozen
 class Wording:
     upstream: str
     pattern: re.Pattern[str]

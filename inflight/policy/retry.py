@@ -6,13 +6,13 @@ The refusal may name the window (the budget follows from it), the upstream's own
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from inflight.frozen import frozen
 
 # Without usable numbers we only know what was sent was too long: aim this fraction of it.
 BLIND_SHRINK = 0.75
 
 
-@dataclass(frozen=True)
+@frozen
 class RetryAim:
     """The budget the retry is compacted against.
 

@@ -13,13 +13,13 @@ import fnmatch
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import orjson
 from cachetools import LRUCache
 
 from inflight.config import Settings
+from inflight.frozen import frozen
 from inflight.policy.tenants import bounded_key, tenant_model_key
 
 log = logging.getLogger("inflight")
@@ -27,7 +27,7 @@ log = logging.getLogger("inflight")
 Source = Literal["config", "learned", "discovered", "builtin", "default"]
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(slots=True)
 class ModelLimits:
     context_window: int
     max_output_tokens: int | None

@@ -19,7 +19,6 @@ So a 25 MB conversation of which only a window's worth can be kept costs only a 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -27,6 +26,7 @@ import tiktoken
 import xxhash
 from cachetools import LRUCache
 
+from inflight.frozen import frozen
 from inflight.tokens.encodings import load_encoding
 from inflight.tokens.messages import message_tokens
 from inflight.tokens.text import safely, sampled_tokens
@@ -43,7 +43,7 @@ LOCK_BATCH = 128  # cache lookups per lock hold, so the event loop counting a sm
 ESTIMATED_FROM_BYTES = 1 << 20
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(slots=True)
 class RequestCount:
     total: int
     messages: tuple[int, ...]

@@ -16,9 +16,9 @@ import asyncio
 import socket
 import ssl
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
 from typing import cast
 
+from inflight.frozen import frozen
 from inflight.upstream.exceptions import ConnectError, ConnectTimeout, WriteError, WriteTimeout
 from inflight.upstream.headers import RawHeaders
 from inflight.upstream.reader import DEFAULT_MAX_HEADER_BYTES, ResponseReader
@@ -34,7 +34,7 @@ INLINE_BODY_BYTES = 64 * 1024  # a body up to this goes out in one write with it
 BODY_SLICE_BYTES = 256 * 1024
 
 
-@dataclass(frozen=True)
+@frozen
 class Outgoing:
     """A request as it goes upstream: the target is the path and query string, the headers are final."""
 

@@ -8,8 +8,8 @@ proxy collapse from ~1,300 to ~500 requests/s at concurrency 32 on two cores).
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 
+from inflight.frozen import frozen
 from inflight.upstream.connection import Connection, Outgoing, open_connection
 from inflight.upstream.exceptions import PoolTimeout, RemoteProtocolError, WriteError
 from inflight.upstream.reader import DEFAULT_MAX_HEADER_BYTES
@@ -20,7 +20,7 @@ from inflight.upstream.tls import tls_context
 STALE_CONNECTION_ERRORS = (RemoteProtocolError, WriteError)
 
 
-@dataclass(frozen=True)
+@frozen
 class Timeouts:
     connect: float
     read: float

@@ -11,7 +11,7 @@ import orjson
 import pytest
 from starlette.types import Message
 
-from inflight.http.disconnect import DISCONNECT, ClientGone, Disconnect, cancelled_on_disconnect, on_disconnect
+from inflight.http.disconnect import DISCONNECT, CancelledOnDisconnect, ClientGone, Disconnect, on_disconnect
 from tests.conftest import ProxyFactory
 from tests.support.upstream import UpstreamApp
 
@@ -68,7 +68,7 @@ async def test_the_connection_that_tells_of_the_disconnect_cancels_the_block_at_
         raise AssertionError("no task waits on receive() when the connection tells")
 
     async def answer() -> None:
-        async with cancelled_on_disconnect(scope, receive):
+        async with CancelledOnDisconnect(scope, receive):
             await never_answered()
 
     task = asyncio.ensure_future(answer())
@@ -82,14 +82,14 @@ async def test_a_client_gone_before_the_block_cancels_it_once_it_waits() -> None
     disconnect = Disconnect()
     disconnect.happen()
     with pytest.raises(ClientGone):
-        async with cancelled_on_disconnect({DISCONNECT: disconnect}, never_called):
+        async with CancelledOnDisconnect({DISCONNECT: disconnect}, never_called):
             await never_answered()
 
 
 async def test_under_another_server_a_task_waits_on_receive() -> None:
     messages: asyncio.Queue[Message] = asyncio.Queue()
     with pytest.raises(ClientGone):
-        async with cancelled_on_disconnect({}, messages.get):
+        async with CancelledOnDisconnect({}, messages.get):
             messages.put_nowait({"type": "http.request", "body": b"", "more_body": False})
             messages.put_nowait({"type": "http.disconnect"})
             await never_answered()

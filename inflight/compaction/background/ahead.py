@@ -13,7 +13,6 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from inflight.compaction.background.scheduler import Final
 from inflight.compaction.conversation import (
@@ -32,6 +31,7 @@ from inflight.compaction.record import Precomputed, Record, prefix_hash
 from inflight.compaction.stage import Outcome, Work
 from inflight.compaction.stages.summarize import SummarizeStage, SummaryPlan
 from inflight.compaction.summary_job import InPlace
+from inflight.frozen import frozen
 
 KEEP_FROM_CHARS = 80
 
@@ -40,7 +40,7 @@ class NothingToSummarize(Final):
     """There is no turn boundary to cut at: the conversation is only its head and one turn."""
 
 
-@dataclass(frozen=True)
+@frozen
 class SummaryAhead:
     """What a background job needs from the request that starts it (the pipeline builds one per request)."""
 
@@ -96,7 +96,7 @@ class SummaryAhead:
         )
 
 
-@dataclass(frozen=True)
+@frozen
 class AheadPlan:
     cut: int
     cut_hash: bytes

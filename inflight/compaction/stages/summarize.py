@@ -10,7 +10,6 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from inflight.compaction.actions import Action
 from inflight.compaction.conversation import Message
@@ -31,6 +30,7 @@ from inflight.compaction.summary_job import (
     written_part,
 )
 from inflight.config import Summarize as SummarizeSettings
+from inflight.frozen import frozen
 
 log = logging.getLogger("inflight")
 
@@ -46,7 +46,7 @@ class SummarizerTooSmall(ValueError):
     lasting = True
 
 
-@dataclass(frozen=True)
+@frozen
 class SummaryPlan:
     jobs: list[SummaryJob]  # one per chunk of the transcript, in order
     previous: str | None  # the record's earlier summary, which the first chunk's summary extends

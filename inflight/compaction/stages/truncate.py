@@ -6,7 +6,6 @@ verdict (the exception, the test summary, the exit status) at the bottom.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any
 
@@ -17,9 +16,10 @@ from inflight.compaction.record import Replacement
 from inflight.compaction.retrieval import handle_of, read_back_note
 from inflight.compaction.stage import Work
 from inflight.config import Truncate as TruncateSettings
+from inflight.frozen import frozen
 
 
-@dataclass(frozen=True)
+@frozen
 class Limits:
     max_lines: int
     max_bytes: int

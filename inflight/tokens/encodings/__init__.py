@@ -11,10 +11,11 @@ import fnmatch
 import functools
 import gzip
 import hashlib
-from dataclasses import dataclass
 from importlib import resources
 
 import tiktoken
+
+from inflight.frozen import frozen
 
 # Which tiktoken encoding OpenAI's own model families use (tiktoken/model.py); other models get an estimate.
 FAMILY_ENCODINGS: tuple[tuple[str, str], ...] = (
@@ -39,7 +40,7 @@ FIM_SUFFIX = "<|fim_suffix|>"
 ENDOFPROMPT = "<|endofprompt|>"
 
 
-@dataclass(frozen=True)
+@frozen
 class Spec:
     expected_sha256: str
     pat_str: str
@@ -114,7 +115,7 @@ def load_encoding(name: str) -> tiktoken.Encoding:
     return encoding
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(slots=True)
 class EncodingChoice:
     name: str
     exact: bool  # False: another tokenizer's model, counted with o200k_base as an estimate
