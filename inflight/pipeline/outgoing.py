@@ -87,7 +87,9 @@ class Prepared:
         if self.prices is None:
             return CacheFigures(turn.share, turn.rewrite)
         # Estimated, in units of one uncached input token: what is sent, and what the client's request would cost.
-        cost, client = round(turn.cost(self.prices)), round(turn.client_cost(self.prices))
+        cost = round(turn.cost(self.prices))
+        unchanged = turn.client_tokens == turn.tokens and turn.client_cached == turn.cached  # sent as it came
+        client = cost if unchanged else round(turn.client_cost(self.prices))
         return CacheFigures(turn.share, turn.rewrite, cost=cost, cost_client=client)
 
     def turn_report(self, accounting: Accounting) -> TurnReport:
