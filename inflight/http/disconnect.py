@@ -111,10 +111,13 @@ class CancelledOnDisconnect:
     A class rather than an `asynccontextmanager`, whose generator costs a few microseconds more: every
     request enters one twice."""
 
-    __slots__ = ("_gone", "_task", "_watch")
+    __slots__ = ("_gone", "_receive", "_scope", "_task", "_watch")
 
     def __init__(self, scope: Scope, receive: Receive) -> None:
-        self._watch = DisconnectWatch(scope, receive, self._cancel)
+        self._scope, self._receive = scope, receive
+        # Made on entry and dropped on exit: it holds this object's method, and this object the request's task,
+        # so a watch kept after the block would leave the whole request to the garbage collector.
+        self._watch: DisconnectWatch | None = None
         self._task: asyncio.Task[Any] | None = None
         self._gone = False
 
@@ -125,14 +128,18 @@ class CancelledOnDisconnect:
 
     async def __aenter__(self) -> None:
         self._task = asyncio.current_task()
+        self._watch = DisconnectWatch(self._scope, self._receive, self._cancel)
         self._watch.start()
 
     async def __aexit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
     ) -> None:
-        self._watch.stop()
-        if kind is not None and issubclass(kind, asyncio.CancelledError) and self._gone and self._task is not None:
-            self._task.uncancel()
+        task, self._task = self._task, None
+        if self._watch is not None:
+            self._watch.stop()
+            self._watch = None
+        if kind is not None and issubclass(kind, asyncio.CancelledError) and self._gone and task is not None:
+            task.uncancel()
             raise ClientGone() from None
 
 

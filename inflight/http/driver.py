@@ -96,6 +96,7 @@ class Driver:
         try:
             return await self._carry_out(self.turn.start())
         except BaseException:
+            self.turn.close()
             await self._close()
             raise
 
@@ -103,6 +104,8 @@ class Driver:
         while True:
             self.exchange.report = self.turn.report
             self.exchange.note_all(self.turn.take_fields())
+            if isinstance(command, RelayCommand | Answer):
+                self.turn.close()  # the turn's last command
             if isinstance(command, RelayCommand):
                 return await self._relay(command)
             if isinstance(command, Answer):

@@ -180,6 +180,13 @@ class Steps:
         assert self._steps is not None, "start() first"
         return self._steps.send(event)
 
+    def close(self) -> None:
+        """The driver is done with the steps. Until closed, the suspended steps hold the turn and the turn holds
+        them: closed, the turn and all it holds are freed at once instead of by the garbage collector."""
+        if self._steps is not None:
+            self._steps.close()
+            self._steps = None
+
     def take_fields(self) -> dict[str, object]:
         """The log line's fields noted since last asked."""
         fields, self._fields = self._fields, {}

@@ -180,7 +180,10 @@ class Connection(asyncio.Protocol):
         if self._response is not response:
             return
         self._response = None
-        reusable = self._reader is not None and self._reader.keep_alive and not self._reading_paused
+        reader, self._reader = self._reader, None
+        reusable = reader is not None and reader.keep_alive and not self._reading_paused
+        if reader is not None:
+            reader.release()
         if response.complete and reusable and not self.closed:
             self.idle_since = asyncio.get_running_loop().time()
         else:

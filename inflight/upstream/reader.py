@@ -32,7 +32,9 @@ class ResponseReader:
         self.head = head  # a response to HEAD has headers only, whatever its Content-Length says
         self.keep_alive = False
         self.max_header_bytes = max_header_bytes
-        self._parser = httptools.HttpResponseParser(self)
+        # The parser holds this reader's methods: `release` breaks that cycle, so that the response and all it
+        # holds are freed as soon as they are done with rather than by the garbage collector.
+        self._parser: httptools.HttpResponseParser | None = httptools.HttpResponseParser(self)
         self._headers: RawHeaders = []
         self._reading_head = True  # until the final (not 1xx) response's headers are complete
         self._quiet = 0  # bytes fed since the parser last made progress (a head's end, body, the end)
@@ -53,7 +55,13 @@ class ResponseReader:
                 return False
         return True
 
+    def release(self) -> None:
+        """The response is done with: nothing more is read with this reader."""
+        self._parser = None
+
     def _parse(self, data: bytes) -> bool:
+        if self._parser is None:  # bytes after the response was done with: not HTTP/1.1 as we know it
+            return False
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
@@ -85,12 +93,14 @@ class ResponseReader:
 
     def on_headers_complete(self) -> None:
         self._quiet = 0
-        status = self._parser.get_status_code()
+        parser = self._parser
+        assert parser is not None, "called by the parser"
+        status = parser.get_status_code()
         headers, self._headers = self._headers, []
         if 100 <= status < 200:
             return  # an informational response (100 Continue, 103 Early Hints): the real one follows
         self._reading_head = False
-        self.keep_alive = self._parser.should_keep_alive() and not self.head
+        self.keep_alive = parser.should_keep_alive() and not self.head
         self.response.headers_received(status, headers)
         if self.head:
             self.response.finished()
