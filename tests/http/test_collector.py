@@ -39,6 +39,15 @@ PER_REQUEST = {
     "ResponseReader",
     "CancelledOnDisconnect",
 }
+REQUESTS: list[tuple[str, dict[str, object], dict[str, str]]] = [
+    ("/chat/completions", {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}, {}),
+    ("/responses", {"model": "gpt-4o", "input": "hi"}, {}),
+    (
+        "/messages",
+        {"model": "claude-sonnet-4-5", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]},
+        {"x-api-key": "k", "anthropic-version": "2023-06-01"},
+    ),
+]
 
 
 def test_a_request_leaves_nothing_of_ours_for_the_garbage_collector(
@@ -48,15 +57,20 @@ def test_a_request_leaves_nothing_of_ours_for_the_garbage_collector(
     (the turn and its suspended steps, a watch holding its owner's method) lives until a collection, and so does
     everything it holds: under load the collector then walked thousands of them again and again."""
     _, url = upstream
-    body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
     with start_proxy(url) as proxy_url, httpx.Client(timeout=30) as client:
-        assert client.post(f"{proxy_url}/chat/completions", json=body).status_code == 200  # what comes once
+
+        def requests() -> None:
+            for path, body, headers in REQUESTS:
+                for stream in (False, True):
+                    response = client.post(f"{proxy_url}{path}", json={**body, "stream": stream}, headers=headers)
+                    assert response.status_code == 200, response.text
+            assert client.get(f"{proxy_url}/models").status_code == 200  # a route passed through
+
+        requests()  # what comes once: encodings, pools, connections
         gc.collect()
         gc.disable()  # an object in a cycle now stays for good
         try:
-            for stream in (False, True, False, True):
-                response = client.post(f"{proxy_url}/chat/completions", json={**body, "stream": stream})
-                assert response.status_code == 200
+            requests()
             deadline = time.monotonic() + 10
             while left := alive(PER_REQUEST):  # the last request's objects go once the proxy has finished it
                 assert time.monotonic() < deadline, left
