@@ -35,9 +35,10 @@ class ClientGone(Exception):
 class Disconnect:
     """A request's client leaving, as its connection sees it: whoever listens then is called at once."""
 
-    __slots__ = ("_callbacks", "happened")
+    __slots__ = ("_callbacks", "happened", "loop")
 
-    def __init__(self) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop  # the connection's: asking for the running loop costs a system call
         self.happened = False
         self._callbacks: list[Callable[[], object]] = []
 
@@ -76,7 +77,7 @@ class DisconnectWatch:
             self._watcher = asyncio.ensure_future(_call_on_disconnect(self._receive, self._callback))
             return
         if disconnect.happened:  # gone already: called once the block waits, as a watcher would be
-            self._told = asyncio.get_running_loop().call_soon(self._callback)
+            self._told = disconnect.loop.call_soon(self._callback)
         disconnect.listen(self._callback)
 
     def stop(self) -> None:
@@ -127,7 +128,8 @@ class CancelledOnDisconnect:
             self._task.cancel()
 
     async def __aenter__(self) -> None:
-        self._task = asyncio.current_task()
+        disconnect: Disconnect | None = self._scope.get(DISCONNECT)
+        self._task = asyncio.current_task(disconnect.loop if disconnect is not None else None)
         self._watch = DisconnectWatch(self._scope, self._receive, self._cancel)
         self._watch.start()
 

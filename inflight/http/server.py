@@ -161,8 +161,9 @@ class HeadCork:
     first event) the two go out together; when it does not (a stream still waiting on the upstream),
     the head goes out alone at the loop's next turn, so the client sees the headers without waiting for the body."""
 
-    def __init__(self, transport: asyncio.Transport) -> None:
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
         self.transport = transport
+        self.loop = loop  # the connection's: asking for the running loop costs a system call
         self.held: bytes | None = None
         self.written = False  # the head went by: every later write goes straight through
 
@@ -171,7 +172,7 @@ class HeadCork:
             self.transport.write(data)
         elif self.held is None:
             self.held = data
-            asyncio.get_running_loop().call_soon(self.flush)
+            self.loop.call_soon(self.flush)
         else:
             head, self.held, self.written = self.held, None, True
             if len(data) <= JOIN_BYTES:
@@ -248,8 +249,8 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self.reading_head, self.quiet_bytes = False, 0
         super().on_headers_complete()
         if self.cycle is not None:  # its task has not run yet: its answer's head goes out with its body
-            self.cycle.transport = HeadCork(self.transport)  # type: ignore[assignment]
-            self.cycle.scope[DISCONNECT] = Disconnect()  # type: ignore[literal-required]
+            self.cycle.transport = HeadCork(self.transport, self.loop)  # type: ignore[assignment]
+            self.cycle.scope[DISCONNECT] = Disconnect(self.loop)  # type: ignore[literal-required]
 
     def on_message_complete(self) -> None:
         self.reading_head, self.quiet_bytes = True, 0

@@ -68,7 +68,7 @@ async def open_connection(
     try:
         async with asyncio.timeout(timeout):
             _, connection = await loop.create_connection(
-                lambda: Connection(keepalive_expiry_s, max_header_bytes=max_header_bytes),
+                lambda: Connection(loop, keepalive_expiry_s, max_header_bytes=max_header_bytes),
                 host,
                 port,
                 ssl=tls,
@@ -93,7 +93,15 @@ def request_head(outgoing: Outgoing) -> list[bytes]:
 class Connection(asyncio.Protocol):
     """A keep-alive connection: one request at a time; reusable once a response was read whole."""
 
-    def __init__(self, keepalive_expiry_s: float, *, max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES) -> None:
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        keepalive_expiry_s: float,
+        *,
+        max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
+    ) -> None:
+        # Kept rather than asked each time: asking the running loop costs a system call (a check for a fork).
+        self.loop = loop
         self.keepalive_expiry_s = keepalive_expiry_s
         self.max_header_bytes = max_header_bytes  # a response's head, past which the request fails
         self.transport: asyncio.Transport | None = None
@@ -113,7 +121,7 @@ class Connection(asyncio.Protocol):
         """Idle, open and not past its keep-alive expiry."""
         if self.closed or self._response is not None or self.transport is None:
             return False
-        return asyncio.get_running_loop().time() - self.idle_since < self.keepalive_expiry_s
+        return self.loop.time() - self.idle_since < self.keepalive_expiry_s
 
     async def request(self, outgoing: Outgoing, *, read_timeout: float | None, write_timeout: float | None) -> Response:
         """Send the request and wait for the response headers; the body is read from the response."""
@@ -168,7 +176,7 @@ class Connection(asyncio.Protocol):
             raise WriteError("the upstream closed the connection")
         if not self._write_paused:
             return
-        self._drained = asyncio.get_running_loop().create_future()
+        self._drained = self.loop.create_future()
         try:
             async with asyncio.timeout(timeout):
                 await self._drained
@@ -185,7 +193,7 @@ class Connection(asyncio.Protocol):
         if reader is not None:
             reader.release()
         if response.complete and reusable and not self.closed:
-            self.idle_since = asyncio.get_running_loop().time()
+            self.idle_since = self.loop.time()
         else:
             self.close()
         if self.on_release is not None:
@@ -220,9 +228,9 @@ class Connection(asyncio.Protocol):
     # --- asyncio.Protocol -------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._lost = asyncio.get_running_loop().create_future()
+        self._lost = self.loop.create_future()
         self.transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass asyncio's
-        self.idle_since = asyncio.get_running_loop().time()
+        self.idle_since = self.loop.time()
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

@@ -21,6 +21,8 @@ LOW_WATER = 256 * 1024
 class Owner(Protocol):
     """The connection a response arrives on."""
 
+    loop: asyncio.AbstractEventLoop
+
     def pause_reading(self) -> None: ...
 
     def resume_reading(self) -> None: ...
@@ -40,7 +42,7 @@ class Response:
         self.error: Exception | None = None
         self._chunks: deque[bytes] = deque()
         self._buffered = 0
-        self._headers_ready = asyncio.get_running_loop().create_future()
+        self._headers_ready = connection.loop.create_future()
         self._wakeup: asyncio.Future[None] | None = None
 
     async def wait_for_headers(self) -> None:
@@ -60,7 +62,7 @@ class Response:
                 raise self.error
             if self.complete:
                 return
-            self._wakeup = asyncio.get_running_loop().create_future()
+            self._wakeup = self.connection.loop.create_future()
             await waited(self._wakeup, self.read_timeout, "the upstream went silent mid-body")
 
     def whole_body(self) -> bytes | None:
@@ -117,7 +119,7 @@ async def waited(future: asyncio.Future[None], timeout: float | None, silence: s
     if timeout is None or future.done():
         await future
         return
-    timer = asyncio.get_running_loop().call_later(timeout, _time_out, future, silence)
+    timer = future.get_loop().call_later(timeout, _time_out, future, silence)
     try:
         await future
     finally:

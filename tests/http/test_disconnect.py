@@ -61,7 +61,7 @@ async def never_answered() -> None:
 
 
 async def test_the_connection_that_tells_of_the_disconnect_cancels_the_block_at_once() -> None:
-    disconnect = Disconnect()
+    disconnect = Disconnect(asyncio.get_running_loop())
     scope = {DISCONNECT: disconnect}
 
     async def receive() -> Message:
@@ -79,7 +79,7 @@ async def test_the_connection_that_tells_of_the_disconnect_cancels_the_block_at_
 
 
 async def test_a_client_gone_before_the_block_cancels_it_once_it_waits() -> None:
-    disconnect = Disconnect()
+    disconnect = Disconnect(asyncio.get_running_loop())
     disconnect.happen()
     with pytest.raises(ClientGone):
         async with CancelledOnDisconnect({DISCONNECT: disconnect}, never_called):
@@ -96,7 +96,7 @@ async def test_under_another_server_a_task_waits_on_receive() -> None:
 
 
 async def test_after_the_block_a_disconnect_calls_nobody() -> None:
-    disconnect = Disconnect()
+    disconnect = Disconnect(asyncio.get_running_loop())
     called: list[int] = []
     with on_disconnect({DISCONNECT: disconnect}, never_called, lambda: called.append(1)):
         await asyncio.sleep(0)
