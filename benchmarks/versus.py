@@ -7,22 +7,26 @@ at concurrency 32, `--rounds` rounds of `--seconds` each, the order flipped ever
 machine's speed drifts by tens of percent within minutes, so two benchmark runs made one after the
 other compare the drift as much as the code; alternating short rounds gives both the same machine.
 Prints each proxy's requests/s per round and their medians, and its CPU time per request (read from
-/proc). Asserts nothing.
+/proc). With `--collector`, each proxy runs under `benchmarks.collector_probe`, and the table also
+shows the time its garbage collections took during the rounds, per request. Asserts nothing.
 
-    python -m benchmarks.versus --against ../old [--rounds 6] [--seconds 2]
+    python -m benchmarks.versus --against ../old [--rounds 6] [--seconds 2] [--collector]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks.harness import table
@@ -31,6 +35,7 @@ from tests.support.processes import fake_upstream, wait_for_port
 from tests.support.servers import free_port
 
 HERE = Path(__file__).resolve().parents[1]
+PROBE = Path(__file__).resolve().with_name("collector_probe.py")
 
 
 def cpu_seconds(pid: int) -> float:
@@ -39,15 +44,36 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+@dataclass
+class Proxy:
+    """A proxy being measured: its process, its chat URL, and where its collections are written (or None)."""
+
+    pid: int
+    url: str
+    collections: Path | None = None
+    windows: list[tuple[float, float]] = field(default_factory=list)  # its rounds, by `time.monotonic()`
+
+    def collector_us(self, requests: int) -> float:
+        """Microseconds of garbage collection per request during the rounds (read once the process has exited)."""
+        assert self.collections is not None
+        made: list[list[float]] = json.loads(self.collections.read_text())
+        spent = sum(length for start, length in made if any(a <= start <= b for a, b in self.windows))
+        return spent / max(requests, 1) * 1e6
+
+
 @contextmanager
-def proxy_of(checkout: Path, upstream: str) -> Iterator[tuple[int, str]]:
-    """The checkout's proxy, run from its own directory, in front of `upstream`; yields its pid and chat URL."""
+def proxy_of(checkout: Path, upstream: str, *, collector: Path | None = None) -> Iterator[Proxy]:
+    """The checkout's proxy, run from its own directory, in front of `upstream` (under `collector_probe`, writing
+    its collections to `collector`, if given)."""
     package = "inflight" if (checkout / "inflight" / "__main__.py").exists() else "proxy"
     port = free_port()
     with tempfile.NamedTemporaryFile("w", suffix=".yaml") as config:
-        command = [sys.executable, "-m", package, "serve", "--config", config.name, "--port", str(port)]
+        serve = ["serve", "--config", config.name, "--port", str(port), "--upstream", upstream]
+        command = [sys.executable, "-m", package, *serve]
+        if collector is not None:  # the probe's file from this checkout, the proxy from its own
+            command = [sys.executable, str(PROBE), package, str(collector), *serve]
         process = subprocess.Popen(
-            [*command, "--upstream", upstream],
+            command,
             cwd=checkout,
             env={**os.environ, "PYTHONPATH": str(checkout)},
             stdout=subprocess.DEVNULL,
@@ -55,7 +81,7 @@ def proxy_of(checkout: Path, upstream: str) -> Iterator[tuple[int, str]]:
         )
         try:
             wait_for_port(port)
-            yield process.pid, f"http://127.0.0.1:{port}/v1/chat/completions"
+            yield Proxy(process.pid, f"http://127.0.0.1:{port}/v1/chat/completions", collector)
         finally:
             process.terminate()
             try:
@@ -65,21 +91,23 @@ def proxy_of(checkout: Path, upstream: str) -> Iterator[tuple[int, str]]:
                 process.wait()
 
 
-Rounds = dict[str, list[tuple[float, float]]]  # per target: requests/s and CPU microseconds per request, by round
+Rounds = dict[str, list[tuple[float, float, int]]]  # per target and round: requests/s, CPU µs a request, requests
 
 
-def measure(targets: dict[str, tuple[int, str]], *, rounds: int, seconds: float) -> Rounds:
+def measure(targets: dict[str, Proxy], *, rounds: int, seconds: float) -> Rounds:
     """Each target's requests/s and CPU microseconds per request, round by round, the order flipped each round."""
     results: Rounds = {name: [] for name in targets}
-    for _, url in targets.values():  # warm-up: connections, caches, the tokenizer
-        asyncio.run(concurrent(url, concurrency=32, seconds=1))
+    for proxy in targets.values():  # warm-up: connections, caches, the tokenizer
+        asyncio.run(concurrent(proxy.url, concurrency=32, seconds=1))
     order = list(targets)
     for number in range(rounds):
         for name in order if number % 2 == 0 else reversed(order):
-            pid, url = targets[name]
-            before = cpu_seconds(pid)
-            latencies, rps = asyncio.run(concurrent(url, concurrency=32, seconds=seconds))
-            results[name].append((rps, (cpu_seconds(pid) - before) / max(len(latencies), 1) * 1e6))
+            proxy = targets[name]
+            before, began = cpu_seconds(proxy.pid), time.monotonic()
+            latencies, rps = asyncio.run(concurrent(proxy.url, concurrency=32, seconds=seconds))
+            proxy.windows.append((began, time.monotonic()))
+            cpu = (cpu_seconds(proxy.pid) - before) / max(len(latencies), 1) * 1e6
+            results[name].append((rps, cpu, len(latencies)))
     return results
 
 
@@ -89,25 +117,33 @@ def arguments() -> argparse.ArgumentParser:
     parser.add_argument("--against", type=Path, required=True, help="the other checkout (a git worktree)")
     parser.add_argument("--rounds", type=int, default=6, help="rounds per proxy")
     parser.add_argument("--seconds", type=float, default=2.0, help="length of each round")
+    parser.add_argument("--collector", action="store_true", help="also time each proxy's garbage collections")
     return parser
 
 
 def main() -> None:
     args = arguments().parse_args()
     other = args.against.resolve()
-    with (
-        fake_upstream("--stream-chunks", str(EVENTS), "--stream-interval", str(INTERVAL_S)) as upstream,
-        proxy_of(HERE, upstream) as this,
-        proxy_of(other, upstream) as that,
-    ):
-        results = measure({"this checkout": this, str(other): that}, rounds=args.rounds, seconds=args.seconds)
-    rows = []
-    for name, rounds in results.items():
-        rates = [rps for rps, _ in rounds]
-        cpu = statistics.median(us for _, us in rounds)
-        rows.append([name, " / ".join(f"{rps:.0f}" for rps in rates), f"{statistics.median(rates):.0f}", f"{cpu:.0f}"])
-    print(table(rows, ["proxy", "requests/s, concurrency 32, by round", "median", "CPU µs a request"]))
-    this_rps, that_rps = (statistics.median(rps for rps, _ in rounds) for rounds in results.values())
+    with tempfile.TemporaryDirectory() as scratch:
+        probes = (Path(scratch, "this.json"), Path(scratch, "other.json")) if args.collector else (None, None)
+        with (
+            fake_upstream("--stream-chunks", str(EVENTS), "--stream-interval", str(INTERVAL_S)) as upstream,
+            proxy_of(HERE, upstream, collector=probes[0]) as this,
+            proxy_of(other, upstream, collector=probes[1]) as that,
+        ):
+            targets = {"this checkout": this, str(other): that}
+            results = measure(targets, rounds=args.rounds, seconds=args.seconds)
+        rows = []
+        for name, rounds in results.items():
+            rates = [rps for rps, _, _ in rounds]
+            cpu = statistics.median(us for _, us, _ in rounds)
+            row = [name, " / ".join(f"{rps:.0f}" for rps in rates), f"{statistics.median(rates):.0f}", f"{cpu:.0f}"]
+            if args.collector:
+                row.append(f"{targets[name].collector_us(sum(n for _, _, n in rounds)):.1f}")
+            rows.append(row)
+    headers = ["proxy", "requests/s, concurrency 32, by round", "median", "CPU µs a request"]
+    print(table(rows, [*headers, "collector µs a request"] if args.collector else headers))
+    this_rps, that_rps = (statistics.median(rps for rps, _, _ in rounds) for rounds in results.values())
     print(f"this checkout serves {this_rps / that_rps:.2f}x the other's requests/s")
 
 
