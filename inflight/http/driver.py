@@ -96,8 +96,7 @@ class Driver:
         try:
             return await self._carry_out(self.turn.start())
         except BaseException:
-            self.turn.close()
-            await self._close()
+            await self._give_up()
             raise
 
     async def _carry_out(self, command: Command) -> Relay | KeepAlive:
@@ -132,13 +131,18 @@ class Driver:
             if isinstance(event, Answered) and not isinstance(command, RelayCommand | ReadAnswer):
                 await self._close()  # refused: not kept open while the retry is compacted
 
+    async def _give_up(self) -> None:
+        """The turn ended in an error or was cancelled: its steps are closed, and the upstream's answer too."""
+        self.turn.close()
+        await self._close()
+
     async def _after(self, working: asyncio.Future[Event]) -> Relay:
         """The rest of the turn once the compaction (or the agent's summary) a keep-alive stream waited for is done:
         the upstream's answer, or inflight's own."""
         try:
             answer = await self._carry_out(self.turn.send(await working))
         except BaseException:
-            await self._close()
+            await self._give_up()
             raise
         assert isinstance(answer, Relay)  # a stream once begun is not begun again (`identity` is set)
         return answer
