@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -54,8 +55,11 @@ class Proxy:
     windows: list[tuple[float, float]] = field(default_factory=list)  # its rounds, by `time.monotonic()`
 
     def collector_us(self, requests: int) -> float:
-        """Microseconds of garbage collection per request during the rounds (read once the process has exited)."""
+        """Microseconds of garbage collection per request during the rounds (read once the process has exited;
+        NaN if it was killed before it could write them)."""
         assert self.collections is not None
+        if not self.collections.exists():
+            return math.nan
         made: list[list[float]] = json.loads(self.collections.read_text())
         spent = sum(length for start, length in made if any(a <= start <= b for a, b in self.windows))
         return spent / max(requests, 1) * 1e6

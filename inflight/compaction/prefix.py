@@ -66,26 +66,25 @@ def running_totals(counts: Sequence[int], fixed: int) -> array[int]:
 
 @frozen(slots=True)
 class LastSent:
-    """What is kept of a conversation's last request: identities, token totals and the client's own history.
+    """What is kept of a conversation's last request: identities, token totals and a digest of the client's history.
 
-    The client's history tells whether the client's next request begins with this one. For a request sent as
-    the client sent it, that history is its identities: the same bytes, kept once."""
+    The digest tells whether the client's history in the next request begins with this one."""
 
     ids: bytes
     ends: array[int]
-    client: bytes
+    client_bytes: int
+    client_digest: bytes
 
     @classmethod
     def of(cls, sent: SentRequest) -> LastSent:
-        return cls(sent.ids, sent.ends, sent.client)
+        return cls(sent.ids, sent.ends, len(sent.client), xxhash.xxh3_128_digest(sent.client))
 
     def size(self, key: str) -> int:
         """The bytes this entry takes under `key`, for the tracker's bound.
 
-        That is its identities, token totals and the client's history unless it is the identities, the key,
-        plus about 600 bytes of object and LRU overhead (measured with tracemalloc)."""
-        client = 0 if self.client is self.ids else len(self.client)
-        return len(self.ids) + self.ends.itemsize * len(self.ends) + client + len(key) + ENTRY_OVERHEAD_BYTES
+        That is its identities and token totals, the key, plus about 600 bytes of object and LRU overhead
+        (measured with tracemalloc)."""
+        return len(self.ids) + self.ends.itemsize * len(self.ends) + len(key) + ENTRY_OVERHEAD_BYTES
 
 
 @frozen(slots=True)
@@ -153,15 +152,15 @@ def compare(previous: LastSent | None, current: SentRequest) -> CacheTurn:
     cached = current.ends[shared - 1] if shared else 0
     kept = shared * ID_BYTES == len(previous.ids)
     # A rewrite is ours only if the client's own history still begins with what it sent before.
-    rewrite = not kept and current.client.startswith(previous.client)
+    rewrite = not kept and xxhash.xxh3_128_digest(current.client[: previous.client_bytes]) == previous.client_digest
     return CacheTurn(current.tokens, cached, rewrite=rewrite)
 
 
 class PrefixTracker:
     """Remembers the last request sent in each conversation (in this process), to compare the next one with.
 
-    It keeps at most `max_bytes` (24 bytes per message, 40 once compaction changed what was sent, and about
-    600 per conversation), evicting the least recently seen conversation first."""
+    It keeps at most `max_bytes` (24 bytes per message and about 600 per conversation), evicting the least
+    recently seen conversation first."""
 
     def __init__(self, max_bytes: int) -> None:
         self._last: LRUCache[str, tuple[LastSent, int]] = LRUCache(maxsize=max_bytes, getsizeof=lambda kept: kept[1])

@@ -60,7 +60,7 @@ class ResponseReader:
         self._parser = None
 
     def _parse(self, data: bytes) -> bool:
-        if self._parser is None:  # bytes after the response was done with: not HTTP/1.1 as we know it
+        if self._parser is None:  # released: its connection no longer feeds it, and refuses bytes that come now
             return False
         try:
             self._parser.feed_data(data)
