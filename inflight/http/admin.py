@@ -47,8 +47,8 @@ def metrics_route(metrics: Metrics) -> Callable[[Request], Awaitable[Response]]:
     """`GET /metrics` for Prometheus: every worker's figures (`inflight.metrics.prometheus`)."""
 
     async def scrape(request: Request) -> Response:
-        metrics.flush()  # on the loop, which the batch belongs to; then the render off it: with several workers
-        # it reads each one's file.
+        metrics.flush()  # this worker's waiting batch, added on the loop it belongs to
+        # The render runs off the loop: with several workers it reads each one's file.
         body, content_type = await asyncio.to_thread(metrics.render, request.headers.get("accept", ""))
         return Response(body, headers={"content-type": content_type})
 
