@@ -71,6 +71,11 @@ class DisconnectWatch:
         self._watcher: asyncio.Future[None] | None = None
         self._told: asyncio.Handle | None = None
 
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        """The connection's loop when our connection tells of the disconnect; else None (the running one)."""
+        return self._disconnect.loop if self._disconnect is not None else None
+
     def start(self) -> None:
         disconnect = self._disconnect
         if disconnect is None:
@@ -128,11 +133,10 @@ class CancelledOnDisconnect:
             self._task.cancel()
 
     async def __aenter__(self) -> None:
-        disconnect: Disconnect | None = self._scope.get(DISCONNECT)
-        self._task = asyncio.current_task(disconnect.loop if disconnect is not None else None)
+        watch = self._watch = DisconnectWatch(self._scope, self._receive, self._cancel)
+        self._task = asyncio.current_task(watch.loop)
         assert self._task is not None, "entered from a task of the connection's loop"
-        self._watch = DisconnectWatch(self._scope, self._receive, self._cancel)
-        self._watch.start()
+        watch.start()
 
     async def __aexit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
