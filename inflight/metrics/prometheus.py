@@ -303,7 +303,7 @@ class Metrics:
         compaction did.
 
         It is added with others at the next `flush`, at most `FLUSH_S` later: added one by one, the metrics
-        took a tenth of the proxy's time for a request it only relays."""
+        took about 6% of the CPU time of a request the proxy only relays."""
         self._pending.append(Finished.of(exchange))
         if len(self._pending) >= MAX_PENDING:
             self.flush()
