@@ -10,11 +10,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
+from starlette.types import Receive
 
 from inflight.codecs.inflate import InflatedTooLarge, InflateError, encoding_name, inflate, is_identity, is_inflatable
 from inflight.config import Limits
 from inflight.errors import BadRequest, ClientTimeout, RequestTooLarge
+from inflight.http.disconnect import DISCONNECT, Disconnect
 
 
 def too_large(limit: int) -> RequestTooLarge:
@@ -36,11 +38,35 @@ async def read_limited(request: Request, limits: Limits) -> list[bytes]:
     """The whole body, as the chunks it came in (joined by the caller: in a thread, when it is big);
     refused with 413 once it passes the size limit, 408 once it takes too long."""
     declared_length(request, limits.max_body_bytes)
+    connection = request.scope.get(DISCONNECT)
+    if isinstance(connection, Disconnect) and connection.body_in:  # read by our connection already: nothing to wait
+        return await received(request.receive, limits.max_body_bytes)
     try:
         async with asyncio.timeout(limits.client_body_timeout_s):  # one clock for the whole read
-            return [chunk async for chunk in sized(request.stream(), limits.max_body_bytes)]
+            return await received(request.receive, limits.max_body_bytes)
     except TimeoutError:
         raise body_timeout(limits) from None
+
+
+async def received(receive: Receive, limit: int) -> list[bytes]:
+    """The body's chunks as the server hands them over, read from `receive` itself: no iterator in between, as
+    every conversation request is read this way."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect()
+        if message["type"] != "http.request":  # nothing ASGI defines: passed over, as starlette's reader does
+            continue
+        chunk = message.get("body", b"")
+        if chunk:
+            size += len(chunk)
+            if size > limit:
+                raise too_large(limit)
+            chunks.append(chunk)
+        if not message.get("more_body", False):
+            return chunks
 
 
 async def stream_limited(request: Request, limits: Limits) -> AsyncIterator[bytes]:

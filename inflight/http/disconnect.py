@@ -33,13 +33,15 @@ class ClientGone(Exception):
 
 
 class Disconnect:
-    """A request's client leaving, as its connection sees it: whoever listens then is called at once."""
+    """A request's client leaving, as its connection sees it: whoever listens then is called at once. The connection
+    also says when the request's body is all in, so reading it needs no clock."""
 
-    __slots__ = ("_callbacks", "happened", "loop")
+    __slots__ = ("_callbacks", "body_in", "happened", "loop")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop  # the connection's: asking for the running loop costs a system call
         self.happened = False
+        self.body_in = False  # the connection has read the request's last byte
         self._callbacks: list[Callable[[], object]] = []
 
     def listen(self, callback: Callable[[], object]) -> None:

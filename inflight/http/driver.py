@@ -148,23 +148,23 @@ class Driver:
         return answer
 
     async def _do(self, command: Command) -> Event:
+        if isinstance(command, Prepare):  # every turn's first two commands, asked first
+            return await self._prepare(command)
+        if isinstance(command, Send):
+            return await self._send(command)
         if isinstance(command, Discover):
             await self.pipeline.discover(discovery(self.upstream, self.request))
             return Discovered()
         if isinstance(command, CountExactly):
             return ExactCount(await exact_count(self.upstream, self.request, command.counted))
-        if isinstance(command, Prepare):
-            return await self._prepare(command)
         if isinstance(command, CheckSummary):
             return SummaryReady(await self.pipeline.summary_ready(command.counted, command.options))
         if isinstance(command, Summarize):
             return Summarized(await handoff_for(self.pipeline, command.counted, command.options, command.asked))
-        if isinstance(command, ReadAnswer):
-            response, self.response, self.held = self.response, None, None
-            assert response is not None
-            return AnswerRead(await read_short(response, self.upstream.host))
-        assert isinstance(command, Send)
-        return await self._send(command)
+        assert isinstance(command, ReadAnswer)
+        response, self.response, self.held = self.response, None, None
+        assert response is not None
+        return AnswerRead(await read_short(response, self.upstream.host))
 
     async def _prepare(self, command: Prepare) -> Prepared:
         counted, accounting, options = command.counted, command.accounting, command.options
@@ -207,7 +207,7 @@ class Driver:
             answered, _ = await retriever.whole(first)
         finally:
             retriever.finished()
-        headers = response_headers(response.headers, self.exchange.headers)
+        headers = response_headers(response.headers, self.exchange.headers, event_stream=response.event_stream)
         headers = [(name, value) for name, value in headers if name != b"content-length"]
         headers.append((b"content-length", str(len(answered)).encode()))
         return Relay(
@@ -252,18 +252,17 @@ class Driver:
         """Relay the answer unchanged, reading the upstream's counts on the way to calibrate the estimates."""
         response, held, turn, exchange = self.response, self.held, self.turn, self.exchange
         assert response is not None
-        chunks = None if held is None else prepend(held.chunks, held.rest)  # None: the response's own, as it comes
         prepared = command.prepared
         if prepared is None:  # not a request inflight counted: as it came
-            return relay(response, exchange, chunks=chunks)
+            return relay(response, exchange, chunks=held_first(held))
         retriever = self._retriever(command) if prepared.retrieves and readable(response) else None
         self._archive(command, response.status, retriever)
         if response.status != 200:
-            return relay(response, exchange, chunks=chunks)
+            return relay(response, exchange, chunks=held_first(held))
         reader = UsageReader(
             self.wire,
-            event_stream=is_event_stream(response.headers),
-            content_encoding=header_value(response.headers, b"content-encoding"),
+            event_stream=response.event_stream,
+            content_encoding=response.content_encoding,
             max_event_bytes=self.limits.max_event_bytes,
             max_inflate_bytes=self.limits.max_inflate_bytes,
         )
@@ -285,8 +284,9 @@ class Driver:
             reader.feed(whole)
             counted_by_upstream()
             return relay(response, exchange, body=whole)
-        body = chunks if chunks is not None else response.aiter_raw()
-        passing = tap(body, reader.feed, counted_by_upstream)
+        # What was held goes first, through the same iterator: one layer fewer for each chunk of a stream.
+        rest, read = (response.aiter_raw(), []) if held is None else (held.rest, held.chunks)
+        passing = tap(rest, reader.feed, counted_by_upstream, first=read)
         if retriever is not None:  # the first answer's counts are read as it passes, before any continuation
             passing = retriever.stream(passing, max_event_bytes=self.limits.max_event_bytes)
         answer = relay(response, exchange, chunks=passing)
@@ -295,6 +295,11 @@ class Driver:
         if prepared.report is None:
             return answer
         return reported(answer, self.wire, prepared.report, max_event_bytes=self.limits.max_event_bytes)
+
+
+def held_first(held: Held | None) -> AsyncIterator[bytes] | None:
+    """What was held, then the rest of the body (None: nothing was held, the response's own iterator serves)."""
+    return None if held is None else prepend(held.chunks, held.rest)
 
 
 async def post_upstream(
@@ -358,7 +363,8 @@ def own_answer(
         return None
 
     own = [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]
-    return Relay(status, response_headers(own, exchange.headers), whole(), nothing_to_close, exchange, streaming=False)
+    headers = response_headers(own, exchange.headers, event_stream=is_event_stream(own))
+    return Relay(status, headers, whole(), nothing_to_close, exchange, streaming=False)
 
 
 def reported(answer: Relay, wire: WireFormat, report: dict[str, Any], *, max_event_bytes: int) -> Relay:

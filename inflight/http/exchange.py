@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("inflight")
 MAX_FIELD_CHARS = 256
+NOTHING_DONE = TurnReport()  # the report of a request no turn handled (read-only, so one serves them all)
 
 
 def clean(value: object) -> str:
@@ -43,8 +44,8 @@ class Exchange:
     clock: Callable[[], float] = field(default=time.perf_counter, repr=False)  # seconds, for its timings
     started: float = field(init=False)  # when it began, by `clock`
     status: int = 0
-    fields: dict[str, str] = field(default_factory=dict)
-    report: TurnReport = field(default_factory=TurnReport)  # what the turn did: the x-inflight-* headers, the metrics
+    fields: dict[str, object] = field(default_factory=dict)  # made clean for the log line when it is written
+    report: TurnReport = NOTHING_DONE  # what the turn did: the x-inflight-* headers, the metrics
     finished: bool = False
     answered_at: float | None = None  # when the upstream's answer was last in (headers, or a held first event)
     upstream_s: float = 0.0  # waited on the upstream until then: every request sent to it (a retry's too)
@@ -66,11 +67,10 @@ class Exchange:
         self.started = self.clock()
 
     def note(self, key: str, value: object) -> None:
-        self.fields[key] = clean(value)
+        self.fields[key] = value
 
     def note_all(self, fields: dict[str, object]) -> None:
-        for key, value in fields.items():
-            self.fields[key] = clean(value)
+        self.fields.update(fields)
 
     def upstream_sending(self) -> None:
         """A request to the upstream is about to be opened (called before each, a retry's too)."""
@@ -116,7 +116,7 @@ class Exchange:
         upstream = f"{self.upstream_ms:.1f}" if self.upstream_ms is not None else "-"
         added = self.added_s
         proxy = f"{added * 1000:.1f}" if added is not None else "-"
-        fields = "".join(f" {key}={value}" for key, value in self.fields.items())
+        fields = "".join(f" {key}={clean(value)}" for key, value in self.fields.items())
         queued = self.queue_s
         queue = f" queue_ms={queued * 1000:.1f}" if queued is not None else ""
         log.info(

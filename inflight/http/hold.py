@@ -19,7 +19,6 @@ from inflight.formats import WireFormat
 from inflight.policy.refusals import MAX_BODY as MAX_ERROR_BODY
 from inflight.policy.refusals import Refusal
 from inflight.upstream.exceptions import UpstreamErrors
-from inflight.upstream.headers import header_value, is_event_stream
 from inflight.upstream.response import Response as UpstreamResponse
 
 
@@ -50,7 +49,7 @@ async def hold_until_known(
     A 2xx JSON body is never held, nor a stream past `max_event_bytes` without an event that tells."""
     rest = response.aiter_raw()
     chunks: list[bytes] = []
-    encoding = header_value(response.headers, b"content-encoding")
+    encoding = response.content_encoding
     if response.status >= 400:
         size = 0
         with UpstreamErrors(host):
@@ -61,7 +60,7 @@ async def hold_until_known(
                     return Held(chunks, rest)
         body = b"".join(chunks)
         return Held(chunks, rest, wire.refusal(response.status, body, content_encoding=encoding))
-    if response.status != 200 or not event_stream or not is_event_stream(response.headers) or encoding:
+    if response.status != 200 or not event_stream or not response.event_stream or encoding:
         return Held(chunks, rest)
     events = EventBuffer()
     held = 0

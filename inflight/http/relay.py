@@ -86,7 +86,7 @@ def relay(
     already read)."""
     return Relay(
         status=response.status,
-        headers=response_headers(response.headers, exchange.headers),
+        headers=response_headers(response.headers, exchange.headers, event_stream=response.event_stream),
         chunks=chunks if chunks is not None else response.aiter_raw(),
         close=response.aclose,
         exchange=exchange,
@@ -108,9 +108,17 @@ async def _chained(first: Sequence[bytes], rest: AsyncIterator[bytes]) -> AsyncI
 
 
 async def tap(
-    chunks: AsyncIterator[bytes], on_chunk: Callable[[bytes], None], on_end: Callable[[], None]
+    chunks: AsyncIterator[bytes],
+    on_chunk: Callable[[bytes], None],
+    on_end: Callable[[], None],
+    *,
+    first: Sequence[bytes] = (),
 ) -> AsyncIterator[bytes]:
-    """The same chunks, each shown to `on_chunk` as it passes; `on_end` once the body is complete."""
+    """`first` (chunks read already), then `chunks`, each shown to `on_chunk` as it passes; `on_end` once the body is
+    complete."""
+    for chunk in first:
+        yield chunk
+        on_chunk(chunk)
     async for chunk in chunks:
         yield chunk
         on_chunk(chunk)

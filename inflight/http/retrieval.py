@@ -27,7 +27,6 @@ from inflight.offload import call_sized
 from inflight.pipeline.engine import Pipeline
 from inflight.pipeline.retrieval import handle_in
 from inflight.upstream.exceptions import STREAM_ERRORS, UpstreamErrors
-from inflight.upstream.headers import header_value
 from inflight.upstream.response import Response
 
 log = logging.getLogger("inflight")
@@ -282,4 +281,4 @@ async def read_all(response: Response, host: str) -> bytes:
 
 def readable(response: Response) -> bool:
     """Whether the answer can be read here: 200 and not content-encoded."""
-    return response.status == 200 and header_value(response.headers, b"content-encoding") in (None, b"identity")
+    return response.status == 200 and response.content_encoding in (None, b"identity")

@@ -208,6 +208,8 @@ class BoundedHttpProtocol(HttpToolsProtocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.header_deadline: asyncio.TimerHandle | None = None
+        # When the current request's first bytes came (the loop's clock), until its headers are all in.
+        self.head_since: float | None = None
         self.reading_head = True  # between the end of a request (or the start) and the end of the next one's headers
         # Bytes fed since the parser last made progress (a head's end, body, a request's end): a head, a
         # trailer or a chunk line that grows past the bound is refused, however it is cut into reads.
@@ -220,9 +222,9 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self.send_clock = SendClock(transport, timeout_s=self.send_timeout_s, on_timeout=self.send_too_slow)
 
     def data_received(self, data: bytes) -> None:
-        if self.header_deadline is None and (self.cycle is None or self.cycle.response_complete):
+        if self.head_since is None and (self.cycle is None or self.cycle.response_complete):
             # The first bytes of a new request: its headers have this long to arrive, however slowly.
-            self.header_deadline = self.loop.call_later(self.header_timeout_s, self.headers_too_slow)
+            self.head_since = self.loop.time()
         start = 0
         while start < len(data):  # never more than the bound's room past the last progress at once
             piece = data[start : start + max(self.max_header_bytes - self.quiet_bytes, 1)]
@@ -234,6 +236,9 @@ class BoundedHttpProtocol(HttpToolsProtocol):
             if self.quiet_bytes >= self.max_header_bytes:  # a head, a trailer, a chunk line that never ends
                 self.headers_too_large()
                 return
+        if self.head_since is not None and self.header_deadline is None:
+            # The headers are not all in: the clock runs. Headers that came whole in one read never needed one.
+            self.header_deadline = self.loop.call_at(self.head_since + self.header_timeout_s, self.headers_too_slow)
 
     def on_body(self, body: bytes) -> None:
         self.quiet_bytes = 0
@@ -255,6 +260,10 @@ class BoundedHttpProtocol(HttpToolsProtocol):
     def on_message_complete(self) -> None:
         self.reading_head, self.quiet_bytes = True, 0
         super().on_message_complete()
+        if self.cycle is not None:
+            disconnect = self.cycle.scope.get(DISCONNECT)
+            if isinstance(disconnect, Disconnect):
+                disconnect.body_in = True
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.stop_header_clock()
@@ -279,6 +288,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
             self.send_clock.start()
 
     def stop_header_clock(self) -> None:
+        self.head_since = None
         if self.header_deadline is not None:
             self.header_deadline.cancel()
             self.header_deadline = None

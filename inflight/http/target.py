@@ -39,6 +39,8 @@ def checked_path(scope: Scope) -> bytes:
 
 
 def has_dot_segment(path: bytes) -> bool:
+    if b"." not in path and b"%" not in path:  # no dot, written or encoded: most paths, told at once
+        return False
     text = path
     for _ in range(MAX_DECODINGS):
         if any(segment in (b".", b"..") for segment in SEPARATORS.split(text)):

@@ -312,6 +312,8 @@ def _int(text: str | None) -> int | None:
 
 def detect_event(event: bytes) -> Refusal | None:
     """An SSE event that is an error object about the context length (vLLM and others stream them)."""
+    if b"error" not in event:  # told at once for an ordinary first event, without reading its data lines
+        return None
     data = event_data(event)
     if b"error" not in data:
         return None

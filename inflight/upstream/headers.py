@@ -81,10 +81,13 @@ def key_headers(api_key: str, basic_auth: str, key_header: bytes) -> RawHeaders:
     return [(b"authorization", b"Basic " + basic_auth.encode("ascii"))] if basic_auth else []
 
 
-def response_headers(raw: Iterable[tuple[bytes, bytes]], extra: dict[str, str] | None = None) -> RawHeaders:
-    """The upstream's headers as the client gets them, with the proxy's own `x-inflight-*` added."""
+def response_headers(
+    raw: Iterable[tuple[bytes, bytes]], extra: dict[str, str] | None = None, *, event_stream: bool
+) -> RawHeaders:
+    """The upstream's headers as the client gets them, with the proxy's own `x-inflight-*` added (`event_stream`: the
+    answer is `text/event-stream`)."""
     headers = filter_headers(raw)
-    if is_event_stream(headers):
+    if event_stream:
         # Stop nginx-style buffering between us and the client from batching SSE events.
         headers.append((b"x-accel-buffering", b"no"))
     for name, value in (extra or {}).items():

@@ -38,6 +38,9 @@ class Response:
         self.read_timeout = read_timeout
         self.status = 0
         self.headers: RawHeaders = []
+        # Read once from the headers, as the hold, the relay and the usage reader each ask.
+        self.event_stream = False  # `Content-Type: text/event-stream`
+        self.content_encoding: bytes | None = None  # the `Content-Encoding` header's value, if any
         self.complete = False  # the whole body was received
         self.error: Exception | None = None
         self._chunks: deque[bytes] = deque()
@@ -86,6 +89,15 @@ class Response:
 
     def headers_received(self, status: int, headers: RawHeaders) -> None:
         self.status, self.headers = status, headers
+        content_type = encoding = None  # the first of each, as `header_value` reads them
+        for name, value in headers:
+            lowered = name.lower()
+            if lowered == b"content-type" and content_type is None:
+                content_type = value
+            elif lowered == b"content-encoding" and encoding is None:
+                encoding = value
+        self.event_stream = content_type is not None and content_type.startswith(b"text/event-stream")
+        self.content_encoding = encoding
         if not self._headers_ready.done():
             self._headers_ready.set_result(None)
 

@@ -9,9 +9,15 @@ from urllib.parse import urlsplit
 import httpx
 import orjson
 import pytest
-from starlette.types import Message
+from starlette.requests import Request
+from starlette.types import Message, Receive, Scope, Send
+from uvicorn.config import Config
+from uvicorn.server import ServerState
 
+from inflight.config import Limits
+from inflight.http.body import read_limited
 from inflight.http.disconnect import DISCONNECT, CancelledOnDisconnect, ClientGone, Disconnect, on_disconnect
+from inflight.http.server import BoundedHttpProtocol
 from tests.conftest import ProxyFactory
 from tests.support.upstream import UpstreamApp
 
@@ -107,3 +113,38 @@ async def test_after_the_block_a_disconnect_calls_nobody() -> None:
 
 async def never_called() -> Message:
     raise AssertionError("receive() is not awaited when the connection tells of the disconnect")
+
+
+async def test_the_connection_says_when_a_body_is_all_in() -> None:
+    """A body that came with its head is marked in (then read with no clock); one that follows later is not, and is
+    still read whole."""
+    seen: list[tuple[bool, bytes]] = []
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope, receive)
+        body_in = scope[DISCONNECT].body_in
+        chunks = await read_limited(request, Limits(client_body_timeout_s=5))
+        seen.append((body_in, b"".join(chunks)))
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    config = Config(app=app, lifespan="off")
+    state = ServerState()
+    server = await asyncio.get_running_loop().create_server(
+        lambda: BoundedHttpProtocol(config=config, server_state=state, app_state={}), "127.0.0.1", 0
+    )
+    port = server.sockets[0].getsockname()[1]
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    head = b"POST / HTTP/1.1\r\nhost: x\r\ncontent-length: %d\r\n\r\n" % len(BODY)
+    try:
+        writer.write(head + BODY)
+        assert (await reader.readuntil(b"ok")).startswith(b"HTTP/1.1 200")
+        writer.write(head)  # the body a moment after its head, on the same connection
+        await asyncio.sleep(0.1)
+        writer.write(BODY)
+        assert (await reader.readuntil(b"ok")).startswith(b"HTTP/1.1 200")
+    finally:
+        writer.close()
+        server.close()
+        await server.wait_closed()
+    assert seen == [(True, BODY), (False, BODY)]
