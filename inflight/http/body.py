@@ -17,6 +17,7 @@ from inflight.codecs.inflate import InflatedTooLarge, InflateError, encoding_nam
 from inflight.config import Limits
 from inflight.errors import BadRequest, ClientTimeout, RequestTooLarge
 from inflight.http.disconnect import DISCONNECT, Disconnect
+from inflight.upstream.headers import header_value
 
 
 def too_large(limit: int) -> RequestTooLarge:
@@ -24,9 +25,10 @@ def too_large(limit: int) -> RequestTooLarge:
 
 
 def declared_length(request: Request, limit: int) -> int | None:
-    value = request.headers.get("content-length")
-    if value is None:
+    raw = header_value(request.scope["headers"], b"content-length")  # the raw headers: no header map made for one
+    if raw is None:
         return None
+    value = raw.decode("latin-1")
     if not value.strip().isdigit():
         raise BadRequest(f"invalid Content-Length {value!r}")
     if int(value) > limit:

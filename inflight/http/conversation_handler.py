@@ -29,6 +29,7 @@ from inflight.pipeline.engine import CLIENT_MODES, Mode, Options, Pipeline
 from inflight.pipeline.retrieval import HEADER as RETRIEVAL_HEADER
 from inflight.pipeline.turn import Steps, Turn
 from inflight.upstream.client import UpstreamClient
+from inflight.upstream.headers import header_value
 
 if TYPE_CHECKING:
     from inflight.metrics.tracing import Tracing
@@ -76,7 +77,7 @@ class ConversationHandler:
             trace.detach()
 
     async def _handle(self, request: Request, exchange: Exchange) -> Relay | KeepAlive:
-        encoding = request.headers.get("content-encoding", "")
+        encoding = (header_value(request.scope["headers"], b"content-encoding") or b"").decode("latin-1")
         raw = await read_limited(request, self.limits)
         options = options_of(request, self.wire, client_keys=self.upstream.client_keys)  # after the body: a 400 here
         exchange.client = options.tenant
