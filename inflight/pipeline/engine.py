@@ -15,7 +15,6 @@ from enum import StrEnum
 from typing import Any
 
 import orjson
-import xxhash
 from cachetools import LRUCache
 
 from inflight.compaction import Budget, Conversation, ConversationCompactions, Outcome, conversation_key, head_length
@@ -792,16 +791,5 @@ def key_of(counted: Counted, options: Options, *, max_chars: int = 256) -> str:
         tenant=options.tenant,
         # Only an in-place summary (Chat Completions') is sent with the tools. In other formats a change of tools
         # (an MCP server connecting, Claude Code's deferred tools) keeps the same conversation key.
-        sent_with=tools_digest(request.view.get("tools")) if counted.wire.spec.in_place_summaries else "",
+        sent_with=counted.count.tools_digest if counted.wire.spec.in_place_summaries else "",
     )
-
-
-def tools_digest(tools: object) -> str:
-    """A digest of the request's tools, which an in-place summary is sent with ("": none)."""
-    if not tools:
-        return ""
-    try:
-        canonical = orjson.dumps(tools, option=orjson.OPT_SORT_KEYS)
-    except TypeError:  # nested deeper than orjson can write: its repr will do
-        canonical = repr(tools).encode("utf-8", "surrogatepass")
-    return xxhash.xxh3_64_hexdigest(canonical)

@@ -76,10 +76,9 @@ def handle_in(arguments: str) -> str | None:
 
 def definition_tokens(counted: Counted, counter: TokenCounter) -> int:
     """What the tool's definition adds to the request's count (ours), with the request's own tools beside it."""
-    view = counted.request.view
-    tools = view.get("tools")
-    with_tool = {**view, "tools": [*(tools if isinstance(tools, list) else []), ChatShape.definition]}
-    added, _ = counter.count_tools(with_tool, counter.encoding(counted.encoding.name))
+    enc = counter.encoding(counted.encoding.name)
+    view, key = counted.request.view, counted.count.tools_key
+    added, _ = counter.count_tools_with(view, ChatShape.definition, enc, tools_key=key)
     return max(added - counted.count.tools, 0)
 
 

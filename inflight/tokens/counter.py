@@ -51,6 +51,8 @@ class RequestCount:
     digests: tuple[bytes, ...]  # each message's hash: the cache key, and how compaction records identify a message
     estimated: bool = False  # the tokenizer failed on part of it, which was estimated instead
     approximated: frozenset[int] = frozenset()  # messages estimated from samples, being older than what can be kept
+    tools_key: bytes = b""  # the hash its tool fields are cached under (b"": it has none)
+    tools_digest: str = ""  # a digest of its `tools` alone ("": none), which conversation keys use
 
     @property
     def fixed(self) -> int:
@@ -67,6 +69,23 @@ def digest_and_size(message: Any) -> tuple[bytes, int]:
     """`message_digest`, and the size of the canonical bytes it hashed."""
     canonical = orjson.dumps(message, option=orjson.OPT_SORT_KEYS)
     return xxhash.xxh3_128_digest(canonical), len(canonical)
+
+
+def tool_digests(payload: dict[str, Any]) -> tuple[bytes, str]:
+    """The hash a request's tool fields (`TOOL_FIELDS`, and whether a system message is there) are cached under,
+    and a digest of its `tools` alone ("" when it offers none). A coding agent's tools can be tens of kilobytes, so
+    they are written out once for both."""
+    fields: dict[str, Any] = {name: payload[name] for name in TOOL_FIELDS if name in payload}
+    if not fields:
+        return b"", ""
+    tools = fields.pop("tools", None)
+    written = orjson.dumps(tools, option=orjson.OPT_SORT_KEYS) if "tools" in payload else b""
+    fields["system"] = has_system_message(payload.get("messages"))
+    key = xxhash.xxh3_128()
+    key.update(b"%d:" % len(written))  # where the tools end, so no other fields can pass for them
+    key.update(written)
+    key.update(orjson.dumps(fields, option=orjson.OPT_SORT_KEYS))
+    return b"tools:" + key.digest(), xxhash.xxh3_64_hexdigest(written) if tools else ""
 
 
 def too_far(running: int, size: int, exact_tokens: int) -> bool:
@@ -120,10 +139,13 @@ class TokenCounter:
             for i, (tokens, estimated) in counted.items():
                 if not estimated:  # an estimate is not kept: the next count says so again
                     self._cache[(enc.name, digests[i])] = tokens
-        tools, tools_estimated = self.count_tools(payload, enc)
+        tools_key, tools_digest = tool_digests(payload)
+        tools, tools_estimated = self._tool_tokens(payload, enc, tools_key)
         estimated = tools_estimated or any(estimated for _, estimated in counted.values())
         total = REPLY_PRIMING + sum(counts) + tools
-        return RequestCount(total, tuple(counts), tools, digests, estimated, frozenset(approximated))
+        return RequestCount(
+            total, tuple(counts), tools, digests, estimated, frozenset(approximated), tools_key, tools_digest
+        )
 
     def estimate_message(self, message: Any, enc: tiktoken.Encoding) -> int:
         """Estimate `message`'s tokens from samples of its long strings (see `count_request`); not cached."""
@@ -149,11 +171,31 @@ class TokenCounter:
         The figure also depends on whether a system message is there to share its framing (see
         inflight.tokens.tools), so that is part of the key.
         """
-        fields: dict[str, Any] = {name: payload[name] for name in TOOL_FIELDS if name in payload}
-        if not fields:
+        return self._tool_tokens(payload, enc, tool_digests(payload)[0])
+
+    def count_tools_with(
+        self, payload: dict[str, Any], tool: dict[str, Any], enc: tiktoken.Encoding, *, tools_key: bytes
+    ) -> tuple[int, bool]:
+        """`count_tools` of `payload` with `tool` added to its tools, cached under `tools_key` (its own tool fields'
+        hash, from its count) and the tool's: the request's tools are not written out again to look it up."""
+        key = (enc.name, b"with:" + tools_key + message_digest(tool))
+        with self._lock:
+            cached = self._cache.get(key)
+        if cached is not None:
+            return cached, False
+        tools = payload.get("tools")
+        tokens, estimated = self.count_tools(
+            {**payload, "tools": [*(tools if isinstance(tools, list) else []), tool]}, enc
+        )
+        if not estimated:
+            with self._lock:
+                self._cache[key] = tokens
+        return tokens, estimated
+
+    def _tool_tokens(self, payload: dict[str, Any], enc: tiktoken.Encoding, tools_key: bytes) -> tuple[int, bool]:
+        if not tools_key:
             return 0, False
-        fields["system"] = has_system_message(payload.get("messages"))
-        key = (enc.name, b"tools:" + message_digest(fields))
+        key = (enc.name, tools_key)
         with self._lock:
             cached = self._cache.get(key)
         if cached is not None:

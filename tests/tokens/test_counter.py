@@ -13,8 +13,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 import tiktoken
+import xxhash
 from openai_messages_token_helper.function_format import format_function_definitions
 
 from inflight.tokens import TokenCounter, choose_encoding
@@ -120,6 +122,25 @@ def test_a_tool_set_counted_once_is_recounted_when_the_system_message_comes_or_g
         {"messages": [{"role": "system", "content": "x"}, user], "tools": tools}, "o200k_base"
     )
     assert with_system.tools == without - 4
+
+
+def test_a_requests_tools_are_written_out_once_for_its_count_and_its_conversation_key() -> None:
+    """The tools' digest is the one conversation keys were always made with (records stored under them still
+    match), a change of `tool_choice` alone keys the count apart but not the conversation, and a tool added to the
+    request's own is counted as if the request had offered it."""
+    counter = TokenCounter()
+    tools = [{"type": "function", "function": {"name": "ls", "parameters": {"type": "object", "properties": {}}}}]
+    body = {"messages": [{"role": "user", "content": "hi"}], "tools": tools}
+    counted = counter.count_request(body, "o200k_base")
+    assert counted.tools_digest == xxhash.xxh3_64_hexdigest(orjson.dumps(tools, option=orjson.OPT_SORT_KEYS))
+    chosen = counter.count_request({**body, "tool_choice": "required"}, "o200k_base")
+    assert chosen.tools_digest == counted.tools_digest and chosen.tools_key != counted.tools_key
+    assert counter.count_request({"messages": body["messages"]}, "o200k_base").tools_digest == ""
+    extra = {"type": "function", "function": {"name": "cat", "parameters": {"type": "object", "properties": {}}}}
+    enc = counter.encoding("o200k_base")
+    alone = counter.count_tools({**body, "tools": [*tools, extra]}, enc)
+    assert counter.count_tools_with(body, extra, enc, tools_key=counted.tools_key) == alone
+    assert counter.count_tools_with(body, extra, enc, tools_key=counted.tools_key) == alone  # from the cache now
 
 
 @pytest.mark.parametrize(
