@@ -4,13 +4,14 @@ Starts the fake upstream (zero-latency JSON; SSE with 64 events at a fixed inter
 inflight proxy in front of it, each in its own process, then measures direct and proxied
 requests interleaved in the same run. Prints a table; it asserts nothing.
 
-    python -m benchmarks.overhead [--requests 2000] [--streams 200] [--archive] [--api responses|messages]
+    python -m benchmarks.overhead [--requests 2000] [--streams 200] [--archive] [--api responses|messages] [--tools 30]
 
 `--archive` runs the proxy with `archive.enabled` (every turn written to an in-memory SQLite
 archive): the cost of keeping the archive, which is off by default. `--api responses` measures
 `POST /v1/responses` instead of `/v1/chat/completions` (the fake streams its lifecycle events around
 one message, each `INTERVAL_S` apart); `--api messages` measures Anthropic's `POST /v1/messages` (its
-events around one text block, spaced the same way).
+events around one text block, spaced the same way). `--tools 30` makes each request offer 30 function tools
+(about 35 KB), as a coding agent's do.
 """
 
 from __future__ import annotations
@@ -43,6 +44,30 @@ APIS = {  # path, request body
 
 def streaming(body: bytes) -> bytes:
     return orjson.dumps({**orjson.loads(body), "stream": True})
+
+
+def with_tools(body: bytes, api: str, count: int) -> bytes:
+    """`body` offering `count` function tools of about 1.2 KB each, in `api`'s shape, as coding agents' requests do."""
+    if count == 0:
+        return body
+    tools = []
+    for i in range(count):
+        description = "Reads, searches or edits the files of the project. " * 8
+        schema = {
+            "type": "object",
+            "properties": {f"arg{j}": {"type": "string", "description": "an argument " * 5} for j in range(6)},
+            "required": ["arg0"],
+        }
+        name = f"tool_{i}"
+        if api == "chat":
+            tools.append(
+                {"type": "function", "function": {"name": name, "description": description, "parameters": schema}}
+            )
+        elif api == "responses":
+            tools.append({"type": "function", "name": name, "description": description, "parameters": schema})
+        else:
+            tools.append({"name": name, "description": description, "input_schema": schema})
+    return orjson.dumps({**orjson.loads(body), "tools": tools})
 
 
 async def sequential(direct: str, proxied: str, count: int, body: bytes = CHAT_REQUEST) -> dict[str, list[float]]:
@@ -106,6 +131,7 @@ async def streams(
 
 async def measure(direct: str, proxied: str, args: argparse.Namespace) -> None:
     path, body = APIS[args.api]
+    body = with_tools(body, args.api, args.tools)
     api_direct, api_proxy = f"{direct}{path}", f"{proxied}{path}"
     stream = await streams(api_direct, api_proxy, args.streams, body)
     seq = await sequential(api_direct, api_proxy, args.requests, body)
@@ -149,6 +175,7 @@ def arguments() -> argparse.ArgumentParser:
     parser.add_argument("--seconds", type=float, default=2.0, help="length of each concurrent round")
     parser.add_argument("--archive", action="store_true", help="with archive.enabled (memory://)")
     parser.add_argument("--api", choices=sorted(APIS), default="chat", help="which endpoint (default: chat)")
+    parser.add_argument("--tools", type=int, default=0, help="function tools each request offers (default: none)")
     return parser
 
 
@@ -160,7 +187,8 @@ def main() -> None:
         inflight(direct, config) as proxied,
     ):
         print(f"upstream {direct}, proxy {proxied}; {args.requests} sequential pairs, {args.streams} stream pairs")
-        print(f"archive {'on' if args.archive else 'off'}; POST /v1{APIS[args.api][0]}")
+        tools = f"; {args.tools} tools a request" if args.tools else ""
+        print(f"archive {'on' if args.archive else 'off'}; POST /v1{APIS[args.api][0]}{tools}")
         asyncio.run(measure(direct, proxied, args))
 
 
