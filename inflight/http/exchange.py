@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("inflight")
 MAX_FIELD_CHARS = 256
-NOTHING_DONE = TurnReport()  # the report of a request no turn handled (read-only, so one serves them all)
+# The report of a request no turn handled, one for all of them: frozen to the type checker, never assign its fields.
+NOTHING_DONE = TurnReport()
 
 
 def clean(value: object) -> str:

@@ -3,7 +3,8 @@
 The relay is a plain ASGI callable rather than starlette's StreamingResponse because it must watch
 for the client's disconnect while it waits on the upstream, and close the upstream response the
 moment the client goes away. It knows nothing of chat: features that read the body (usage) wrap
-the chunk iterator with `tap`; chunks already read (a retry decision) go first via `prepend`.
+the chunk iterator with `tap`; chunks already read (a retry decision) go first, through `tap`'s `first` or,
+where nothing taps the body, `prepend`.
 """
 
 from __future__ import annotations

@@ -116,4 +116,5 @@ class ExactRouter(Router):
         scope["route"] = route
         scope["endpoint"] = route.endpoint
         scope["path_params"] = scope.get("path_params", {})
-        await route.app(scope, receive, send)  # its method is allowed: what `handle` would call
+        # Its method is allowed, so this is what `handle` calls (JsonRoute's own `handle` only answers other methods).
+        await route.app(scope, receive, send)

@@ -30,11 +30,12 @@ taken none for that long the connection is reset, and the relay, told by the dis
 the upstream stream and notes it on the request's log line.
 
 It tells each request's `Disconnect` (`inflight.http.disconnect`) the moment its client leaves, so
-that no task need wait on `receive()` to learn it; and it refuses WebSocket upgrades before any
-app sees them (a 501 saying to use HTTP).
+that no task need wait on `receive()` to learn it, and when the request's body is all in; and it
+refuses WebSocket upgrades before any app sees them (a 501 saying to use HTTP).
 
 The body's own clock (`limits.client_body_timeout_s`) runs where the body is read (`inflight.http.body`),
-so that its 408 goes through the endpoint like any other error, with its log line.
+so that its 408 goes through the endpoint like any other error, with its log line; a body the
+connection has all in already needs none.
 """
 
 from __future__ import annotations
@@ -223,7 +224,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
 
     def data_received(self, data: bytes) -> None:
         if self.head_since is None and (self.cycle is None or self.cycle.response_complete):
-            # The first bytes of a new request: its headers have this long to arrive, however slowly.
+            # The first bytes of a new request: its header clock, if it needs one, counts from now.
             self.head_since = self.loop.time()
         start = 0
         while start < len(data):  # never more than the bound's room past the last progress at once

@@ -178,6 +178,8 @@ class TokenCounter:
     ) -> tuple[int, bool]:
         """`count_tools` of `payload` with `tool` added to its tools, cached under `tools_key` (its own tool fields'
         hash, from its count) and the tool's: the request's tools are not written out again to look it up."""
+        if not tools_key:  # no tool fields of its own: the tool alone, under a key that says whether a system is there
+            return self.count_tools({**payload, "tools": [tool]}, enc)
         key = (enc.name, b"with:" + tools_key + message_digest(tool))
         with self._lock:
             cached = self._cache.get(key)

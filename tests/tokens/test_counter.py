@@ -124,10 +124,9 @@ def test_a_tool_set_counted_once_is_recounted_when_the_system_message_comes_or_g
     assert with_system.tools == without - 4
 
 
-def test_a_requests_tools_are_written_out_once_for_its_count_and_its_conversation_key() -> None:
-    """The tools' digest is the one conversation keys were always made with (records stored under them still
-    match), a change of `tool_choice` alone keys the count apart but not the conversation, and a tool added to the
-    request's own is counted as if the request had offered it."""
+def test_a_requests_tools_digest_is_the_one_conversation_keys_were_made_with() -> None:
+    """Records stored under a conversation key still match: the digest of the tools is what it always was, and a
+    change of `tool_choice` alone keys the count apart but not the conversation."""
     counter = TokenCounter()
     tools = [{"type": "function", "function": {"name": "ls", "parameters": {"type": "object", "properties": {}}}}]
     body = {"messages": [{"role": "user", "content": "hi"}], "tools": tools}
@@ -136,11 +135,29 @@ def test_a_requests_tools_are_written_out_once_for_its_count_and_its_conversatio
     chosen = counter.count_request({**body, "tool_choice": "required"}, "o200k_base")
     assert chosen.tools_digest == counted.tools_digest and chosen.tools_key != counted.tools_key
     assert counter.count_request({"messages": body["messages"]}, "o200k_base").tools_digest == ""
-    extra = {"type": "function", "function": {"name": "cat", "parameters": {"type": "object", "properties": {}}}}
-    enc = counter.encoding("o200k_base")
-    alone = counter.count_tools({**body, "tools": [*tools, extra]}, enc)
-    assert counter.count_tools_with(body, extra, enc, tools_key=counted.tools_key) == alone
-    assert counter.count_tools_with(body, extra, enc, tools_key=counted.tools_key) == alone  # from the cache now
+
+
+def test_a_tool_added_to_a_requests_own_counts_as_if_the_request_offered_it() -> None:
+    """Looked up by the request's tools key, and never with a figure cached for another request: with or without a
+    system message, with or without tools of its own, with another `tool_choice`."""
+    ls = {"type": "function", "function": {"name": "ls", "parameters": {"type": "object", "properties": {}}}}
+    cat = {"type": "function", "function": {"name": "cat", "parameters": {"type": "object", "properties": {}}}}
+    user = {"role": "user", "content": "hi"}
+    bodies = [
+        {"messages": [user]},
+        {"messages": [{"role": "system", "content": "x"}, user]},
+        {"messages": [user], "tools": [ls]},
+        {"messages": [{"role": "system", "content": "x"}, user], "tools": [ls]},
+        {"messages": [user], "tools": [ls], "tool_choice": "required"},
+    ]
+    shared = TokenCounter()  # every body through one cache, each looked up before anything else fills it
+    enc = shared.encoding("o200k_base")
+    for body in bodies:
+        key = shared.count_request(body, "o200k_base").tools_key
+        with_tool = {**body, "tools": [*body.get("tools", []), cat]}
+        expected = TokenCounter().count_tools(with_tool, enc)  # a fresh cache: nothing another body left
+        assert shared.count_tools_with(body, cat, enc, tools_key=key) == expected, body
+        assert shared.count_tools_with(body, cat, enc, tools_key=key) == expected, body  # and from the cache
 
 
 @pytest.mark.parametrize(
