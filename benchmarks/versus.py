@@ -8,9 +8,12 @@ machine's speed drifts by tens of percent within minutes, so two benchmark runs 
 other compare the drift as much as the code; alternating short rounds gives both the same machine.
 Prints each proxy's requests/s per round and their medians, and its CPU time per request (read from
 /proc). With `--collector`, each proxy runs under `benchmarks.collector_probe`, and the table also
-shows the time its garbage collections took during the rounds, per request. Asserts nothing.
+shows the time its garbage collections took during the rounds, per request. With `--streams N`, it
+then times a stream's first byte N times through each proxy, each time after one sent to the upstream
+directly (as `benchmarks.overhead` does), the two proxies' order flipped each time: both are compared
+with the same direct streams. Asserts nothing.
 
-    python -m benchmarks.versus --against ../old [--rounds 6] [--seconds 2] [--collector]
+    python -m benchmarks.versus --against ../old [--rounds 6] [--seconds 2] [--collector] [--streams 300]
 """
 
 from __future__ import annotations
@@ -30,8 +33,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchmarks.harness import table
-from benchmarks.overhead import EVENTS, INTERVAL_S, concurrent
+from benchmarks.harness import CHAT_REQUEST, RawConnection, table
+from benchmarks.overhead import EVENTS, INTERVAL_S, concurrent, streaming
 from tests.support.processes import fake_upstream, wait_for_port
 from tests.support.servers import free_port
 
@@ -115,6 +118,26 @@ def measure(targets: dict[str, Proxy], *, rounds: int, seconds: float) -> Rounds
     return results
 
 
+async def first_bytes(direct: str, targets: dict[str, Proxy], count: int) -> dict[str, list[float]]:
+    """Each stream's time to its first body byte (ms): one straight to the upstream, then one through each proxy,
+    `count` times, the proxies' order flipped each time."""
+    request = streaming(CHAT_REQUEST)
+    connections = {"direct": await RawConnection.open(direct, request)}
+    for name, proxy in targets.items():
+        connections[name] = await RawConnection.open(proxy.url, request)
+    for connection in connections.values():  # warm-up: connections, caches
+        for _ in range(10):
+            await connection.stream()
+    times: dict[str, list[float]] = {name: [] for name in connections}
+    names = list(targets)
+    for number in range(count):
+        for name in ["direct", *(names if number % 2 == 0 else reversed(names))]:
+            times[name].append((await connections[name].stream())[0])
+    for connection in connections.values():
+        connection.close()
+    return times
+
+
 def arguments() -> argparse.ArgumentParser:
     """The command line (`tests/test_docs.py` checks each command the docs show against it)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -122,6 +145,7 @@ def arguments() -> argparse.ArgumentParser:
     parser.add_argument("--rounds", type=int, default=6, help="rounds per proxy")
     parser.add_argument("--seconds", type=float, default=2.0, help="length of each round")
     parser.add_argument("--collector", action="store_true", help="also time each proxy's garbage collections")
+    parser.add_argument("--streams", type=int, default=0, help="then time this many streams' first byte through each")
     return parser
 
 
@@ -137,6 +161,9 @@ def main() -> None:
         ):
             targets = {"this checkout": this, str(other): that}
             results = measure(targets, rounds=args.rounds, seconds=args.seconds)
+            times = (
+                asyncio.run(first_bytes(f"{upstream}/chat/completions", targets, args.streams)) if args.streams else {}
+            )
         rows = []
         for name, rounds in results.items():
             rates = [rps for rps, _, _ in rounds]
@@ -149,6 +176,14 @@ def main() -> None:
     print(table(rows, [*headers, "collector µs a request"] if args.collector else headers))
     this_rps, that_rps = (statistics.median(rps for rps, _, _ in rounds) for rounds in results.values())
     print(f"this checkout serves {this_rps / that_rps:.2f}x the other's requests/s")
+    if times:
+        direct = statistics.median(times["direct"])
+        rows = [["direct", f"{direct:.3f}", ""]]
+        rows += [
+            [name, f"{statistics.median(times[name]):.3f}", f"{statistics.median(times[name]) - direct:+.3f}"]
+            for name in targets
+        ]
+        print(table(rows, ["", f"stream TTFB p50 (ms), {args.streams} each", "added"]))
 
 
 if __name__ == "__main__":
