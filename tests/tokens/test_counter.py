@@ -143,7 +143,7 @@ def test_a_tool_added_to_a_requests_own_counts_as_if_the_request_offered_it() ->
     ls = {"type": "function", "function": {"name": "ls", "parameters": {"type": "object", "properties": {}}}}
     cat = {"type": "function", "function": {"name": "cat", "parameters": {"type": "object", "properties": {}}}}
     user = {"role": "user", "content": "hi"}
-    bodies = [
+    bodies: list[dict[str, Any]] = [
         {"messages": [user]},
         {"messages": [{"role": "system", "content": "x"}, user]},
         {"messages": [user], "tools": [ls]},
