@@ -19,6 +19,7 @@ So a 25 MB conversation of which only a window's worth can be kept costs only a 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -178,31 +179,27 @@ class TokenCounter:
     ) -> tuple[int, bool]:
         """`count_tools` of `payload` with `tool` added to its tools, cached under `tools_key` (its own tool fields'
         hash, from its count) and the tool's: the request's tools are not written out again to look it up."""
+
+        def counted() -> tuple[int, bool]:
+            tools = payload.get("tools")
+            return self.count_tools({**payload, "tools": [*(tools if isinstance(tools, list) else []), tool]}, enc)
+
         if not tools_key:  # no tool fields of its own: the tool alone, under a key that says whether a system is there
-            return self.count_tools({**payload, "tools": [tool]}, enc)
-        key = (enc.name, b"with:" + tools_key + message_digest(tool))
-        with self._lock:
-            cached = self._cache.get(key)
-        if cached is not None:
-            return cached, False
-        tools = payload.get("tools")
-        tokens, estimated = self.count_tools(
-            {**payload, "tools": [*(tools if isinstance(tools, list) else []), tool]}, enc
-        )
-        if not estimated:
-            with self._lock:
-                self._cache[key] = tokens
-        return tokens, estimated
+            return counted()
+        return self._cached((enc.name, b"with:" + tools_key + message_digest(tool)), counted)
 
     def _tool_tokens(self, payload: dict[str, Any], enc: tiktoken.Encoding, tools_key: bytes) -> tuple[int, bool]:
         if not tools_key:
             return 0, False
-        key = (enc.name, tools_key)
+        return self._cached((enc.name, tools_key), lambda: safely(tool_tokens, payload, enc))
+
+    def _cached(self, key: tuple[str, bytes], count: Callable[[], tuple[int, bool]]) -> tuple[int, bool]:
+        """The figure cached under `key`, else `count()`'s, kept unless it is an estimate (the next count says so)."""
         with self._lock:
             cached = self._cache.get(key)
         if cached is not None:
             return cached, False
-        tokens, estimated = safely(tool_tokens, payload, enc)
+        tokens, estimated = count()
         if not estimated:
             with self._lock:
                 self._cache[key] = tokens
