@@ -94,6 +94,7 @@ def conversation_view(meta: dict[str, Any], turns: list[dict[str, Any]]) -> dict
     per_100, share = cache.rewrites_per_100_turns, cache.cached_share
     return conversation_summary(meta) | {
         "average_growth": round(growth, 1) if growth is not None else None,
+        "rewrites": cache.rewrites,  # of the stored turns: each one a prefix the upstream had to write again
         "rewrites_per_100_turns": round(per_100, 1) if per_100 is not None else None,
         "cached_share": round(share, 3) if share is not None else None,
         "cost": round(cache.cost) if cache.client_cost else None,

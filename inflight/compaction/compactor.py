@@ -20,7 +20,7 @@ from inflight.compaction.conversation import (
 )
 from inflight.compaction.depth import Depth, Spacing
 from inflight.compaction.draft import Budget, Draft
-from inflight.compaction.middle import depth_of
+from inflight.compaction.middle import Recent, depth_of, kept_recent
 from inflight.compaction.record import Record, Replacement
 from inflight.compaction.stage import Outcome, Stage, Work
 from inflight.compaction.stages import build_stages
@@ -40,8 +40,10 @@ class Compactor:
         observation: re.Pattern[str] | None = None,
         spacing: Spacing | None = None,
         handles: bool = False,
+        recent: Recent | None = None,
     ) -> None:
         self.stages = list(stages)
+        self.recent = recent  # the agent's recent work, sent verbatim whenever it fits (None: the latest turn only)
         self.handles = handles  # placeholders name handles (`inflight.compaction.retrieval`)
         self.spacing = spacing  # decides how deep a compaction goes (`inflight.compaction.depth`); None: to target
         self.count_message = count_message
@@ -53,7 +55,7 @@ class Compactor:
     ) -> Outcome | None:
         """Return the rewritten conversation, or None when it can go upstream unchanged."""
         before = conversation.tokens
-        if record is None and before <= budget.prune_at and not force:
+        if record is None and before <= budget.first_at and not force:
             return None
         head_len = head_length(conversation.messages)
         draft = Draft.from_record(record, conversation) if record else Draft(head_len, head_len)
@@ -74,12 +76,8 @@ class Compactor:
             latest_request=latest,
             handles=self.handles,
         )
-        work.prune = force or work.tokens > recompact_at(budget, record)
-        if self.spacing is not None and budget.spaced and (work.prune or draft.fallback):  # a compaction may run
-            work.depth = depth_of(work, self.spacing)
-            if work.depth.schedule is not None:
-                work.budget = budget = schedule_by_cost(budget, work.depth, record)
-                work.prune = force or work.tokens > recompact_at(budget, record)
+        self.plan(work, record)
+        budget = work.budget
         for stage in self.stages:
             await stage.run(work)
         if count_exactly(work) and work.tokens > budget.limit:  # the estimates were too low: run again on exact counts
@@ -103,6 +101,19 @@ class Compactor:
             say_churn(outcome, work.depth, total)
         outcome.actions = list(dict.fromkeys(outcome.actions)) or [Action.NONE]
         return outcome
+
+    def plan(self, work: Work, record: Record | None) -> None:
+        """Decide whether truncate and mask are due, what recent work is kept whole, and how deep this goes."""
+        budget, force = work.budget, work.force
+        work.prune = force or work.tokens > recompact_at(budget, record)
+        if self.recent is not None and not force:  # a forced compaction (one the client asked for) folds it all
+            work.recent_from = kept_recent(work, self.recent, self.spacing.summarize if self.spacing else None)
+        weighed = work.prune or work.draft.fallback or budget.earliest is not None
+        if self.spacing is not None and budget.spaced and weighed:  # a compaction may run
+            work.depth = depth_of(work, self.spacing)
+            if work.depth.schedule is not None:
+                work.budget = budget = schedule_by_cost(budget, work.depth, record)
+                work.prune = force or work.tokens > recompact_at(budget, record)
 
 
 def count_exactly(work: Work) -> bool:
@@ -142,8 +153,11 @@ def say_churn(outcome: Outcome, depth: Depth, tokens: int) -> None:
 def schedule_by_cost(budget: Budget, depth: Depth, record: Record | None) -> Budget:
     """Move the budget's thresholds to the point where compacting costs least per turn (`Depth.plan`).
 
-    A request below that point is sent with its record replayed, even if it is past `prune_at` or `summarize_at`."""
+    With `goal: fit`, a request below that point is sent with its record replayed, even if it is past `prune_at` or
+    `summarize_at`. With `goal: cost`, it may come before them, and they are the latest it may come."""
     trigger = min(depth.trigger, budget.limit)
+    if budget.earliest is not None:
+        return replace(budget, prune_at=min(budget.prune_at, trigger), summarize_at=min(budget.summarize_at, trigger))
     if record is None or record.bare:  # the first compaction happens no earlier than prune_at
         return replace(budget, prune_at=max(budget.prune_at, trigger), summarize_at=max(budget.summarize_at, trigger))
     return replace(budget, summarize_at=max(budget.summarize_at, trigger))
@@ -195,4 +209,14 @@ def build_compactor(
         observation=observation,
         spacing=spacing,
         handles=settings.retrieval.mode != "off",
+        recent=recent_of(settings),
+    )
+
+
+def recent_of(settings: Compaction) -> Recent:
+    """The agent's recent work a model's `compaction:` settings keep whole."""
+    observation = observation_regex(settings.mask.observation_pattern)
+    mask = settings.mask
+    return Recent(
+        settings.summarize.keep_recent_tokens, mask.keep_tool_results, observation, mask.keep_tool_results_min
     )

@@ -61,6 +61,8 @@ class Depth:
 
     schedule: Schedule | None = None  # the cost model of the conversation, when compactions are scheduled by cost
     trigger: int = 0  # with prices: the size at which compacting costs least per turn, regardless of thresholds
+    latest: bool = False  # `goal: cost`: the thresholds are the latest a compaction may come, not the earliest
+    summary_input: int = 0  # about what the summarizer would read now (0: judged from what masking left)
 
     @classmethod
     def plan(
@@ -73,16 +75,22 @@ class Depth:
         spacing: Spacing,
         limit: int = 0,
         fixed: int = 0,
+        latest: bool = False,
+        masked: int = 0,
+        summary_input: int = 0,
     ) -> Depth:
         """Plan a compaction's aim and when the next one happens.
 
         With prices (`spacing.prices`), it goes to the floor, since what it keeps costs a cache write now and a
-        read every later turn, and the next one comes where cost per turn is least, past `summarize_at` and within
-        `limit`. Otherwise it goes just deep enough that `min_turns` turns reach `summarize_at`, at most `target`."""
+        read every later turn, and the next one comes where cost per turn is least: past `summarize_at`, or with
+        `latest` (`goal: cost`) no later than it, and within `limit`. Otherwise it goes just deep enough that
+        `min_turns` turns reach `summarize_at`, at most `target`. With `latest`, the next compaction is timed from
+        what masking alone would leave (`masked`), since masking is done first and a summary only when it pays."""
         if spacing.prices is not None and growth > 0 and limit > 0:
             schedule = Schedule(spacing.prices, growth, fixed)
-            trigger = schedule.best_trigger(kept=floor, limit=limit)
-            return cls(growth, floor, floor, max(summarize_at, trigger), spacing, schedule, trigger)
+            trigger = schedule.best_trigger(kept=max(floor, masked) if latest else floor, limit=limit)
+            next_at = min(summarize_at, trigger) if latest else max(summarize_at, trigger)
+            return cls(growth, floor, floor, next_at, spacing, schedule, trigger, latest, summary_input)
         spaced = summarize_at - spacing.min_turns * growth  # from this size, `min_turns` turns reach summarize_at
         return cls(growth, floor, max(min(target, spaced), floor), summarize_at, spacing)
 
@@ -123,11 +131,12 @@ class Depth:
         if self.turns_left(tokens) < 1 <= self.turns_left(self.floor):
             return True
         call = 0.0
-        if self.spacing.summary_costs and not self.spacing.summaries_ahead:  # a summary made ahead is already paid
+        # A summary made ahead is already paid, unless compactions come early (`goal: cost`): then masking, which
+        # costs no call, folds what it can, and a summary is asked for only when it pays for its call too.
+        if self.spacing.summary_costs and (self.latest or not self.spacing.summaries_ahead):
             room = self.spacing.summarize.max_summary_tokens
-            call = summary_cost(
-                self.schedule.prices, input_tokens=max(tokens - self.floor, 0) + room, output_tokens=room
-            )
+            read = self.summary_input or max(tokens - self.floor, 0) + room
+            call = summary_cost(self.schedule.prices, input_tokens=read, output_tokens=room)
         summarized = self.schedule.per_turn(kept=self.floor, trigger=self.summarize_at, summary=call)
         return summarized < self.schedule.per_turn(kept=tokens, trigger=self.summarize_at)
 

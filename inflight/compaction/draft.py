@@ -24,15 +24,30 @@ class Budget:
     summarize_at: int
     target: int
     spaced: bool = True  # a compaction may go below target to delay the next one (`inflight.compaction.depth`)
+    # With `goal: cost`: the size from which a compaction is weighed at all, since one may pay long before prune_at;
+    # prune_at and summarize_at are then the latest it may come. None (`goal: fit`): nothing before prune_at.
+    earliest: int | None = None
 
     @classmethod
-    def of(cls, limit: int, settings: Compaction) -> Budget:
+    def of(cls, limit: int, settings: Compaction, *, fixed: int = 0, goal: str | None = None) -> Budget:
+        """The budget of a request whose fixed part (tools, system) is `fixed`; `goal` overrides `settings.goal`."""
+        prune_at = int(limit * settings.prune_at)
+        earliest = None
+        if (goal or settings.goal) == "cost":  # below the floor plus a summary's room, no compaction can pay
+            tail = min(settings.summarize.keep_recent_tokens, limit // 4)
+            earliest = min(prune_at, fixed + tail + settings.summarize.max_summary_tokens)
         return cls(
             limit=limit,
-            prune_at=int(limit * settings.prune_at),
+            prune_at=prune_at,
             summarize_at=int(limit * settings.summarize_at),
             target=int(limit * settings.target),
+            earliest=earliest,
         )
+
+    @property
+    def first_at(self) -> int:
+        """The size above which a conversation with no record may be compacted: `earliest`, else `prune_at`."""
+        return self.prune_at if self.earliest is None else self.earliest
 
     @classmethod
     def exactly(cls, limit: int) -> Budget:

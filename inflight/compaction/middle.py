@@ -6,8 +6,10 @@ summary message. Both the LLM summary and its local fallback replace the same sp
 
 from __future__ import annotations
 
+import re
+
 from inflight.compaction.actions import Action
-from inflight.compaction.conversation import Message, pinned, turn_starts
+from inflight.compaction.conversation import Message, is_observation, pinned, turn_starts
 from inflight.compaction.depth import Depth, Spacing, growth_per_turn
 from inflight.compaction.draft import Budget
 from inflight.compaction.facts import facts_of
@@ -16,8 +18,11 @@ from inflight.compaction.retrieval import read_back_note, span_handle
 from inflight.compaction.stage import Work
 from inflight.compaction.summary_job import clip, summary_message
 from inflight.config import Summarize as SummarizeSettings
+from inflight.frozen import frozen
 
 REPLACED_NOTE = "[the messages this summary replaced: "  # after the ledger: how to read them back
+RECENT_SHARE = 4  # the recent tokens kept whole are at most this share of the budget (`keep_recent_tokens` above it)
+RECENT_TURNS_OF_ROOM = 4  # the turns of growth the recent work must leave room for, lest every turn compact again
 
 
 def max_summary_tokens(settings: SummarizeSettings, budget: Budget) -> int:
@@ -35,14 +40,73 @@ def valid_cuts(work: Work) -> list[int]:
     return valid
 
 
+@frozen
+class Recent:
+    """The agent's recent work, which every compaction sends verbatim: at least `tokens` of the newest
+    conversation (`summarize.keep_recent_tokens`, at most a quarter of the budget) and the newest `results` tool outputs
+    with their calls (`mask.keep_tool_results`)."""
+
+    tokens: int
+    results: int
+    observation: re.Pattern[str] | None = None  # a text-action agent's observations count as tool outputs
+    fewest: int = 2  # the results kept when the rest does not fit (`mask.keep_tool_results_min`)
+
+
+def recent_from(work: Work, recent: Recent) -> int:
+    """Where the agent's recent work starts: the latest whole turn from which the tail holds all of `recent`.
+
+    When no turn after the record's summary does, all of the conversation after it is recent work."""
+    draft, messages = work.draft, work.conversation.messages
+    results = [
+        i
+        for i in range(draft.head_len, len(messages))
+        if messages[i].get("role") == "tool" or is_observation(messages, i, recent.observation)
+    ]
+    bound = draft.prefix_len  # the latest message from which the tail holds `recent`
+    wanted, running = min(recent.tokens, work.budget.limit // RECENT_SHARE), 0
+    for _, tokens, origin in reversed(draft.view(work.conversation)):
+        running += tokens
+        if origin is not None and origin >= draft.prefix_len and running >= wanted:
+            bound = origin
+            break
+    if results and recent.results > 0:
+        bound = min(bound, results[-min(recent.results, len(results))])
+    earlier = [cut for cut in valid_cuts(work) if cut <= bound]
+    return earlier[-1] if earlier else draft.prefix_len
+
+
+def kept_recent(work: Work, recent: Recent, settings: SummarizeSettings | None) -> int | None:
+    """Where the agent's recent work starts, when it leaves room in the budget for the head, a summary and
+    `RECENT_TURNS_OF_ROOM` more turns at the conversation's growth: a floor any tighter would make every turn
+    compact again. Otherwise the newest `recent.fewest` results with no token minimum; else None: only the
+    latest turn is kept whole, as before, noted on the log line (`recent_not_kept=` the floor's tokens)."""
+    room = max_summary_tokens(settings, work.budget) if settings is not None else 0
+    sizes = work.conversation.counts
+    growth = growth_per_turn(work.conversation.messages, sizes, head_len=work.draft.head_len)
+    limit = work.budget.limit - RECENT_TURNS_OF_ROOM * growth
+    view = work.draft.view(work.conversation)
+    floor = 0
+    for wanted in (recent, Recent(0, min(recent.fewest, recent.results), recent.observation)):
+        start = recent_from(work, wanted)
+        older = sum(t for m, t, o in view if o is not None and work.draft.prefix_len <= o < start and not pinned(m))
+        floor = work.tokens - older + room
+        if floor <= limit:
+            return start
+    work.outcome.notes["recent_not_kept"] = str(floor)
+    return None
+
+
 def depth_of(work: Work, spacing: Spacing) -> Depth:
     """Plan how deep this compaction goes (`inflight.compaction.depth`).
 
-    Its floor is the fixed part, the head, a summary's room and the shortest tail a summary may keep, as sent."""
+    Its floor is the fixed part, the head, a summary's room and the agent's recent work (`Work.recent_from`), or,
+    when that is not kept, the shortest tail a summary may keep, as sent."""
     conversation, draft = work.conversation, work.draft
     view = draft.view(conversation)
     cuts = valid_cuts(work)
     tail_from = cuts[-1] if cuts else draft.prefix_len
+    if work.recent_from is not None:
+        tail_from = min(tail_from, work.recent_from)
     kept = sum(t for _, t, o in view if o is not None and (o < draft.prefix_len or o >= tail_from))
     floor = conversation.fixed_tokens + kept + max_summary_tokens(spacing.summarize, work.budget)
     sizes = [
@@ -51,6 +115,8 @@ def depth_of(work: Work, spacing: Spacing) -> Depth:
     ]
     growth = growth_per_turn(conversation.messages, sizes, head_len=draft.head_len)
     budget = work.budget
+    masked = work.tokens - maskable(work) if work.recent_from is not None else 0
+    read = summary_read(work, spacing.summarize) if work.recent_from is not None else 0
     return Depth.plan(
         growth=growth,
         floor=floor,
@@ -59,6 +125,35 @@ def depth_of(work: Work, spacing: Spacing) -> Depth:
         spacing=spacing,
         limit=budget.limit,
         fixed=conversation.fixed_tokens + sum(t for _, t, o in view if o is not None and o < draft.head_len),
+        latest=budget.earliest is not None,
+        masked=masked,
+        summary_input=read,
+    )
+
+
+PLACEHOLDER_TOKENS = 60  # about what a masked result's one line costs
+CHARS_PER_TOKEN = 4
+
+
+def summary_read(work: Work, settings: SummarizeSettings) -> int:
+    """About the tokens a summarizer call would read now: the earlier summary, then the messages older than the
+    agent's recent work, each as the transcript clips it (`clip_tool_output_chars`)."""
+    conversation, draft = work.conversation, work.draft
+    end = work.recent_from if work.recent_from is not None else draft.prefix_len
+    clipped = settings.clip_tool_output_chars // CHARS_PER_TOKEN
+    return draft.summary_tokens + sum(min(conversation.counts[i], clipped) for i in range(draft.prefix_len, end))
+
+
+def maskable(work: Work) -> int:
+    """About the tokens masking would take out now: the tool results older than the agent's recent work, less
+    their placeholders."""
+    conversation, draft = work.conversation, work.draft
+    messages, counts = conversation.messages, conversation.counts
+    end = work.recent_from if work.recent_from is not None else draft.prefix_len
+    return sum(
+        max(counts[i] - PLACEHOLDER_TOKENS, 0)
+        for i in range(draft.prefix_len, end)
+        if messages[i].get("role") == "tool" and i not in draft.replaced and i not in conversation.opaque
     )
 
 
@@ -87,6 +182,11 @@ def choose_cut(work: Work, settings: SummarizeSettings, *, growth: int = 0) -> i
         if tokens_from.get(candidate, 0) > tail_budget:
             break
         cut = candidate
+    if work.recent_from is not None:  # the agent's recent work is never summarized
+        earlier = [candidate for candidate in valid if candidate <= work.recent_from]
+        if not earlier:
+            return None
+        cut = min(cut, earlier[-1])
     return cut
 
 

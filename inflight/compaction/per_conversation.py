@@ -82,8 +82,8 @@ class ConversationCompactions:
         ahead = ahead if self.jobs is not None else None
         if ahead is not None and self.jobs is not None:
             self.jobs.touch(key)
-        if not force and conversation.tokens <= budget.prune_at:
-            start_at = ahead.start_at if ahead is not None else budget.prune_at
+        if not force and conversation.tokens <= budget.first_at:
+            start_at = ahead.start_at if ahead is not None else budget.first_at
             if self.needs_nothing(key, conversation.tokens, start_at):
                 return None
             record = best_record(await self.records.load(key), conversation.digests)

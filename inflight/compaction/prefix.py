@@ -162,9 +162,35 @@ class PrefixTracker:
     It keeps at most `max_bytes` (24 bytes per message and about 600 per conversation), evicting the least
     recently seen conversation first."""
 
-    def __init__(self, max_bytes: int) -> None:
+    def __init__(self, max_bytes: int, *, max_tallies: int = 10_000) -> None:
         self._last: LRUCache[str, tuple[LastSent, int]] = LRUCache(maxsize=max_bytes, getsizeof=lambda kept: kept[1])
         self._client_entries = False  # whether any conversation has an entry for the client's own request
+        # Per conversation (its key's digest), the turns seen and the rewrites among them, for `/inflight/stats`.
+        self._tallies: LRUCache[bytes, list[int]] = LRUCache(maxsize=max_tallies)
+
+    def rewrites(self) -> dict[str, object]:
+        """The prefix rewrites of the conversations this process saw lately (at most `max_tallies` of them)."""
+        tallies = list(self._tallies.values())
+        rewritten = [rewrites for _, rewrites in tallies if rewrites]
+        turns = sum(turns for turns, _ in tallies)
+        total = sum(rewritten)
+        return {
+            "conversations": len(tallies),
+            "rewritten_conversations": len(rewritten),
+            "turns": turns,
+            "rewrites": total,
+            "most_in_one_conversation": max(rewritten, default=0),
+            "per_rewritten_conversation": round(total / len(rewritten), 2) if rewritten else None,
+            "per_100_turns": round(100 * total / turns, 2) if turns else None,
+        }
+
+    def _tally(self, key: str, rewrite: bool) -> None:
+        digest = xxhash.xxh3_128_digest(key.encode("utf-8", "surrogatepass"))
+        tally = self._tallies.get(digest)
+        if tally is None:
+            self._tallies[digest] = tally = [0, 0]
+        tally[0] += 1
+        tally[1] += rewrite
 
     def observe(self, key: str, sent: SentRequest, client: SentRequest | None = None) -> CacheTurn:
         """Compare `sent` with the conversation's previous request, and `client` with the client's previous one.
@@ -173,6 +199,7 @@ class PrefixTracker:
         separate entry for the client: before its first compaction, what the client sent is what was sent."""
         previous = self._last.get(key)
         turn = self._compare(key, previous, sent)
+        self._tally(key, turn.rewrite)
         if client is None:
             # Compacted before but sent unchanged now: update the client's entry too.
             if self._client_entries and (own := f"client:{key}") in self._last:

@@ -62,6 +62,13 @@ class Work:
     estimated: set[int] = field(default_factory=set)  # replacements with estimated tokens, to count if sent
     depth: Depth | None = None  # how deep the compaction goes, from the conversation's growth (None: to target)
     handles: bool = False  # placeholders name the handle the original can be read back by (`compaction.retrieval`)
+    # Where the agent's recent work starts (`middle.recent_from`): no stage but the last resort changes a message
+    # from there on. None: it does not fit the budget, so only the latest turn is kept whole, as with `fit` before.
+    recent_from: int | None = None
+
+    def recent(self, index: int) -> bool:
+        """Whether message `index` is part of the agent's recent work, which goes upstream verbatim."""
+        return self.recent_from is not None and index >= self.recent_from
 
     def count_replacement(self, index: int, message: Message, *, size: int) -> int:
         """Count `message`, which replaces message `index`.

@@ -104,10 +104,10 @@ class Retrieval(Section):
     """`compaction.retrieval`: whether the model may read back what compaction took out (`inflight_retrieve`).
 
     `tool`: once a conversation is compacted, and if its request offers tools, inflight adds the tool and answers
-    its calls itself; `off`: placeholders name no handle and no tool is added; `auto` (default): `tool` where the
-    upstream bills no cache-write premium (`pricing`), `off` where it does, as adding a tool there writes the
-    cached tools and system prompt again (Anthropic's Messages API). A bare mode (YAML's `off` is false) stands
-    for the mode alone."""
+    its calls itself; `off`: placeholders name no handle and no tool is added; `auto` (default): as `tool`, in
+    every format with the tool's shape. It is added with the first compaction, which rewrites the prefix anyway;
+    where cache writes bear a premium (Anthropic's Messages API) that costs one more write of the tools and system
+    prompt, once. A bare mode (YAML's `off` is false) stands for the mode alone."""
 
     mode: Literal["auto", "tool", "off"] = "auto"
     max_rounds: int = Field(3, ge=1, le=10)  # calls answered in one turn before the answer goes to the client
@@ -142,6 +142,10 @@ class Compaction(Section):
     # turn at the upstream's prices (`pricing:`). "thresholds": compact at prune_at and summarize_at, deep enough
     # for min_turns_between turns.
     schedule: Literal["cost", "thresholds"] = "cost"
+    # "cost": compact whenever that lowers the expected bill, at any size; prune_at and summarize_at are then the
+    # latest a compaction may come (a safety net). "fit": nothing changes before prune_at (the window needs it).
+    # Either way the agent's recent work (`summarize.keep_recent_tokens`, `mask.keep_tool_results`) goes verbatim.
+    goal: Literal["cost", "fit"] = "cost"
     truncate: Truncate = Truncate()
     mask: Mask = Mask()
     summarize: Summarize = Summarize()

@@ -39,6 +39,8 @@ MakeTurn = Callable[[Pipeline, Counted, Options], Steps]
 COMPACTION_HEADER = b"x-inflight-compaction"
 SESSION_HEADER = b"x-inflight-session"
 RETRIEVAL_NAME = RETRIEVAL_HEADER.encode("latin-1")
+GOAL_HEADER = b"x-inflight-goal"  # `cost` or `fit` overrides `compaction.goal` for the request
+GOALS = frozenset({"cost", "fit"})
 
 
 class ConversationHandler:
@@ -121,7 +123,7 @@ def options_of(request: Request, wire: WireFormat, *, client_keys: frozenset[byt
     the client's key (`client_keys`: the headers that carry one), read in one pass over the raw headers."""
     hint_header = wire.spec.session_header
     hint_name = hint_header.lower().encode("latin-1") if hint_header is not None else None
-    wanted = {COMPACTION_HEADER, SESSION_HEADER, RETRIEVAL_NAME, hint_name}
+    wanted = {COMPACTION_HEADER, SESSION_HEADER, RETRIEVAL_NAME, GOAL_HEADER, hint_name}
     found: dict[bytes, str] = {}
     credentials: list[tuple[bytes, bytes]] = []
     for name, value in request.scope["headers"]:  # names are lower-case in the ASGI scope
@@ -136,6 +138,13 @@ def options_of(request: Request, wire: WireFormat, *, client_keys: frozenset[byt
             param="x-inflight-compaction",
             code="invalid_header",
         )
+    goal = found.get(GOAL_HEADER, "").strip().lower()
+    if goal and goal not in GOALS:
+        raise BadRequest(
+            f"x-inflight-goal: expected cost or fit (or no header), got {found[GOAL_HEADER]!r}",
+            param="x-inflight-goal",
+            code="invalid_header",
+        )
     client = request.scope.get("client")
     return Options(
         mode=Mode.asked(asked),
@@ -144,4 +153,5 @@ def options_of(request: Request, wire: WireFormat, *, client_keys: frozenset[byt
         credentials=credentials,
         client=client[0] if client else "",
         retrieval=found.get(RETRIEVAL_NAME, ""),
+        goal=goal,
     )

@@ -88,6 +88,7 @@ class Options:
     summary_instructions: str = ""
     context_tag: str = ""
     retrieval: str = ""  # `x-inflight-retrieval`: `off` or `tool` overrides `compaction.retrieval.mode` here
+    goal: str = ""  # `x-inflight-goal`: `cost` or `fit` overrides `compaction.goal` here
     # The client's tenant: a digest of its key ("" if it presents none). Every step of a request (key, budget,
     # calibration) needs it, so it is hashed once, when the options are made.
     tenant: str = field(init=False, repr=False, compare=False)
@@ -171,6 +172,7 @@ class Pipeline:
             "window_brackets": self._brackets.report(),
             "summary_jobs": self._compactions.job_stats(),
             "retrieval": self._originals.stats(),
+            "rewrites": self._prefixes.rewrites(),
         }
 
     def record_usage(
@@ -198,7 +200,7 @@ class Pipeline:
         """Whether this request, if compacted, offers `inflight_retrieve` (`compaction.retrieval`): never in shadow
         mode, nor when the client's header turns it off or the request offers no tools."""
         settings = self.model_settings(counted.model).compaction.retrieval
-        offers = may_offer(counted, settings, asked=options.retrieval, prices=self._prices(counted))
+        offers = may_offer(counted, settings, asked=options.retrieval)
         return offers and not self._shadows(counted, options)
 
     def read_back(self, arguments: str, *, model: str, tenant: str, room: int | None = None) -> str:
@@ -636,16 +638,22 @@ class Pipeline:
             count.approximated,
         )
         own_units = accounting.own_units(retry.limit if retry else accounting.budget)  # in our own token units
-        budget = Budget.exactly(own_units) if retry and retry.blind else Budget.of(own_units, settings)
+        by_cost = self._scheduled_by_cost(counted, settings, tenant=options.tenant)
+        goal = (options.goal or settings.goal) if by_cost else "fit"  # compacting early needs the cost model
+        if goal != settings.goal:
+            settings = settings.model_copy(update={"goal": goal})
+        fixed = conversation.fixed_tokens
+        budget = Budget.exactly(own_units) if retry and retry.blind else Budget.of(own_units, settings, fixed=fixed)
         force = options.mode == Mode.FORCE  # a retry need not force: the request it retries is already over its limit
         summarizers = None if shadow and not settings.shadow_summaries else self._summarizers
         background = self._compactions.background and summarizers is not None
         background_at = settings.summarize.background_at
         background = background and (background_at is not None or shadow)  # shadow mode never waits for a summary
         start_at = int(budget.limit * background_at) if background and background_at is not None else budget.prune_at
+        start_at = min(start_at, budget.first_at)  # with `goal: cost`, a summary may be due long before prune_at
         # Below both thresholds no summary is close, so the summarizer's window need not be asked; and a
         # conversation never compacted here needs nothing else either.
-        first_at = min(budget.prune_at, start_at)
+        first_at = min(budget.first_at, start_at)
         due = force or conversation.tokens > first_at
         if not due and self._compactions.needs_nothing(key, conversation.tokens, first_at):
             return None
@@ -666,13 +674,15 @@ class Pipeline:
             budget=self._budget,
             spender=self._spender_of(options, settings),
             tenant=options.tenant,
-            prices=self._prices(counted) if self._scheduled_by_cost(counted, settings, tenant=options.tenant) else None,
+            prices=self._prices(counted) if by_cost else None,
             instructions=options.summary_instructions,
             context_tag=options.context_tag,
         )
         # No background job for a retry (the original turn started any needed) or for a request below every threshold.
         wanted = background and due and not retry
         ahead = parts.ahead(budget, start_at, counted.request.view.get("tools")) if wanted else None
+        if force and ahead is not None:  # asked for by the client: its summary covers the recent work too
+            ahead = replace(ahead, recent=None)
         if shadow and ahead is not None:
             ahead = replace(ahead, wait_s=0)
         elif options.agent_compaction and ahead is not None:  # the agent waits for its summary in any case

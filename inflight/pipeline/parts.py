@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from inflight.compaction import Budget, Compactor, Summarize, SummaryAhead, SummaryJob, build_compactor
+from inflight.compaction.compactor import recent_of
 from inflight.compaction.conversation import Message, observation_regex
 from inflight.compaction.depth import Spacing
 from inflight.compaction.handoff import without_tagged
@@ -140,6 +141,7 @@ class CompactionParts:
             tools=tools,
             spacing=self.spacing(summaries_ahead=True),
             tenant=self.spender,
+            recent=recent_of(self.settings),
         )
 
 

@@ -13,7 +13,6 @@ import orjson
 
 from inflight.compaction import Outcome
 from inflight.compaction.retrieval import NO_ROOM, fitted, originals, read_back
-from inflight.config import Prices
 from inflight.config import Retrieval as RetrievalSettings
 from inflight.formats.retrieve_tool import ChatShape, offered, shape_of
 from inflight.pipeline.accounting import Counted
@@ -82,14 +81,14 @@ def definition_tokens(counted: Counted, counter: TokenCounter) -> int:
     return max(added - counted.count.tools, 0)
 
 
-def may_offer(counted: Counted, settings: RetrievalSettings, *, asked: str, prices: Prices) -> bool:
+def may_offer(counted: Counted, settings: RetrievalSettings, *, asked: str) -> bool:
     """Whether this request may offer the tool once compacted: tools offered, a format with the tool's shape, and
-    the mode (the client's header `off` or `tool`, else the configured one) says so. `auto` offers it where adding
-    it costs no more than a cache miss: a tool added to the list changes the cached prefix from the tools on,
-    which a provider with a cache-write premium (`prices.cache_write` above `prices.input`, Anthropic's 1.25)
-    bills again for the tools and the system prompt."""
+    the mode (the client's header `off` or `tool`, else the configured one) says so. `auto` offers it as `tool`
+    does: it is added with the first compaction, which rewrites the prefix anyway, and stays the same bytes after,
+    so where cache writes bear a premium (Anthropic's 1.25) it costs one more write of the tools and system prompt
+    in a conversation, and none later."""
     header = asked.strip().lower()
     mode = header if header in ("off", "tool") else settings.mode
-    if mode == "off" or (mode == "auto" and prices.cache_write > prices.input):
+    if mode == "off":
         return False
     return offered(counted.payload.get("tools")) and shape_of(counted.wire) is not None

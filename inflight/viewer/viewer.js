@@ -129,7 +129,10 @@ async function showConversation(id, stale) {
   document.title = `inflight · ${view.label}`;
   const left = view.turns_left == null ? "unknown" : `about ${number(view.turns_left)}`;
   const growth = view.average_growth == null ? "–" : `${number(view.average_growth)} tokens a turn`;
-  const rewrites = view.rewrites_per_100_turns == null ? "–" : number(view.rewrites_per_100_turns);
+  const rewrites =
+    view.rewrites_per_100_turns == null
+      ? "–"
+      : `${number(view.rewrites)} (${number(view.rewrites_per_100_turns)} per 100 turns)`;
   const cached = view.cached_share == null ? "–" : `${Math.round(view.cached_share * 100)}%`;
   const cost =
     view.cost == null
@@ -151,7 +154,7 @@ async function showConversation(id, stale) {
       fact("compactions", number(view.compaction_count)),
       fact("average growth", growth),
       fact("turns to the next compaction", left),
-      fact("prefix rewrites per 100 turns", rewrites),
+      fact("prefix rewrites", rewrites),
       fact("cached share (estimated)", cached),
       fact("prompt cost in input tokens (estimated)", cost),
       churned > 0 && fact("churn", `${counted(churned, "compaction")} left too few turns before the next`),

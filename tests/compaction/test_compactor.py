@@ -419,14 +419,18 @@ async def test_a_developer_message_after_the_head_is_cut_only_after_every_observ
     assert "[... omitted" in outcome.messages[3]["content"]
 
 
-async def test_masking_goes_down_to_target_in_one_step_not_just_under_summarize_at() -> None:
-    """Between prune_at and summarize_at, masking all but `keep_tool_results` leaves it above target:
-    it goes on to `keep_tool_results_min` at once, so the next turns need no change for longer."""
+async def test_masking_keeps_the_newest_results_whole_and_goes_further_only_when_they_do_not_fit() -> None:
+    """Between prune_at and summarize_at, masking all but `keep_tool_results` leaves it above target: the newest
+    results are the agent's recent work and stay whole all the same. Only when that recent work does not fit the
+    budget does masking go on to `keep_tool_results_min` at once, as it did before recent work was kept."""
     messages = agent_conversation(8)
     total = conversation_of(messages).tokens
     limit = int(total / 0.8)  # over prune_at (0.7), under summarize_at (0.85): masking, no summary
     outcome = await run(messages, limit)
     masked = [m for m in outcome.messages if m.get("role") == "tool" and "pruned" in str(m.get("content"))]
-    assert outcome.actions == ["mask"]
-    assert len(masked) == 8 - Compaction().mask.keep_tool_results_min  # not 8 - keep_tool_results
-    assert outcome.tokens_after <= Budget.of(limit, Compaction()).target
+    assert outcome.actions[0] == "mask"
+    assert len(masked) == 8 - Compaction().mask.keep_tool_results
+    assert outcome.messages[-10:] == messages[-10:]  # the newest five calls and their results, verbatim
+    squeezed = await run(messages, total // 2)  # the recent work alone is over this budget: it is cut, and said
+    assert "recent_not_kept" in squeezed.notes and squeezed.fits
+    assert squeezed.messages[-10:] != messages[-10:]

@@ -24,6 +24,17 @@ from tests.compaction.test_compactor import COUNTER, ENCODING, Engine, compactor
 
 LIMIT = 24_000
 SUMMARIZE = Summarize()
+# Most tests here time compactions whose floor is the latest turn (no `keep_recent_tokens`, only the newest result
+# kept whole), so each can go as deep as its spacing asks; the agent's recent work is tested in test_recent_work.py.
+LATEST_TURN: dict[str, Any] = {
+    "summarize": {"keep_recent_tokens": 0},
+    "mask": {"keep_tool_results": 1, "keep_tool_results_min": 1},
+}
+
+
+def latest_turn(**changes: Any) -> Compaction:
+    """The compaction settings whose floor is the latest turn, with `changes`."""
+    return Compaction(**LATEST_TURN, **changes)
 
 
 @cache
@@ -99,7 +110,7 @@ async def test_a_steadily_growing_conversation_is_compacted_at_most_every_min_tu
     floor for nothing; with one made on the turn, a call is made only when it doubles the turns masking gives (at
     20%, masking alone gives 2)."""
     messages = growing(40, [int(LIMIT * share)])
-    for engine, turns in ((compactor(Compaction()), with_summarizer), (without_summarizer(Compaction()), without)):
+    for engine, turns in ((compactor(latest_turn()), with_summarizer), (without_summarizer(latest_turn()), without)):
         rewrites, actions = await replay(messages, engine)
         per_rewrite, back_to_back = spacing(rewrites)
         assert back_to_back == 0, actions
@@ -109,13 +120,13 @@ async def test_a_steadily_growing_conversation_is_compacted_at_most_every_min_tu
 async def test_a_fast_conversation_is_compacted_deeper_than_target_at_once() -> None:
     """With `target` 0.6 and turns of a tenth of the budget, four turns of room mean compacting to about 0.45:
     masking goes on past all-but-`keep_tool_results` (which stops above that) to the aim, in one step."""
-    settings = Compaction(target=0.6)
+    settings = latest_turn(target=0.6)
     messages = growing(12, [int(LIMIT * 0.1)])
     engine = compactor(settings)
     budget = Budget.of(LIMIT, settings)
     for end in range(4, len(messages) + 1, 2):
         outcome = await engine.run(conversation_of(messages[:end]), budget=budget, record=None)
-        if outcome is not None:
+        if outcome is not None and outcome.actions != ["none"]:
             break
     assert outcome is not None and outcome.actions == ["mask"]  # masking reaches it: no summary
     assert outcome.tokens_after <= budget.summarize_at - 4 * int(LIMIT * 0.1) < budget.target
@@ -123,26 +134,26 @@ async def test_a_fast_conversation_is_compacted_deeper_than_target_at_once() -> 
 
 async def test_without_spacing_the_same_conversation_is_compacted_more_often() -> None:
     """The control: compacting to `target` only (`min_turns_between: 0`) rewrites the prefix more often."""
-    spaced, _ = await replay(growing(40, [int(LIMIT * 0.15)]), Compaction())
-    unspaced, _ = await replay(growing(40, [int(LIMIT * 0.15)]), Compaction(min_turns_between=0))
+    spaced, _ = await replay(growing(40, [int(LIMIT * 0.15)]), latest_turn())
+    unspaced, _ = await replay(growing(40, [int(LIMIT * 0.15)]), latest_turn(min_turns_between=0))
     assert sum(unspaced) > sum(spaced)
 
 
 async def test_a_bursty_conversation_never_rewrites_on_consecutive_turns_while_the_floor_holds_a_turn() -> None:
     sizes = [int(LIMIT * 0.04)] * 3 + [int(LIMIT * 0.25)]
-    rewrites, actions = await replay(growing(40, sizes), Compaction())
+    rewrites, actions = await replay(growing(40, sizes), latest_turn())
     assert spacing(rewrites)[1] == 0, actions
 
 
 async def test_turns_too_big_for_the_window_are_said_to_churn() -> None:
     """Said by the compaction that churns, not by the turns that replay its record (a summary's or the ledger's)."""
-    for engine in (compactor(Compaction()), without_summarizer(Compaction())):
+    for engine in (compactor(latest_turn()), without_summarizer(latest_turn())):
         rewrites, actions = await replay(growing(20, [int(LIMIT * 0.3)]), engine)
         compacted = [a for a, rewrite in zip(actions, rewrites, strict=True) if rewrite]
         replayed = [a for a, rewrite in zip(actions, rewrites, strict=True) if not rewrite and a != "none"]
         assert compacted and all("churn" in a for a in compacted), actions
         assert replayed and not any("churn" in a for a in replayed), actions
-    _, calm = await replay(growing(30, [int(LIMIT * 0.05)]), Compaction())
+    _, calm = await replay(growing(30, [int(LIMIT * 0.05)]), latest_turn())
     assert not any("churn" in a for a in calm)
 
 
@@ -183,7 +194,7 @@ def test_a_summary_is_asked_for_only_when_it_pays_for_its_call() -> None:
 
 
 async def test_the_floor_keeps_room_for_the_summary_beside_the_head_and_the_latest_turn() -> None:
-    settings = Compaction()
+    settings = latest_turn()
     messages = growing(12, [int(LIMIT * 0.3)])
     outcome = await compactor(settings).run(conversation_of(messages), budget=Budget.of(LIMIT, settings), record=None)
     assert outcome is not None and "churn" in outcome.actions
@@ -202,7 +213,7 @@ async def test_a_digest_after_a_summary_says_the_summary_covers_the_earlier_mess
     """An LLM summary in the record, then the summarizer down: the ledger extends the summary, and the model is
     not told that no summary could be made right under one."""
     messages = growing(30, [int(LIMIT * 0.1)])
-    settings = Compaction(min_turns_between=0)
+    settings = latest_turn(min_turns_between=0)
     engine = compactor(settings)
     budget = Budget.of(LIMIT, settings)
     first = await engine.run(conversation_of(messages[:24]), budget=budget, record=None, force=True)
@@ -256,18 +267,19 @@ async def billed(messages: list[dict[str, Any]], engine: Engine, prices: Prices)
 @pytest.mark.parametrize("prices", [Prices(cache_write=1.25), Prices()], ids=["anthropic", "openai"])
 async def test_scheduled_by_cost_a_conversation_costs_less_than_by_thresholds(prices: Prices) -> None:
     """The same conversation, each turn a twentieth of the budget: compacting later and to the floor bills less
-    than compacting at `prune_at` and `summarize_at` to where `min_turns_between` turns fit, in no more rewrites."""
+    than compacting at `prune_at` and `summarize_at` to where `min_turns_between` turns fit. Its rewrites are in
+    that bill: where they cost no premium (OpenAI) it may make one more, sooner."""
     messages = growing(40, [int(LIMIT * 0.05)])
-    by_cost, cost_rewrites, actions = await billed(messages, priced(Compaction(), prices), prices)
-    by_thresholds, threshold_rewrites, _ = await billed(messages, compactor(Compaction()), prices)
+    by_cost, cost_rewrites, actions = await billed(messages, priced(latest_turn(), prices), prices)
+    by_thresholds, threshold_rewrites, _ = await billed(messages, compactor(latest_turn()), prices)
     assert by_cost < 0.95 * by_thresholds, (by_cost, by_thresholds, actions)
-    assert 0 < cost_rewrites <= threshold_rewrites
+    assert 0 < cost_rewrites <= threshold_rewrites + (prices.cache_write <= 1)
 
 
 async def test_scheduled_by_cost_a_request_that_fits_waits_past_prune_at() -> None:
     """Past `prune_at` but under the cheapest trigger, the request goes as it came; a request over the limit is
-    compacted, to its floor."""
-    settings = Compaction()
+    compacted, to its floor (`goal: fit`)."""
+    settings = latest_turn(goal="fit")
     engine = priced(settings, Prices(cache_write=1.25))
     budget = Budget.of(LIMIT, settings)
     messages = growing(40, [int(LIMIT * 0.1)])  # big turns: a compaction pays only further on

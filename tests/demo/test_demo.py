@@ -83,11 +83,25 @@ def test_a_window_too_small_for_a_summary_gives_up_on_summaries_at_once_and_the_
     assert "churn" in shown and shown - {"none"} <= explained, (shown, explained)
 
 
+def wrapped_rows(lines: list[str]) -> list[tuple[str, ...]]:
+    """The table's rows, each with its actions column whole: the lines an action wraps onto joined to it."""
+    rows: list[list[str]] = []
+    for line in lines:
+        match = ROW.match(line)
+        if match:
+            rows.append(list(match.groups()))
+        elif rows and line.startswith(" " * 40) and line.strip():
+            rows[-1][5] += " " + line.strip()
+        elif not line.strip() or line.startswith("─"):
+            continue
+    return [tuple(row) for row in rows]
+
+
 def test_under_a_shadow_config_it_shows_what_would_have_been_sent(tmp_path: Path) -> None:
     config = tmp_path / "shadow.yaml"
     config.write_text("compaction: {mode: shadow}\n")
     lines = demo("--config", str(config))  # every turn: those over the window are refused, and it still exits 0
-    rows = [match.groups() for match in map(ROW.match, lines) if match]
+    rows = wrapped_rows(lines)
     assert len(rows) == 14
     assert all(row[2] == row[3] for row in rows)  # the client's request went upstream as it came
     assert any(row[5].startswith("shadow, would send ") for row in rows)

@@ -18,10 +18,11 @@ from tests.support.servers import free_port
 from tests.support.upstream import Scripted, UpstreamApp
 from tests.support.waiting import wait_until
 
-# Budget 3000 (a quarter of the window is reserved); summaries made on the turn that needs one.
+# Budget 3000 (a quarter of the window is reserved); summaries made on the turn that needs one; compactions only
+# once the window needs them (`goal: fit`), so that each is a summary.
 SETTINGS: dict[str, Any] = {
     "models": {"gpt-4o": {"context_window": 4000}},
-    "compaction": {"summarize": {"background_at": None}},
+    "compaction": {"summarize": {"background_at": None}, "goal": "fit"},
     "archive": {"enabled": True},
 }
 

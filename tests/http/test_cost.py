@@ -142,12 +142,12 @@ def test_a_refusal_without_numbers_is_met_once_per_client_and_model(
 def test_the_archive_says_where_the_next_compaction_comes_and_what_each_turn_cost(
     upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
 ) -> None:
-    """Scheduled by cost, a turn past `prune_at` that went as it came is archived with the point its compaction
-    waits for, not the configured one it passed; every turn with its cost beside what the client's request would
-    have cost, and the conversation with their totals."""
+    """Scheduled by cost with `goal: fit`, a turn past `prune_at` that went as it came is archived with the point
+    its compaction waits for, not the configured one it passed; every turn with its cost beside what the client's
+    request would have cost, and the conversation with their totals."""
     _, url = upstream
     turns = range(2, 30)
-    with start_proxy(url, **WINDOW, archive={"enabled": True}) as proxy_url:
+    with start_proxy(url, **WINDOW, archive={"enabled": True}, compaction={"goal": "fit"}) as proxy_url:
         with httpx.Client(base_url=proxy_url, timeout=30, headers={"x-inflight-session": "s-1"}) as http:
             for n in turns:
                 messages = agent_conversation(n, output_lines=20)  # about 300 tokens a turn

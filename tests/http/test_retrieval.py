@@ -169,7 +169,7 @@ def test_anthropic_messages_reads_back_a_masked_output(
     messages = chat_conversation()
     tools: list[Any] = [{"name": "bash", "description": "Run it.", "input_schema": {"type": "object"}}]
     history: list[Any] = anthropic_messages(messages)
-    tool = {"compaction": {"retrieval": "tool"}}  # `auto` leaves it off where cache writes cost more (Anthropic)
+    tool = {"compaction": {"retrieval": "tool"}}  # as `auto` does: offered in every format with the tool's shape
     with start_proxy(url, **WINDOW, **tool) as proxy_url:
         client = anthropic.Anthropic(base_url=proxy_url.removesuffix("/v1"), api_key="sk-ant-a", max_retries=0)
         reply: Message
@@ -289,12 +289,11 @@ def test_an_answer_that_also_calls_the_clients_tool_goes_to_it_without_ours(
     assert len(app.chat_requests()) == 1  # nothing answered in the client's place: its tool goes first
 
 
-def test_by_default_it_is_offered_where_cache_writes_cost_no_more_and_a_header_turns_it_on_elsewhere(
+def test_by_default_it_is_offered_in_every_compacted_request_and_a_header_turns_it_off(
     upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
 ) -> None:
-    """`auto`: the tool rides a compacted Chat Completions request (no cache-write premium), not an Anthropic one,
-    where adding it would write the cached tools and system prompt again at 1.25x; `x-inflight-retrieval: tool`
-    asks for it there all the same."""
+    """`auto`: the tool rides a compacted Chat Completions request and an Anthropic one alike (added with the first
+    compaction, which rewrites the prefix anyway); `x-inflight-retrieval: off` leaves it out of one request."""
     app, url = upstream
     tools: list[Any] = [{"name": "bash", "description": "Run it.", "input_schema": {"type": "object"}}]
     body = {"model": MODEL, "max_tokens": 1000, "messages": anthropic_messages(chat_conversation()), "tools": tools}
@@ -303,13 +302,13 @@ def test_by_default_it_is_offered_where_cache_writes_cost_no_more_and_a_header_t
             f"{proxy_url}/chat/completions", json={"model": MODEL, "messages": chat_conversation(), "tools": [BASH]}
         )
         default = httpx.post(f"{proxy_url}/messages", json=body)
-        asked = httpx.post(f"{proxy_url}/messages", json=body, headers={"x-inflight-retrieval": "tool"})
-    assert chat.status_code == default.status_code == asked.status_code == 200
-    assert all("mask" in r.headers["x-inflight-actions"] for r in (chat, default, asked))
+        off = httpx.post(f"{proxy_url}/messages", json=body, headers={"x-inflight-retrieval": "off"})
+    assert chat.status_code == default.status_code == off.status_code == 200
+    assert all("mask" in r.headers["x-inflight-actions"] for r in (chat, default, off))
     assert TOOL_NAME.encode() in app.chat_requests()[-1].body
-    plain, offered = (r.body for r in app.messages_requests()[-2:])
-    assert TOOL_NAME.encode() not in plain and b"inflight:" not in plain
+    offered, plain = (r.body for r in app.messages_requests()[-2:])
     assert TOOL_NAME.encode() in offered
+    assert TOOL_NAME.encode() not in plain and b"inflight:" not in plain
 
 
 def test_what_is_read_back_is_clipped_to_the_room_left_in_the_window(start_proxy: ProxyFactory) -> None:

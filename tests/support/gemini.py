@@ -140,10 +140,16 @@ def json_for(schema: Any) -> Any:
 @dataclass
 class GeminiTaskAgent:
     """A scripted agent: `steps` shell commands (those of the Responses fake's `TaskAgent`), each printing
-    `output_lines` lines, then a final answer; it fails loudly (a message saying so) if the task is gone."""
+    `output_lines` lines (or each step its own of `step_lines`), then a final answer; it fails loudly (a message
+    saying so) if the task is gone."""
 
     steps: int = 30
     output_lines: int = 200
+    step_lines: tuple[int, ...] = ()  # the lines of each step in turn; empty: `output_lines` for all
+
+    def lines(self, step: int) -> int:
+        """The lines step `step` (from 1) prints."""
+        return self.step_lines[step - 1] if 0 < step <= len(self.step_lines) else self.output_lines
 
     def next_parts(self, payload: dict[str, Any], *, thoughts: bool) -> list[dict[str, Any]]:
         """The parts of the next model content (before signing)."""
@@ -173,7 +179,14 @@ class GeminiTaskAgent:
     def command(self, step: int) -> str:
         """The step's command, without `$(...)`: Gemini CLI refuses command substitution in a shell command."""
         line = f"step {step} log line %g: checked the modules of step {step} and found nothing to change"
-        return f"seq -f '{line}' 1 {self.output_lines}; echo 'STEP {step} DONE'"
+        return f"seq -f '{line}' 1 {self.lines(step)}; echo 'STEP {step} DONE'"
+
+    def output(self, step: int) -> str:
+        """What the step's command prints (its last newline left out; `%g` writes these numbers as integers)."""
+        line = f"checked the modules of step {step} and found nothing to change"
+        return "\n".join(
+            [*(f"step {step} log line {i}: {line}" for i in range(1, self.lines(step) + 1)), f"STEP {step} DONE"]
+        )
 
     def step(self, contents: list[Any]) -> int:
         """The next step: after the latest function response's, or after what a snapshot says is done (its

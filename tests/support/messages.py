@@ -170,16 +170,25 @@ class CacheUsage:
 @dataclass
 class MessagesTaskAgent:
     """A scripted agent: `steps` shell commands (those of the Responses fake's `TaskAgent`), each printing
-    `output_lines` lines, then a final answer. It finds the step it is at from the latest tool result
-    (`STEP n DONE`), or with none, from the summary it starts from; it fails loudly (a message saying so) if the
-    task is gone from the conversation."""
+    `output_lines` lines (or each step its own of `step_lines`), then a final answer. It finds the step it is at
+    from the latest tool result (`STEP n DONE`), or with none, from the summary it starts from; it fails loudly
+    (a message saying so) if the task is gone from the conversation."""
 
     steps: int = 30
     output_lines: int = 200
     narrate: bool = True  # a line of text before each call, as Claude writes one
+    step_lines: tuple[int, ...] = ()  # the lines of each step in turn; empty: `output_lines` for all
+
+    def shell(self) -> TaskAgent:
+        """The Responses fake's agent, whose commands (and their outputs) these steps are."""
+        return TaskAgent(steps=self.steps, output_lines=self.output_lines, step_lines=self.step_lines)
 
     def command(self, step: int) -> str:
-        return TaskAgent(steps=self.steps, output_lines=self.output_lines).command(step)
+        return self.shell().command(step)
+
+    def output(self, step: int) -> str:
+        """What the step's command prints (its last newline left out)."""
+        return self.shell().output(step)
 
     def next_content(self, payload: dict[str, Any], serial: int) -> list[dict[str, Any]]:
         """The content of the next assistant message (a final one when it ends with text)."""

@@ -87,21 +87,36 @@ def overflow_error() -> dict[str, Any]:
 
 @dataclass
 class TaskAgent:
-    """A scripted agent: `steps` shell commands, each printing `output_lines` lines, then a final answer.
+    """A scripted agent: `steps` shell commands, each printing `output_lines` lines (or step n the nth of
+    `step_lines`, so that outputs vary in size as real ones do), then a final answer.
 
     It finds the step it is at from the latest tool output (`STEP n DONE`), or from its own summary when
     that comes later, so it needs the latest turn, not the whole history; it fails loudly (a message
-    saying so) if the task is gone."""
+    saying so) if the task is gone. Every line of a step's output names the step, so a checker can tell
+    whose output a text is (`output`)."""
 
     steps: int = 30
     output_lines: int = 200
     reasoning: bool = True
+    step_lines: tuple[int, ...] = ()  # the lines of each step in turn; empty: `output_lines` for all
+
+    def lines(self, step: int) -> int:
+        """The lines step `step` (from 1) prints."""
+        return self.step_lines[step - 1] if 0 < step <= len(self.step_lines) else self.output_lines
 
     def command(self, step: int) -> str:
         return (
-            f'for i in $(seq 1 {self.output_lines}); do echo "step {step} log line $i: '
+            f'for i in $(seq 1 {self.lines(step)}); do echo "step {step} log line $i: '
             f"checked module_{step}_$i.py and found nothing to change\"; done; echo 'STEP {step} DONE'"
         )
+
+    def output(self, step: int) -> str:
+        """What the step's command prints (its last newline left out, as agents drop it)."""
+        lines = (
+            f"step {step} log line {i}: checked module_{step}_{i}.py and found nothing to change"
+            for i in range(1, self.lines(step) + 1)
+        )
+        return "\n".join([*lines, f"STEP {step} DONE"])
 
     def next_output(self, items: list[Any], tools: list[Any], serial: int) -> list[dict[str, Any]]:
         text = orjson.dumps(items).decode()

@@ -26,7 +26,7 @@ from inflight.compaction.conversation import (
 from inflight.compaction.depth import Spacing
 from inflight.compaction.draft import Budget, Draft
 from inflight.compaction.ledger import Ledger
-from inflight.compaction.middle import choose_cut, depth_of, grown_ledger
+from inflight.compaction.middle import Recent, choose_cut, depth_of, grown_ledger, kept_recent
 from inflight.compaction.record import Precomputed, Record, prefix_hash
 from inflight.compaction.stage import Outcome, Work
 from inflight.compaction.stages.summarize import SummarizeStage, SummaryPlan
@@ -54,6 +54,7 @@ class SummaryAhead:
     tools: object = None  # the request's tools, sent with an in-place summary so its prefix is unchanged
     spacing: Spacing | None = None  # the cut leaves room for `min_turns_between` turns (`depth`; None: to target)
     tenant: str = ""  # whose share of the background slots the job takes (the budget's spender)
+    recent: Recent | None = None  # the agent's recent work, which the summary never covers (None: the latest turn)
 
     @property
     def lease_s(self) -> float:
@@ -71,6 +72,8 @@ class SummaryAhead:
         outcome = Outcome([], sent_tokens, sent_tokens, [], draft.freeze(conversation), fits=True)
         latest = latest_request_index(conversation.messages, self.observation, conversation.observations)
         work = Work(conversation, draft, self.budget, outcome, self.count_message, latest_request=latest)
+        if self.recent is not None:
+            work.recent_from = kept_recent(work, self.recent, self.stage.settings)
         work.depth = depth_of(work, self.spacing) if self.spacing is not None and self.budget.spaced else None
         growth = max(self.budget.summarize_at - sent_tokens, 0)
         cut = choose_cut(work, self.stage.settings, growth=growth)

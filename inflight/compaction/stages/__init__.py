@@ -31,8 +31,11 @@ def build_stages(
 
     With `background`, summaries are made by background jobs (`inflight.compaction.background.scheduler`) and
     the compaction first uses one made ahead; otherwise the summarizer is called here, after masking."""
-    if background:  # use a summary made ahead first: with it in place, the tail may need no masking at all
-        stages: list[Stage] = [PrecomputedStage(settings.summarize)]
+    if background and settings.goal == "cost":  # masking first: it costs no call, and the summary only what it pays
+        stages: list[Stage] = [TruncateStage(settings.truncate), MaskStage(settings.mask)]
+        stages.append(PrecomputedStage(settings.summarize, after_masking=True))
+    elif background:  # use a summary made ahead first: with it in place, the tail may need no masking at all
+        stages = [PrecomputedStage(settings.summarize)]
         stages += [TruncateStage(settings.truncate), MaskStage(settings.mask)]
     else:
         stages = [TruncateStage(settings.truncate), MaskStage(settings.mask)]

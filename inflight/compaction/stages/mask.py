@@ -1,7 +1,9 @@
 """Stage 2: replace old tool results with a short placeholder that still names the call.
 
-All but the newest `keep_tool_results` results are masked at once, then all but `keep_tool_results_min`
-if the request is still above the compaction's aim (`Work.aim`: the target, or lower when the conversation
+Every result older than the agent's recent work (`Work.recent_from`: the newest `keep_tool_results` results
+and `keep_recent_tokens`) is masked at once. When that recent work does not fit the budget, all but the newest
+`keep_tool_results` results are masked, then all but `keep_tool_results_min` if the request is still above the
+compaction's aim (`Work.aim`: the target, or lower when the conversation
 grows fast; see `inflight.compaction.depth`). Masking in one big step down to the aim, rather than one
 result per turn, means the next turns need no change and the prefix the upstream caches stays stable as
 long as the budget allows. Masking many costs the cache no more than masking one, since the prefix changes
@@ -93,7 +95,10 @@ class MaskStage:
             if (messages[i].get("role") == "tool" or i in observed) and i not in conversation.opaque
         ]
         calls = calls_of_results(messages)
-        for keep in self.keep:
+        keeps: tuple[int, ...] = self.keep
+        if work.recent_from is not None:  # the agent's recent work stays whole; every older result is masked at once
+            results, keeps = [i for i in results if not work.recent(i)], (0,)
+        for keep in keeps:
             for index in results[: max(len(results) - keep, 0)]:
                 current = draft.replaced.get(index)
                 if current is not None and current.kind == "mask":

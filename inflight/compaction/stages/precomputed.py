@@ -18,8 +18,9 @@ PRECOMPUTED = Action.SUMMARY_PRECOMPUTED
 
 
 class PrecomputedStage:
-    def __init__(self, settings: SummarizeSettings) -> None:
+    def __init__(self, settings: SummarizeSettings, *, after_masking: bool = False) -> None:
         self.settings = settings
+        self.after_masking = after_masking  # `goal: cost`: it runs after masking, and only when a summary is due
 
     async def run(self, work: Work) -> None:
         draft = work.draft
@@ -33,7 +34,9 @@ class PrecomputedStage:
         if ahead is None or not usable:  # none, or stale: the conversation changed, or the record summarizes more
             draft.ahead = None
             return
-        if not (work.prune or work.summary_due() or draft.fallback):
+        # With `goal: cost` masking comes first, and the summary only when it pays for itself (`summary_due`).
+        due = work.summary_due() or draft.fallback or (work.prune and not self.after_masking)
+        if not due:
             return
         cut = max(ahead.cut, draft.prefix_len)
         same_span = ahead.ledger is not None and ahead.base == draft.prefix_len and cut == ahead.cut

@@ -100,13 +100,18 @@ def _cut_bytes(text: str, budget: int, *, total_lines: int, handle: str | None =
 
 
 class TruncateStage:
-    """Truncate every oversized message after the summarized prefix.
+    """Truncate every oversized message after the summarized prefix and before the agent's recent work.
 
     Pinned messages and the latest request are left alone, as is the latest user message unless it alone takes
     more than a quarter of the budget."""
 
     def __init__(self, settings: TruncateSettings) -> None:
         self.limits = Limits(settings.max_lines, settings.max_bytes)
+
+    @staticmethod
+    def whole(work: Work, index: int) -> bool:
+        """Whether a message of the agent's recent work stays whole: unless it alone takes a quarter of the budget."""
+        return work.recent(index) and work.conversation.counts[index] <= work.budget.limit // 4
 
     async def run(self, work: Work) -> None:
         if not work.prune:
@@ -117,7 +122,7 @@ class TruncateStage:
         if latest_user is not None:
             kept.add(latest_user)
         for index in range(draft.prefix_len, len(messages)):
-            if index in kept or index in draft.replaced:
+            if index in kept or index in draft.replaced or self.whole(work, index):
                 continue
             digest = work.conversation.digests[index]
             cut = truncate_message(messages[index], self.limits, handle_of(digest) if work.handles else None)
