@@ -14,6 +14,7 @@ import orjson
 import pytest
 from anthropic.types import MessageParam, ThinkingConfigEnabledParam, ToolParam
 
+from inflight.compaction.retrieval import TOOL_NAME
 from inflight.formats.context_editing import CLEARED_RESULT
 from tests.conftest import ProxyFactory
 from tests.support.logs import log_lines
@@ -140,8 +141,8 @@ def test_a_long_conversation_is_compacted_with_every_thinking_block_verbatim(
     assert app.messages.rejected == []  # every thinking block verified, every tool_use with its result
     assistants = [m for m in messages if m["role"] == "assistant"]
     assert all(m in assistants for m in sent["messages"] if m["role"] == "assistant")  # verbatim, or gone whole
-    # No `inflight_retrieve` on the Messages API by default (`auto`): adding it would write the cached tools again
-    assert sent["system"] == SYSTEM and sent["tools"] == TOOLS
+    # The client's tools as they came, and `inflight_retrieve` last (`auto`): added once, with the compaction
+    assert sent["system"] == SYSTEM and sent["tools"][:-1] == TOOLS and sent["tools"][-1]["name"] == TOOL_NAME
     assert sent["messages"][-2:] == messages[-2:]  # the latest turn, whole, its breakpoint on it
     assert TASK_MARKER in orjson.dumps(sent["messages"][0]).decode()
     assert breakpoints(sent) <= 4

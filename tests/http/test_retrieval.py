@@ -301,8 +301,11 @@ def test_by_default_it_is_offered_in_every_compacted_request_and_a_header_turns_
         chat = httpx.post(
             f"{proxy_url}/chat/completions", json={"model": MODEL, "messages": chat_conversation(), "tools": [BASH]}
         )
-        default = httpx.post(f"{proxy_url}/messages", json=body)
-        off = httpx.post(f"{proxy_url}/messages", json=body, headers={"x-inflight-retrieval": "off"})
+        default = httpx.post(f"{proxy_url}/messages", json=body, headers={"x-inflight-session": "default"})
+        # Another conversation: one compacted with handles replays them whatever a later header says
+        off = httpx.post(
+            f"{proxy_url}/messages", json=body, headers={"x-inflight-retrieval": "off", "x-inflight-session": "off"}
+        )
     assert chat.status_code == default.status_code == off.status_code == 200
     assert all("mask" in r.headers["x-inflight-actions"] for r in (chat, default, off))
     assert TOOL_NAME.encode() in app.chat_requests()[-1].body
