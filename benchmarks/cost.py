@@ -229,6 +229,17 @@ def run_agent(agent: Agent, *, binary: str, url: str, own: bool = False) -> str:
     return run_codex(binary, f"{url}/v1", PROMPT, model=agent.model).output
 
 
+COST_HEADER = ["agent, window", "arm", "steps", "requests", "refusals", "cached share", "cost", "vs own compaction"]
+
+
+def cost_row(where: str, arm: str, steps: str, bill: Bill, prices: Prices, own: float | None) -> list[object]:
+    """The columns of `COST_HEADER` for one arm, both tasks' tables alike (`own`: its own compaction's cost)."""
+    cost = bill.cost(prices)
+    ratio = f"{cost / own:.2f}x" if own else "-"
+    share = f"{bill.cached_share:.1%}"
+    return [where, arm, steps, bill.requests(), bill.refusals, share, thousands(cost), ratio]
+
+
 def report(agent: Agent, outcomes: dict[str, Outcome], prices: Prices) -> str:
     """The cost table of one agent's arms, then each arm's cost by part."""
     where = f"{agent.label}, {thousands(agent.window)}"
@@ -237,15 +248,12 @@ def report(agent: Agent, outcomes: dict[str, Outcome], prices: Prices) -> str:
     parts: list[list[object]] = []
     for arm, outcome in outcomes.items():
         bill = outcome.bill
-        cost = bill.cost(prices)
-        ratio = f"{cost / own:.2f}x" if own else "-"
-        share = f"{bill.cached_share:.1%}"
-        rows.append([where, arm, outcome.steps, bill.requests(), bill.refusals, share, thousands(cost), ratio])
+        rows.append(cost_row(where, arm, outcome.steps, bill, prices, own))
         split = bill.split(prices)
         money = [thousands(split[name]) for name in ("reads", "writes", "uncached", "output")]
         summaries = f"{bill.requests('summary')}: {thousands(split['summaries'])}"
         parts.append([where, arm, *money, bill.requests("own compaction"), summaries])
-    header = ["agent, window", "arm", "steps", "requests", "refusals", "cached share", "cost", "vs own compaction"]
+    header = COST_HEADER
     split_header = [
         "agent, window",
         "arm",
@@ -413,18 +421,14 @@ def long_report(agent: LongAgent, outcomes: dict[str, LongOutcome]) -> str:
     parts: list[list[object]] = []
     for arm, outcome in outcomes.items():
         bill = outcome.bill
-        cost = bill.cost(prices)
-        ratio = f"{cost / own:.2f}x" if own else "-"
-        share = f"{bill.cached_share:.1%}"
         kept = f"{outcome.kept}/{outcome.with_outputs}"
         minutes = f"{outcome.seconds / 60:.1f} min"
-        rows.append([where, arm, outcome.steps, bill.requests(), bill.refusals, share, thousands(cost), ratio])
+        rows.append(cost_row(where, arm, outcome.steps, bill, prices, own))
         rows[-1] += [bill.requests("summary"), outcome.rewrites, kept, minutes]
         split = bill.split(prices)
         money = [thousands(split[name]) for name in ("reads", "writes", "uncached", "output", "summaries")]
         parts.append([where, arm, *money, bill.requests("own compaction")])
-    header = ["agent, window", "arm", "steps", "requests", "refusals", "cached share", "cost", "vs own compaction"]
-    header += ["summarizer calls", "rewrites", f"kept newest {NEWEST}", "time"]
+    header = [*COST_HEADER, "summarizer calls", "rewrites", f"kept newest {NEWEST}", "time"]
     split_header = ["agent, window", "arm", "reads", "writes", "uncached", "output", "summaries", "own compactions"]
     return table(rows, header) + "\n\n" + table(parts, split_header)
 

@@ -209,13 +209,13 @@ def build_compactor(
         observation=observation,
         spacing=spacing,
         handles=settings.retrieval.mode != "off",
-        recent=recent_of(settings),
+        recent=recent_of(settings, observation),
     )
 
 
-def recent_of(settings: Compaction) -> Recent:
-    """The agent's recent work a model's `compaction:` settings keep whole."""
-    observation = observation_regex(settings.mask.observation_pattern)
+def recent_of(settings: Compaction, observation: re.Pattern[str] | None) -> Recent:
+    """The agent's recent work a model's `compaction:` settings keep whole (`observation`: their compiled
+    `mask.observation_pattern`)."""
     mask = settings.mask
     return Recent(
         settings.summarize.keep_recent_tokens, mask.keep_tool_results, observation, mask.keep_tool_results_min

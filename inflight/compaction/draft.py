@@ -29,11 +29,11 @@ class Budget:
     earliest: int | None = None
 
     @classmethod
-    def of(cls, limit: int, settings: Compaction, *, fixed: int = 0, goal: str | None = None) -> Budget:
-        """The budget of a request whose fixed part (tools, system) is `fixed`; `goal` overrides `settings.goal`."""
+    def of(cls, limit: int, settings: Compaction, *, fixed: int = 0) -> Budget:
+        """The budget of a request whose fixed part (tools, system) is `fixed`."""
         prune_at = int(limit * settings.prune_at)
         earliest = None
-        if (goal or settings.goal) == "cost":  # below the floor plus a summary's room, no compaction can pay
+        if settings.goal == "cost":  # below the floor plus a summary's room, no compaction can pay
             tail = min(settings.summarize.keep_recent_tokens, limit // 4)
             earliest = min(prune_at, fixed + tail + settings.summarize.max_summary_tokens)
         return cls(

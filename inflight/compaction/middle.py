@@ -11,7 +11,7 @@ import re
 from inflight.compaction.actions import Action
 from inflight.compaction.conversation import Message, is_observation, pinned, turn_starts
 from inflight.compaction.depth import Depth, Spacing, growth_per_turn
-from inflight.compaction.draft import Budget
+from inflight.compaction.draft import Budget, ViewItem
 from inflight.compaction.facts import facts_of
 from inflight.compaction.ledger import Ledger
 from inflight.compaction.retrieval import read_back_note, span_handle
@@ -52,8 +52,9 @@ class Recent:
     fewest: int = 2  # the results kept when the rest does not fit (`mask.keep_tool_results_min`)
 
 
-def recent_from(work: Work, recent: Recent) -> int:
-    """Where the agent's recent work starts: the latest whole turn from which the tail holds all of `recent`.
+def recent_from(work: Work, recent: Recent, view: list[ViewItem], cuts: list[int]) -> int:
+    """Where the agent's recent work starts: the latest whole turn (of `cuts`, `valid_cuts`) from which the tail
+    of `view` (the draft's) holds all of `recent`.
 
     When no turn after the record's summary does, all of the conversation after it is recent work."""
     draft, messages = work.draft, work.conversation.messages
@@ -64,14 +65,14 @@ def recent_from(work: Work, recent: Recent) -> int:
     ]
     bound = draft.prefix_len  # the latest message from which the tail holds `recent`
     wanted, running = min(recent.tokens, work.budget.limit // RECENT_SHARE), 0
-    for _, tokens, origin in reversed(draft.view(work.conversation)):
+    for _, tokens, origin in reversed(view):
         running += tokens
         if origin is not None and origin >= draft.prefix_len and running >= wanted:
             bound = origin
             break
     if results and recent.results > 0:
         bound = min(bound, results[-min(recent.results, len(results))])
-    earlier = [cut for cut in valid_cuts(work) if cut <= bound]
+    earlier = [cut for cut in cuts if cut <= bound]
     return earlier[-1] if earlier else draft.prefix_len
 
 
@@ -84,10 +85,10 @@ def kept_recent(work: Work, recent: Recent, settings: SummarizeSettings | None) 
     sizes = work.conversation.counts
     growth = growth_per_turn(work.conversation.messages, sizes, head_len=work.draft.head_len)
     limit = work.budget.limit - RECENT_TURNS_OF_ROOM * growth
-    view = work.draft.view(work.conversation)
+    view, cuts = work.draft.view(work.conversation), valid_cuts(work)
     floor = 0
     for wanted in (recent, Recent(0, min(recent.fewest, recent.results), recent.observation)):
-        start = recent_from(work, wanted)
+        start = recent_from(work, wanted, view, cuts)
         older = sum(t for m, t, o in view if o is not None and work.draft.prefix_len <= o < start and not pinned(m))
         floor = work.tokens - older + room
         if floor <= limit:
@@ -115,8 +116,9 @@ def depth_of(work: Work, spacing: Spacing) -> Depth:
     ]
     growth = growth_per_turn(conversation.messages, sizes, head_len=draft.head_len)
     budget = work.budget
-    masked = work.tokens - maskable(work) if work.recent_from is not None else 0
-    read = summary_read(work, spacing.summarize) if work.recent_from is not None else 0
+    recent = work.recent_from
+    masked = work.tokens - maskable(work, recent) if recent is not None else 0
+    read = summary_read(work, spacing.summarize, recent) if recent is not None else 0
     return Depth.plan(
         growth=growth,
         floor=floor,
@@ -135,21 +137,19 @@ PLACEHOLDER_TOKENS = 60  # about what a masked result's one line costs
 CHARS_PER_TOKEN = 4
 
 
-def summary_read(work: Work, settings: SummarizeSettings) -> int:
+def summary_read(work: Work, settings: SummarizeSettings, end: int) -> int:
     """About the tokens a summarizer call would read now: the earlier summary, then the messages older than the
-    agent's recent work, each as the transcript clips it (`clip_tool_output_chars`)."""
+    agent's recent work (which starts at `end`), each as the transcript clips it (`clip_tool_output_chars`)."""
     conversation, draft = work.conversation, work.draft
-    end = work.recent_from if work.recent_from is not None else draft.prefix_len
     clipped = settings.clip_tool_output_chars // CHARS_PER_TOKEN
     return draft.summary_tokens + sum(min(conversation.counts[i], clipped) for i in range(draft.prefix_len, end))
 
 
-def maskable(work: Work) -> int:
-    """About the tokens masking would take out now: the tool results older than the agent's recent work, less
-    their placeholders."""
+def maskable(work: Work, end: int) -> int:
+    """About the tokens masking would take out now: the tool results older than the agent's recent work (which
+    starts at `end`), less their placeholders."""
     conversation, draft = work.conversation, work.draft
     messages, counts = conversation.messages, conversation.counts
-    end = work.recent_from if work.recent_from is not None else draft.prefix_len
     return sum(
         max(counts[i] - PLACEHOLDER_TOKENS, 0)
         for i in range(draft.prefix_len, end)

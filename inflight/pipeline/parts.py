@@ -130,18 +130,19 @@ class CompactionParts:
         )
         in_place = self.wire is None or self.wire.spec.in_place_summaries
         own_model = settings.base_url is None and settings.model in (None, self.accounting.model) and in_place
+        observation = observation_regex(self.settings.mask.observation_pattern)
         return SummaryAhead(
             start_at=start_at,
             wait_s=settings.wait_s,
             budget=budget,
             stage=stage,
             count_message=self.count_message(),
-            observation=observation_regex(self.settings.mask.observation_pattern),
+            observation=observation,
             in_place_model=self.accounting.model if own_model else None,
             tools=tools,
             spacing=self.spacing(summaries_ahead=True),
             tenant=self.spender,
-            recent=recent_of(self.settings),
+            recent=recent_of(self.settings, observation),
         )
 
 
