@@ -115,7 +115,8 @@ def test_the_header_gives_the_cache_figures_and_churning_compactions_are_marked(
         page = viewer.page
         page.get_by_role("link", name="gpt-4o").click()
         facts = page.locator("p.facts")
-        expect(facts).to_contain_text("prefix rewrites per 100 turns")
+        expect(facts).to_contain_text(f"prefix rewrites {view['rewrites']} (")
+        expect(facts).to_contain_text("per 100 turns)")
         expect(facts).to_contain_text(f"cached share (estimated) {round(view['cached_share'] * 100)}%")
         expect(facts).to_contain_text(f"churn {len(churned)} compactions left too few turns before the next")
         expect(page.locator("svg circle.marker.churn")).to_have_count(len(churned))
