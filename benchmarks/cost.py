@@ -166,23 +166,38 @@ def pricing(prices: Prices) -> dict[str, object]:
 
 @contextmanager
 def proxied(
-    upstream: str, models: dict[str, object], prices: Prices, *, retrieval: str = "auto", goal: str | None = None
+    upstream: str,
+    models: dict[str, object],
+    prices: Prices,
+    *,
+    retrieval: str = "auto",
+    goal: str | None = None,
+    config: str | None = None,
 ) -> Iterator[str]:
     """inflight in this process, in front of `upstream` (an origin, its Gemini API too), with
-    `compaction.retrieval` set to `retrieval` and `compaction.goal` to `goal` (where inflight has the key);
-    yields its origin."""
+    `compaction.retrieval` set to `retrieval` and `compaction.goal` to `goal` (where inflight has the key),
+    over the YAML file `config` if one is named; yields its origin."""
     compaction: dict[str, object] = {"retrieval": {"mode": retrieval}}
     if goal is not None and "goal" in Compaction.model_fields:
         compaction["goal"] = goal
     overrides: dict[str, object] = {"upstream": {"base_url": f"{upstream}/v1"}, "models": models}
     overrides |= {"upstreams": {"gemini": {"base_url": upstream}}}
     overrides |= {"pricing": pricing(prices), "compaction": compaction}
-    settings = load_settings(None, overrides=overrides)
+    settings = load_settings(config, overrides=overrides)
     with serve(create_app(settings), **{**uvicorn_options(settings), "log_level": "warning"}) as url:
         yield url
 
 
-def run_arm(agent: Agent, arm: str, *, binary: str, steps: int, prices: Prices, retrieval: str = "auto") -> Outcome:
+def run_arm(
+    agent: Agent,
+    arm: str,
+    *,
+    binary: str,
+    steps: int,
+    prices: Prices,
+    retrieval: str = "auto",
+    config: str | None = None,
+) -> Outcome:
     """The agent's task in one arm, over a fresh fake upstream."""
     app = UpstreamApp(windows={} if arm == NO_WINDOW else {agent.model: agent.window})
     told = arm in (TOLD, ANSWERS)
@@ -195,7 +210,7 @@ def run_arm(agent: Agent, arm: str, *, binary: str, steps: int, prices: Prices, 
             if arm in (NO_WINDOW, OWN):
                 output = run_direct(agent, arm, binary=binary, url=url)
             else:
-                with proxied(url, models, prices, retrieval=retrieval) as proxy:
+                with proxied(url, models, prices, retrieval=retrieval, config=config) as proxy:
                     output = run_agent(agent, binary=binary, url=proxy, own=arm == ANSWERS)
     except subprocess.TimeoutExpired:
         output = "(timed out)"
@@ -328,7 +343,9 @@ def long_fake(app: UpstreamApp, agent: LongAgent, steps: int) -> dict[int, str]:
     return {step: shell.output(step) for step in range(1, steps + 1)}
 
 
-def run_long_arm(agent: LongAgent, arm: str, *, binary: str, steps: int, retrieval: str = "auto") -> LongOutcome:
+def run_long_arm(
+    agent: LongAgent, arm: str, *, binary: str, steps: int, retrieval: str = "auto", config: str | None = None
+) -> LongOutcome:
     """The agent's long task in one arm, over a fresh fake upstream enforcing its window."""
     app = UpstreamApp(windows={agent.model: agent.window})
     outputs = long_fake(app, agent, steps)
@@ -339,7 +356,7 @@ def run_long_arm(agent: LongAgent, arm: str, *, binary: str, steps: int, retriev
                 output = run_long(agent, binary=binary, url=url, own=True)
             else:
                 models: dict[str, object] = {agent.model: {"context_window": agent.window}}
-                with proxied(url, models, agent.prices, retrieval=retrieval, goal=GOALS[arm]) as proxy:
+                with proxied(url, models, agent.prices, retrieval=retrieval, goal=GOALS[arm], config=config) as proxy:
                     output = run_long(agent, binary=binary, url=proxy, own=False)
     except subprocess.TimeoutExpired:
         output = "(timed out)"
@@ -460,7 +477,9 @@ def long_task(args: argparse.Namespace, names: list[str], arms: list[str], log: 
         outcomes = {}
         for arm in arms:
             log.info("%s, window %d: %s", agent.label, agent.window, arm)
-            outcomes[arm] = run_long_arm(agent, arm, binary=binary, steps=steps, retrieval=args.retrieval)
+            outcomes[arm] = run_long_arm(
+                agent, arm, binary=binary, steps=steps, retrieval=args.retrieval, config=args.config
+            )
             log.info("%s, %s: %.0f s", agent.label, arm, outcomes[arm].seconds)
         lines = agent.step_lines
         print(
@@ -516,6 +535,9 @@ def arguments() -> argparse.ArgumentParser:
         "--write", type=float, default=anthropic.cache_write, help=f"a cache-write token's price (Messages){each}"
     )
     parser.add_argument("--output", type=float, default=anthropic.output, help=f"an output token's price{each}")
+    parser.add_argument(
+        "--config", metavar="FILE", help="inflight's YAML file for its arms (the arm's own settings over it)"
+    )
     parser.add_argument("--proxy-log", metavar="FILE", help="write inflight's log lines (INFO) to this file")
     parser.add_argument(
         "--retrieval", choices=("auto", "tool", "off"), default="auto", help="inflight's compaction.retrieval.mode"
@@ -596,7 +618,9 @@ def short_task(args: argparse.Namespace, log: logging.Logger) -> None:
         outcomes = {}
         for arm in arms:
             log.info("%s, window %d: %s", agent.label, agent.window, arm)
-            outcomes[arm] = run_arm(agent, arm, binary=binary, steps=steps, prices=prices, retrieval=args.retrieval)
+            outcomes[arm] = run_arm(
+                agent, arm, binary=binary, steps=steps, prices=prices, retrieval=args.retrieval, config=args.config
+            )
         print(f"\n{agent.label} ({agent.model}), window {agent.window}, steps of {agent.lines} lines")
         print(report(agent, outcomes, prices))
     windows = [int(window) for window in args.traces.split(",") if window.strip()]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,12 +20,36 @@ DATA_DIR_VARIABLE = "INFLIGHT_DATA_DIR"
 ENV_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
-def interpolate_lines(text: str) -> str:
+def interpolate_lines(text: str, expand: Callable[[str], str] | None = None) -> str:
     """Expand `${VAR}` before parsing (so `{port: ${PORT}}` works), except on comment lines, so that a
     commented-out `# api_key: ${OPENAI_API_KEY}` does not require the variable."""
-    return "".join(
-        line if line.lstrip().startswith("#") else interpolate_env(line) for line in text.splitlines(keepends=True)
-    )
+    expand = expand or interpolate_env
+    return "".join(line if line.lstrip().startswith("#") else expand(line) for line in text.splitlines(keepends=True))
+
+
+def placeholders(line: str) -> str:
+    """Each `${VAR}` as one plain word: the document's shape as written, whatever the variables hold."""
+    return ENV_PATTERN.sub(lambda match: f"inflight-variable-{match.group(1)}", line)
+
+
+def same_shape(written: Any, expanded: Any, key: str = "") -> None:
+    """Refuse a document whose lists and maps a variable's value changed (`keys: [${K}]` with `K="a, b"` gives
+    two keys, not one): each is named, since a secret split in two or merged into a map would pass validation."""
+    where = key or "the top level"
+    if isinstance(written, dict) != isinstance(expanded, dict) or isinstance(written, list) != isinstance(
+        expanded, list
+    ):
+        raise ConfigError(f"{where}: an environment variable's value changed its shape (quote the ${{...}})")
+    if isinstance(written, dict) and isinstance(expanded, dict):  # a variable may name a key: compared in order
+        if len(written) != len(expanded):
+            raise ConfigError(f"{where}: an environment variable's value changed its keys (quote the ${{...}})")
+        for one, (name, other) in zip(written.values(), expanded.items(), strict=True):
+            same_shape(one, other, f"{key}.{name}" if key else str(name))
+    elif isinstance(written, list) and isinstance(expanded, list):
+        if len(written) != len(expanded):
+            raise ConfigError(f"{where}: an environment variable's value changed its length (quote the ${{...}})")
+        for index, (one, other) in enumerate(zip(written, expanded, strict=True)):
+            same_shape(one, other, f"{key}[{index}]")
 
 
 def interpolate_env(text: str, environ: dict[str, str] | os._Environ[str] = os.environ) -> str:
@@ -77,7 +102,10 @@ def load_settings(path: str | Path | None = None, *, overrides: dict[str, Any] |
 def parse_yaml(text: str, source: str) -> Any:
     """The YAML document in `text`, `${VAR}` expanded; its errors name `source`, the file it came from."""
     try:
-        return yaml.safe_load(interpolate_lines(text))
+        expanded = yaml.safe_load(interpolate_lines(text))
+        if ENV_PATTERN.search(text):
+            same_shape(yaml.safe_load(interpolate_lines(text, placeholders)), expanded)
+        return expanded
     except yaml.YAMLError as exc:
         for mark in (getattr(exc, "context_mark", None), getattr(exc, "problem_mark", None)):
             if mark is not None:  # a string was parsed: name the file, not `<unicode string>`

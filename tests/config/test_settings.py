@@ -70,6 +70,25 @@ def test_env_in_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert settings.listen.port == 9999
 
 
+def test_a_variable_that_splits_a_list_or_turns_into_a_map_is_refused_naming_the_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("INFLIGHT_TEST_KEYS", "alpha, beta")
+    with pytest.raises(ConfigError, match=r"access\.keys: an environment variable's value changed its length"):
+        load_settings(write(tmp_path, "access:\n  keys: [${INFLIGHT_TEST_KEYS}]\n"))
+    monkeypatch.setenv("INFLIGHT_TEST_URL", "{base_url: http://evil/v1}")
+    with pytest.raises(ConfigError, match=r"upstream\.api_key: an environment variable's value changed its shape"):
+        load_settings(write(tmp_path, "upstream: {base_url: 'http://x/v1', api_key: ${INFLIGHT_TEST_URL}}\n"))
+    # Quoted, the same value is one key; a variable may also name a key, and a number stays a number.
+    quoted = 'upstream: {api_key: sk-up}\naccess:\n  keys: ["${INFLIGHT_TEST_KEYS}"]\n'
+    assert load_settings(write(tmp_path, quoted)).access.keys == ("alpha, beta",)
+    monkeypatch.setenv("INFLIGHT_TEST_MODEL", "my-model")
+    monkeypatch.setenv("INFLIGHT_TEST_PORT", "9999")
+    text = "listen: {port: ${INFLIGHT_TEST_PORT}}\nmodels:\n  ${INFLIGHT_TEST_MODEL}: {context_window: 8000}\n"
+    settings = load_settings(write(tmp_path, text))
+    assert settings.listen.port == 9999 and "my-model" in settings.models
+
+
 def test_unknown_key_is_named(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         load_settings(write(tmp_path, "upstream:\n  base_ulr: http://x/v1\n"))
