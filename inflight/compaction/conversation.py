@@ -7,6 +7,8 @@ where every tool call made before it has been answered before it.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -42,6 +44,28 @@ class Conversation:
     @property
     def tokens(self) -> int:
         return self.fixed_tokens + sum(self.counts)
+
+    @functools.cached_property
+    def matched(self) -> Sequence[bytes]:
+        """Per message, what a record and a summary made ahead are matched by (`identities_of`)."""
+        return identities_of(self.messages, self.digests)
+
+
+def identities_of(messages: Sequence[Message], digests: Sequence[bytes]) -> list[bytes]:
+    """Per message, its digest, except that a tool result is known by its call alone.
+
+    Agents clear or mask their own old tool results (Gemini CLI's tool output masking, Claude Code's cleared
+    tool results); a record's summary or replacement already stands in for such a result, so the record still
+    applies and the prefix the upstream cached stays the same."""
+    return [
+        tool_identity(message) if message.get("role") == "tool" else digest
+        for message, digest in zip(messages, digests, strict=True)
+    ]
+
+
+def tool_identity(message: Message) -> bytes:
+    """A tool result's identity: the call it answers."""
+    return hashlib.blake2b(b"tool\0" + str(message.get("tool_call_id")).encode(), digest_size=16).digest()
 
 
 def pinned(message: Message) -> bool:

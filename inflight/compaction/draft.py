@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from inflight.compaction.conversation import Conversation, Message, pinned
+from inflight.compaction.conversation import Conversation, Message, pinned, tool_identity
 from inflight.compaction.ledger import Ledger
 from inflight.compaction.record import Precomputed, Record, Replacement, prefix_hash
 from inflight.config import Compaction
@@ -74,10 +74,12 @@ class Draft:
 
     @classmethod
     def from_record(cls, record: Record, conversation: Conversation) -> Draft:
+        digests, matched = conversation.digests, conversation.matched
         replaced = {
             index: r
             for index, r in record.replaced.items()
-            if index < len(conversation.digests) and conversation.digests[index] == r.digest
+            if index < len(digests)
+            and (digests[index] == r.digest or digests[index] != matched[index] == tool_identity(r.message))
         }
         return cls(
             record.head_len,
@@ -113,7 +115,7 @@ class Draft:
         return Record(
             head_len=self.head_len,
             prefix_len=self.prefix_len,
-            prefix_hash=prefix_hash(conversation.digests[: self.prefix_len]),
+            prefix_hash=prefix_hash(conversation.matched[: self.prefix_len]),
             summary=self.summary,
             summary_tokens=self.summary_tokens,
             fallback=self.fallback,

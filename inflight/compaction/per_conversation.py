@@ -86,7 +86,7 @@ class ConversationCompactions:
             start_at = ahead.start_at if ahead is not None else budget.first_at
             if self.needs_nothing(key, conversation.tokens, start_at):
                 return None
-            record = best_record(await self.records.load(key), conversation.digests)
+            record = best_record(await self.records.load(key), conversation.matched)
             if record is None or record.bare:  # otherwise `run` loads the record again and counts that lookup
                 self.observer.record_lookup(hit=record is not None)
                 self.ahead_jobs.start(key, conversation, record, ahead, conversation.messages, conversation.tokens)
@@ -106,7 +106,7 @@ class ConversationCompactions:
         """Run one compaction from the best record, under the conversation's lock; also return that record."""
         async with self.lock_for(key):
             records = await self.records.load(key)
-            record = best_record(records, conversation.digests)
+            record = best_record(records, conversation.matched)
             self.observer.record_lookup(hit=record is not None)
             built = compactor()  # built on this loop, where its summarizer calls will run (`offload.on_home_loop`)
 
@@ -121,7 +121,7 @@ class ConversationCompactions:
                 outcome.compaction_id = record.compaction_id
                 return outcome, record
             # Another process may have saved a background summary since the load: keep it (`with_ahead_kept`).
-            new = with_ahead_kept(outcome.record, await self.records.load(key), conversation.digests)
+            new = with_ahead_kept(outcome.record, await self.records.load(key), conversation.matched)
             new = dataclasses.replace(new, compaction_id=new_compaction_id())
             outcome.record, outcome.compaction_id, outcome.fresh = new, new.compaction_id, True
             await self.save(key, with_record(records, record, new))

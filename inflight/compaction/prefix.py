@@ -117,14 +117,15 @@ def view_ids(view: Iterable[ViewItem], digests: Sequence[bytes], replaced: Mappi
     """The identities of a compacted request's messages, joined.
 
     An unchanged message is identified by its digest. A masked or truncated one, which depends only on its
-    original, by a hash of the original's digest, the kind of change and its size. The summary by a hash of its text.
+    original, by a hash of the original's digest (as the replacement recorded it: a client that later clears that
+    result changes nothing sent), the kind of change and its size. The summary by a hash of its text.
     """
     ids = []
     for message, tokens, origin in view:
         if origin is None:
             ids.append(xxhash.xxh3_128_digest(repr(message.get("content")).encode("utf-8", "surrogatepass")))
         elif (replacement := replaced.get(origin)) is not None:
-            ids.append(xxhash.xxh3_128_digest(b"%s%s%d" % (digests[origin], replacement.kind.encode(), tokens)))
+            ids.append(xxhash.xxh3_128_digest(b"%s%s%d" % (replacement.digest, replacement.kind.encode(), tokens)))
         else:
             ids.append(digests[origin])
     return b"".join(ids)

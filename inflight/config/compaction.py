@@ -57,7 +57,7 @@ class Summarize(Section):
     api_key: str | None = None
     timeout_s: float = Field(60, gt=0)
     max_summary_tokens: int = Field(2000, ge=64)
-    keep_recent_tokens: int = Field(20000, ge=0)
+    keep_recent_tokens: int = Field(8000, ge=0)
     fallback_models: tuple[str, ...] = ()
     clip_tool_output_chars: int = Field(1800, ge=100)
     prompt_file: str | None = None  # the summarizer's instructions; None: inflight/compaction/prompts/summary.md

@@ -20,6 +20,7 @@ from cachetools import LRUCache
 from inflight.compaction import Budget, Conversation, ConversationCompactions, Outcome, conversation_key, head_length
 from inflight.compaction.actions import Action
 from inflight.compaction.background.scheduler import BackgroundSummaries
+from inflight.compaction.conversation import identities_of
 from inflight.compaction.prefix import CacheTurn, PrefixTracker, SentRequest, view_ids
 from inflight.compaction.record import Precomputed, shadow_key
 from inflight.compaction.retrieval import read_back
@@ -464,7 +465,9 @@ class Pipeline:
         if not self.compacts(counted, options):
             return None
         key = key_of(counted, options, max_chars=self._max_key_chars)
-        return await self._compactions.summary_ahead(key, counted.count.digests)
+        return await self._compactions.summary_ahead(
+            key, identities_of(counted.request.messages, counted.count.digests)
+        )
 
     def plans(self, counted: Counted, options: Options) -> bool:
         """Whether this request's compaction is planned, either to be sent or, in shadow mode, only reported."""

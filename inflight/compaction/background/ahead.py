@@ -83,7 +83,7 @@ class SummaryAhead:
         if self.in_place_model is not None:
             in_place = InPlace(self.in_place_model, sent, sent_tokens, self.tools, opening(conversation.messages[cut]))
         summary = self.stage.plan(work, cut, in_place=in_place)
-        cut_hash = prefix_hash(conversation.digests[:cut])
+        cut_hash = prefix_hash(conversation.matched[:cut])
         return AheadPlan(cut, cut_hash, draft.prefix_len, grown_ledger(work, cut), summary, work)
 
     async def ask(self, plan: AheadPlan) -> Precomputed:

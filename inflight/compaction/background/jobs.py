@@ -51,8 +51,8 @@ class AheadJobs:
     async def saved_by_another_process(self, key: str, conversation: Conversation, deadline: float) -> bool:
         """Whether another process saves a usable summary of this conversation in the store before `deadline`."""
         while True:
-            record = best_record(await self.records.load(key), conversation.digests)
-            if record is not None and record.ahead_usable(conversation.digests):
+            record = best_record(await self.records.load(key), conversation.matched)
+            if record is not None and record.ahead_usable(conversation.matched):
                 return True
             if time.monotonic() >= deadline:
                 return False
@@ -74,7 +74,7 @@ class AheadJobs:
         `needed_now` marks a turn that needs the summary now: it starts a job whatever its size."""
         if ahead is None or self.jobs is None or (not needed_now and sent_tokens <= ahead.start_at):
             return None
-        if record is not None and record.ahead_usable(conversation.digests):
+        if record is not None and record.ahead_usable(conversation.matched):
             return None
         base = record.prefix_hash if record is not None else b"head"
 
@@ -121,13 +121,13 @@ class AheadJobs:
         started this one), or one of another process that held the lease. This check runs under the lease,
         after any such job has saved and released it. No call is made when the store already has a usable
         summary or its record already summarizes past this plan's cut."""
-        record = best_record(await self.records.load(key), conversation.digests)
+        record = best_record(await self.records.load(key), conversation.matched)
         if record is None:
             return True
-        if record.ahead_usable(conversation.digests):
+        if record.ahead_usable(conversation.matched):
             return False
         planned = Precomputed(plan.cut, plan.cut_hash, "")
-        digests = conversation.digests
+        digests = conversation.matched
         return planned.usable(
             head_len=record.head_len, prefix_len=record.prefix_len, fallback=record.fallback, digests=digests
         )
@@ -140,7 +140,7 @@ class AheadJobs:
         `Precomputed.usable` checks the summary against each request's messages before it is used."""
         async with self.lock_for(key):
             records = await self.records.load(key)
-            digests = conversation.digests
+            digests = conversation.matched
             matching = [r.matches(digests) for r in records]
             serves = [ok or r.prefix_len > len(digests) for r, ok in zip(records, matching, strict=True)]
             updated = [dataclasses.replace(r, ahead=ahead) if ok else r for r, ok in zip(records, serves, strict=True)]

@@ -29,7 +29,7 @@ class PrecomputedStage:
             head_len=draft.head_len,
             prefix_len=draft.prefix_len,
             fallback=draft.fallback,
-            digests=work.conversation.digests,
+            digests=work.conversation.matched,
         )
         if ahead is None or not usable:  # none, or stale: the conversation changed, or the record summarizes more
             draft.ahead = None
