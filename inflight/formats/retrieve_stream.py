@@ -17,7 +17,15 @@ import orjson
 
 from inflight.codecs.sse import event_data
 from inflight.compaction.retrieval import TOOL_NAME
-from inflight.formats.retrieve_tool import Call, Document, summed_usage
+from inflight.formats.retrieve_tool import (
+    Call,
+    Document,
+    GeminiShape,
+    gemini_calls,
+    gemini_ours,
+    gemini_parts,
+    summed_usage,
+)
 
 Event = bytes
 
@@ -361,6 +369,82 @@ def is_ours(item: Document) -> bool:
     return item.get("type") == "function_call" and item.get("name") == TOOL_NAME
 
 
+class GeminiStitch:
+    """Gemini's stream (`alt=sse`): each event a whole `GenerateContentResponse` whose candidate holds a few parts,
+    the tool's calls whole `functionCall` parts among them; the event with the `finishReason` is the end."""
+
+    usage_keys = GeminiShape.usage_keys
+
+    def __init__(self) -> None:
+        self.usages: list[Document] = []  # each earlier round's usage, as its last event gave it
+        self.end: Document | None = None  # the end of a round that called the tool, kept back
+        self.rounds = 0
+        self._round()
+
+    def _round(self) -> None:
+        self.parts: list[Document] = []
+        self.usage: Document | None = None
+
+    def event(self, event: Event) -> list[bytes]:
+        chunk = data_of(event)
+        candidates = chunk.get("candidates") if isinstance(chunk, dict) else None
+        if not isinstance(chunk, dict) or not isinstance(candidates, list) or not candidates:
+            return [event + b"\n\n"]
+        candidate = candidates[0] if isinstance(candidates[0], dict) else {}
+        parts = gemini_parts(chunk)
+        self.parts += parts
+        if isinstance(chunk.get("usageMetadata"), dict):
+            self.usage = chunk["usageMetadata"]
+        ours = any(gemini_ours(part) for part in parts)
+        called = any(gemini_ours(part) for part in self.parts)
+        finished = candidate.get("finishReason") is not None
+        if not ours and not (finished and (called or self.rounds)):
+            return [event + b"\n\n"]  # as it came
+        if finished and not called:  # the last round's end: its counts are every round's
+            return [sse(self.summed(chunk))]
+        kept = [part for part in parts if not gemini_ours(part)]
+        if finished:
+            self.end = chunk
+        if not kept:
+            return []
+        found = candidate.get("content")
+        content: Document = found if isinstance(found, dict) else {"role": "model"}
+        passing = {key: value for key, value in candidate.items() if key != "finishReason"}
+        passing["content"] = {**content, "parts": kept}
+        return [sse({**chunk, "candidates": [passing, *candidates[1:]]})]
+
+    def summed(self, chunk: Document) -> Document:
+        """`chunk` with its usage summed with every earlier round's."""
+        out: Document = orjson.loads(orjson.dumps(chunk))
+        earlier = [{"usageMetadata": usage} for usage in self.usages]
+        summed_usage(out, earlier, self.usage_keys, field="usageMetadata")
+        return out
+
+    def calls(self) -> tuple[list[Call], bool]:
+        return gemini_calls(self.parts)
+
+    def answer(self) -> Document:
+        return {"candidates": [{"content": {"role": "model", "parts": self.parts}}]}
+
+    def next_round(self) -> None:
+        self.usages.append(self.usage or {})
+        self.rounds += 1
+        self.end = None
+        self._round()
+
+    def finish(self) -> list[bytes]:
+        if self.end is None:
+            return []
+        # The last round still called the tool (the rounds ran out, or it called the client's tools too): its end,
+        # with an empty text where the tool's calls were.
+        end, self.end = self.end, None
+        candidates = end["candidates"]
+        found = candidates[0].get("content")
+        content: Document = found if isinstance(found, dict) else {}
+        ended = {**candidates[0], "content": {"role": "model", **content, "parts": [{"text": ""}]}}
+        return [sse(self.summed({**end, "candidates": [ended, *candidates[1:]]}))]
+
+
 def stitch_for(name: str) -> Stitch | None:
     """A new stitch for one stream of the format `name` (None: the format does not offer the tool)."""
     if name == "chat_completions":
@@ -369,4 +453,6 @@ def stitch_for(name: str) -> Stitch | None:
         return MessagesStitch()
     if name == "responses":
         return ResponsesStitch()
+    if name == "gemini":
+        return GeminiStitch()
     return None

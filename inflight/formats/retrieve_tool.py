@@ -35,6 +35,10 @@ class ToolShape(Protocol):
         """The body with the tool added after the client's own."""
         ...
 
+    def whole_of(self, answer: object) -> Document | None:
+        """A whole answer as one JSON object (None: not an answer of this format)."""
+        ...
+
     def calls(self, answer: Document) -> tuple[list[Call], bool]:
         """The answer's calls to the tool, and whether it also calls the client's own tools."""
         ...
@@ -48,18 +52,23 @@ class ToolShape(Protocol):
         ...
 
 
+def as_document(answer: object) -> Document | None:
+    """An answer that is one JSON object, as it is."""
+    return answer if isinstance(answer, dict) else None
+
+
 def offered(tools: object) -> bool:
     """Whether a request offers tools at all (the tool is added only then)."""
     return isinstance(tools, list) and bool(tools)
 
 
-def summed_usage(answer: Document, earlier: list[Document], keys: tuple[str, ...]) -> None:
-    """Add the earlier rounds' counts (`keys` of their `usage`) to the answer's (in place)."""
-    usage = answer.get("usage")
+def summed_usage(answer: Document, earlier: list[Document], keys: tuple[str, ...], *, field: str = "usage") -> None:
+    """Add the earlier rounds' counts (`keys` of their `field`) to the answer's (in place)."""
+    usage = answer.get(field)
     if not isinstance(usage, dict):
         return
     for document in earlier:
-        other = document.get("usage")
+        other = document.get(field)
         if not isinstance(other, dict):
             continue
         for key in keys:
@@ -79,6 +88,9 @@ class ChatShape:
 
     def with_tool(self, payload: Document) -> Document:
         return {**payload, "tools": [*payload.get("tools", []), self.definition]}
+
+    def whole_of(self, answer: object) -> Document | None:
+        return as_document(answer)
 
     def calls(self, answer: Document) -> tuple[list[Call], bool]:
         message = _first_message(answer)
@@ -142,6 +154,9 @@ class ResponsesShape:
     def with_tool(self, payload: Document) -> Document:
         return {**payload, "tools": [*payload.get("tools", []), self.definition]}
 
+    def whole_of(self, answer: object) -> Document | None:
+        return as_document(answer)
+
     def calls(self, answer: Document) -> tuple[list[Call], bool]:
         ours, others = [], False
         for item in _output(answer):
@@ -184,6 +199,9 @@ class MessagesShape:
     def with_tool(self, payload: Document) -> Document:
         return {**payload, "tools": [*payload.get("tools", []), self.definition]}
 
+    def whole_of(self, answer: object) -> Document | None:
+        return as_document(answer)
+
     def calls(self, answer: Document) -> tuple[list[Call], bool]:
         ours, others = [], False
         for block in _content(answer):
@@ -213,10 +231,109 @@ def _content(answer: Document) -> list[Document]:
     return [block for block in content if isinstance(block, dict)] if isinstance(content, list) else []
 
 
+class GeminiShape:
+    """The Gemini API: a function declaration in a tool of its own, calls as `functionCall` parts of the candidate's
+    content, results as `functionResponse` parts of the next user content. The model's content goes back as it
+    came, its `thoughtSignature`s on the parts they came with."""
+
+    usage_keys = (
+        "promptTokenCount",
+        "candidatesTokenCount",
+        "totalTokenCount",
+        "thoughtsTokenCount",
+        "cachedContentTokenCount",
+        "toolUsePromptTokenCount",
+    )
+    definition: Document = {  # noqa: RUF012 (never mutated: serialized as it is)
+        "functionDeclarations": [{"name": TOOL_NAME, "description": DESCRIPTION, "parametersJsonSchema": PARAMETERS}]
+    }
+
+    def with_tool(self, payload: Document) -> Document:
+        return {**payload, "tools": [*payload.get("tools", []), self.definition]}
+
+    def whole_of(self, answer: object) -> Document | None:
+        """One object, or a stream read without `alt=sse`, a JSON array of chunks: joined into one, its parts in
+        order, the last chunk's finish and counts."""
+        if not isinstance(answer, list):
+            return as_document(answer)
+        chunks = [chunk for chunk in answer if isinstance(chunk, dict)]
+        if not chunks:
+            return None
+        joined: Document = orjson.loads(orjson.dumps(chunks[-1]))
+        candidates = joined.get("candidates")
+        if isinstance(candidates, list) and candidates and isinstance(candidates[0], dict):
+            parts = [part for chunk in chunks for part in gemini_parts(chunk)]
+            candidates[0]["content"] = {"role": "model", "parts": parts}
+        return joined
+
+    def calls(self, answer: Document) -> tuple[list[Call], bool]:
+        return gemini_calls(gemini_parts(answer))
+
+    def continued(self, payload: Document, answer: Document, results: list[tuple[Call, str]]) -> Document:
+        said = {"role": "model", "parts": gemini_parts(answer)}
+        replies = [gemini_response(call, text) for call, text in results]
+        return {**payload, "contents": [*payload["contents"], said, {"role": "user", "parts": replies}]}
+
+    def without_calls(self, answer: Document, earlier: list[Document]) -> Document:
+        out: Document = orjson.loads(orjson.dumps(answer))
+        candidates = out.get("candidates")
+        if not isinstance(candidates, list) or not candidates or not isinstance(candidates[0], dict):
+            return out
+        parts = [part for document in [*earlier, out] for part in gemini_parts(document) if not gemini_ours(part)]
+        content = candidates[0].get("content")
+        candidates[0]["content"] = {**(content if isinstance(content, dict) else {"role": "model"}), "parts": parts}
+        summed_usage(out, earlier, self.usage_keys, field="usageMetadata")
+        return out
+
+
+def gemini_parts(answer: Document) -> list[Document]:
+    """The parts of an answer's first candidate."""
+    candidates = answer.get("candidates")
+    first = candidates[0] if isinstance(candidates, list) and candidates and isinstance(candidates[0], dict) else {}
+    content = first.get("content")
+    parts = content.get("parts") if isinstance(content, dict) else None
+    return [part for part in parts if isinstance(part, dict)] if isinstance(parts, list) else []
+
+
+def gemini_ours(part: Document) -> bool:
+    call = part.get("functionCall")
+    return isinstance(call, dict) and call.get("name") == TOOL_NAME
+
+
+def gemini_calls(parts: list[Document]) -> tuple[list[Call], bool]:
+    """The tool's calls among a model's parts (a call without an `id` is known by its place), and whether the
+    client's own tools are called too."""
+    ours, others = [], False
+    for index, part in enumerate(parts):
+        call = part.get("functionCall")
+        if not isinstance(call, dict):
+            continue
+        if call.get("name") != TOOL_NAME:
+            others = True
+            continue
+        named = call.get("id")
+        ours.append(
+            Call(str(named) if named else f"{GEMINI_NO_ID}{index}", orjson.dumps(call.get("args", {})).decode())
+        )
+    return ours, others
+
+
+GEMINI_NO_ID = "inflight-part-"  # a call the model gave no `id`: its result goes without one, matched by order
+
+
+def gemini_response(call: Call, text: str) -> Document:
+    """A call's result as a `functionResponse` part, with the call's `id` when it had one."""
+    response: Document = {"name": TOOL_NAME, "response": {"output": text}}
+    if not call.id.startswith(GEMINI_NO_ID):
+        response["id"] = call.id
+    return {"functionResponse": response}
+
+
 SHAPES: dict[str, ToolShape] = {
     "chat_completions": ChatShape(),
     "responses": ResponsesShape(),
     "messages": MessagesShape(),
+    "gemini": GeminiShape(),
 }
 
 

@@ -14,11 +14,12 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 import orjson
 
 from inflight.codecs.sse import EventBuffer
-from inflight.compaction.retrieval import UNAVAILABLE
+from inflight.compaction.retrieval import NO_ROOM, UNAVAILABLE
 from inflight.formats import WireFormat
 from inflight.formats.retrieve_stream import Stitch, stitch_for
 from inflight.formats.retrieve_tool import Call, Document, ToolShape
@@ -30,8 +31,13 @@ from inflight.upstream.exceptions import STREAM_ERRORS, UpstreamErrors
 from inflight.upstream.response import Response
 
 log = logging.getLogger("inflight")
+T = TypeVar("T")
 UNAVAILABLE_START = UNAVAILABLE.split("{")[0]
 MAX_ANSWER_BYTES = 64 * 1024 * 1024  # an answer read whole to look for calls; a larger one goes as it came
+# What a read-back leaves of the room our count says is left, for the upstream counting a little more than our
+# calibrated estimate: a fixed floor, and a share of the continuation's size.
+MARGIN_TOKENS = 64
+MARGIN_SHARE = 0.02
 
 
 @dataclass
@@ -61,11 +67,16 @@ class Retriever:
             done(self.handles)
 
     def answers(self, calls: list[Call], *, room: int | None) -> list[tuple[Call, str]]:
-        """Each call with the text it is answered with, all of them within `room` tokens (None: unbounded)."""
+        """Each call with the text it is answered with, all of them within `room` tokens (None: unbounded; 0: each
+        is answered "no room left" without reading anything)."""
         self.calls += len(calls)
         answered = []
         for call in calls:
             self.handles.append((handle_in(call.arguments) or "?")[:40])
+            if room == 0:
+                self.unavailable += 1
+                answered.append((call, NO_ROOM))
+                continue
             text = self.pipeline.read_back(call.arguments, model=self.model, tenant=self.tenant, room=room)
             if room is not None:
                 room -= self.pipeline.text_tokens(self.model, text)
@@ -78,9 +89,12 @@ class Retriever:
         """Roughly the tokens of the body sent, which parsing and writing a continuation costs in proportion to."""
         return len(self.sent) // 4
 
-    async def continued(self, payload: Document | None, answer: Document, calls: list[Call]) -> Document | None:
+    async def continued(
+        self, payload: Document | None, answer: Document, calls: list[Call], *, read: bool = True
+    ) -> Document | None:
         """The next continuation's body: the last one (None: the body the turn sent) with the answer and the calls'
-        results, each clipped to the room the budget has left; off the event loop for a big conversation.
+        results, each clipped to the room the budget has left less a margin (`MARGIN_TOKENS`, `MARGIN_SHARE`); off
+        the event loop for a big conversation. `read=False` answers each call "no room left".
 
         None when the answer and its calls alone leave no room: such a continuation would be refused."""
 
@@ -92,8 +106,46 @@ class Retriever:
         if room is not None and room < 0:
             self.exchange.note("retrieval_error", "no-room-left")
             return None
-        results = self.answers(calls, room=room)
+        if room is not None:
+            room = max(room - MARGIN_TOKENS - int(MARGIN_SHARE * self.size), 0)
+        results = self.answers(calls, room=room if read else 0)
         return await call_sized(lambda: self.shape.continued(base, answer, results), self.size)
+
+    async def answered(
+        self, payload: Document | None, answer: Document, calls: list[Call], ask: Callable[[Document], Awaitable[T]]
+    ) -> tuple[Document, T] | None:
+        """One round: the continuation of `payload` with the calls answered, sent with `ask`; refused for its size
+        all the same, sent once more with each call answered "no room left", so the model still answers. None: no
+        continuation went (no room for one, or it failed: logged, and the client gets what the upstream gave)."""
+        counted = (self.calls, len(self.handles), self.unavailable)
+        body = await self.continued(payload, answer, calls)
+        if body is None:
+            return None
+        try:
+            try:
+                return body, await ask(body)
+            except UpstreamRefused as refused:
+                again = await self.continued(payload, answer, calls, read=False) if self.too_long(refused) else None
+                if again is None:
+                    raise
+                self.calls, self.unavailable = counted[0] + len(calls), counted[2] + len(calls)  # the same, unread
+                del self.handles[counted[1] + len(calls) :]
+                self.exchange.note("retrieval_retry", "no-room-left")
+                return again, await ask(again)
+        except Exception as exc:
+            log.warning("[retrieval] a continuation failed (%s); what the upstream gave so far goes to the client", exc)
+            self.exchange.note("retrieval_error", type(exc).__name__)
+            return None
+
+    async def answer_to(self, body: Document) -> Document:
+        """A continuation's whole JSON answer."""
+        return await self.read_json(await self.send(body))
+
+    def too_long(self, refused: UpstreamRefused) -> bool:
+        """Whether a continuation was refused for its size (the format's context-length refusal)."""
+        if refused.status is None:
+            return False
+        return self.wire.refusal(refused.status, refused.body, content_encoding=None) is not None
 
     async def send(self, body: Document) -> Response:
         """A continuation POSTed upstream, asking for an unencoded answer (it is read here)."""
@@ -111,10 +163,11 @@ class Retriever:
     async def whole(self, first: bytes) -> tuple[bytes, Document | None]:
         """The client's JSON answer, given the upstream's first; also the first parsed (for its usage)."""
         try:
-            answer = orjson.loads(first)
+            loaded = orjson.loads(first)
         except orjson.JSONDecodeError:
             return first, None
-        if not isinstance(answer, dict):
+        answer = self.shape.whole_of(loaded)
+        if answer is None:
             return first, None
         calls, others = self.shape.calls(answer)
         if not calls:
@@ -123,20 +176,16 @@ class Retriever:
         earlier: list[Document] = []
         current = answer
         while calls and not others and self.rounds < self.pipeline.retrieval_rounds(self.model):
-            payload = await self.continued(payload, current, calls)
-            if payload is None:
+            sent = await self.answered(payload, current, calls, self.answer_to)
+            if sent is None:
                 break
-            try:
-                following = await self.read_json(await self.send(payload))
-            except Exception as exc:  # the continuation failed: the client gets what the upstream gave so far
-                log.warning("[retrieval] a continuation failed (%s); the answer so far goes to the client", exc)
-                self.exchange.note("retrieval_error", type(exc).__name__)
-                break
+            payload, following = sent
             earlier.append(current)
             current = following
             calls, others = self.shape.calls(current)
         self.noted()
-        return orjson.dumps(self.shape.without_calls(current, earlier)), answer
+        out = self.shape.without_calls(current, earlier)
+        return orjson.dumps([out] if isinstance(loaded, list) else out), answer  # an array stays one (Gemini's)
 
     async def read_json(self, response: Response) -> Document:
         """A continuation's answer, which must be a 200 JSON object."""
@@ -145,25 +194,21 @@ class Retriever:
         finally:
             await response.aclose()
         if response.status != 200:
-            raise UpstreamRefused(f"the upstream answered {response.status}")
-        document = orjson.loads(body)
-        if not isinstance(document, dict):
+            raise UpstreamRefused(f"the upstream answered {response.status}", response.status, body)
+        document = self.shape.whole_of(orjson.loads(body))
+        if document is None:
             raise UpstreamRefused("the upstream's answer is not a JSON object")
         return document
 
-    async def continuation(self, payload: Document) -> Response | None:
-        """A continuation's streaming answer (None: it failed, and the client's stream is ended as it is)."""
-        response: Response | None = None
-        try:
-            response = await self.send(payload)
-            if response.status != 200:
-                raise UpstreamRefused(f"the upstream answered {response.status}")
-        except Exception as exc:
-            log.warning("[retrieval] a continuation failed (%s); the stream so far is ended", exc)
-            self.exchange.note("retrieval_error", type(exc).__name__)
-            if response is not None:
+    async def continuation(self, payload: Document) -> Response:
+        """A continuation's streaming answer, which must be a 200."""
+        response = await self.send(payload)
+        if response.status != 200:
+            try:
+                body = await read_all(response, self.host)
+            finally:
                 await response.aclose()
-            return None
+            raise UpstreamRefused(f"the upstream answered {response.status}", response.status, body)
         return response
 
     async def stream(self, first: AsyncIterator[bytes], *, max_event_bytes: int) -> AsyncIterator[bytes]:
@@ -191,12 +236,10 @@ class Retriever:
             calls, others = stitch.calls()
             if not calls or others or self.rounds >= self.pipeline.retrieval_rounds(self.model):
                 break
-            payload = await self.continued(payload, stitch.answer(), calls)
-            if payload is None:
+            sent = await self.answered(payload, stitch.answer(), calls, self.continuation)
+            if sent is None:
                 break
-            response = await self.continuation(payload)
-            if response is None:
-                break
+            payload, response = sent
             stitch.next_round()
             chunks = guarded(response, self.host)
         for out in stitch.finish():
@@ -249,6 +292,11 @@ async def stitched(
 
 class UpstreamRefused(Exception):
     """A continuation was not answered with what the first answer promised (a 200 of the same kind)."""
+
+    def __init__(self, message: str, status: int | None = None, body: bytes = b"") -> None:
+        super().__init__(message)
+        self.status = status  # the upstream's status, when it answered
+        self.body = body[:65536]  # its error body, to tell a refusal for size
 
 
 async def guarded(response: Response, host: str) -> AsyncIterator[bytes]:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import orjson
 
 from inflight.compaction import Outcome
-from inflight.compaction.retrieval import NO_ROOM, fitted, originals, read_back
+from inflight.compaction.retrieval import NO_ROOM, TOOL_NAME, fitted, originals, read_back
 from inflight.config import Retrieval as RetrievalSettings
 from inflight.formats.retrieve_tool import ChatShape, offered, shape_of
 from inflight.pipeline.accounting import Counted
@@ -82,13 +82,24 @@ def definition_tokens(counted: Counted, counter: TokenCounter) -> int:
 
 
 def may_offer(counted: Counted, settings: RetrievalSettings, *, asked: str) -> bool:
-    """Whether this request may offer the tool once compacted: tools offered, a format with the tool's shape, and
-    the mode (the client's header `off` or `tool`, else the configured one) says so. `auto` offers it as `tool`
-    does: it is added with the first compaction, which rewrites the prefix anyway, and stays the same bytes after,
-    so where cache writes bear a premium (Anthropic's 1.25) it costs one more write of the tools and system prompt
-    in a conversation, and none later."""
+    """Whether this request may offer the tool once compacted: tools offered, none of them named as ours (a client,
+    or another inflight in front, with its own `inflight_retrieve`: its calls are its own to answer), a format
+    with the tool's shape, and the mode (the client's header `off` or `tool`, else the configured one) says so.
+    `auto` offers it as `tool` does: it is added with the first compaction, which rewrites the prefix anyway, and
+    stays the same bytes after, so where cache writes bear a premium (Anthropic's 1.25) it costs one more write of
+    the tools and system prompt in a conversation, and none later."""
     header = asked.strip().lower()
     mode = header if header in ("off", "tool") else settings.mode
     if mode == "off":
         return False
-    return offered(counted.payload.get("tools")) and shape_of(counted.wire) is not None
+    if not offered(counted.payload.get("tools")) or shape_of(counted.wire) is None:
+        return False
+    return not names_ours(counted.request.view.get("tools"))
+
+
+def names_ours(tools: object) -> bool:
+    """Whether the client's tools (as Chat Completions' functions, every format's view) include one named as ours."""
+    if not isinstance(tools, list):
+        return False
+    functions = (tool.get("function") for tool in tools if isinstance(tool, dict))
+    return any(isinstance(function, dict) and function.get("name") == TOOL_NAME for function in functions)

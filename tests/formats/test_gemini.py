@@ -15,6 +15,7 @@ from inflight.config import Settings
 from inflight.formats import GEMINI, Target
 from inflight.formats.agent_compaction import recognised
 from inflight.formats.agent_prompts import GEMINI_CLI
+from inflight.formats.retrieve_tool import GeminiShape
 from inflight.pipeline.engine import Options, build_pipeline
 from tests.support.gemini import FakeGemini, part_signature, refusal_body
 from tests.support.growth import MAX_GROWTH, SERIES, growth_in_parses, in_parses
@@ -170,7 +171,8 @@ def test_the_pipeline_compacts_a_gemini_cli_conversation_into_a_request_gemini_a
     fake = FakeGemini()
     assert fake.problem(sent) is None  # every signature verified, every call answered in the next turn
     assert fake.count(sent) < fake.count(body)
-    assert sent["systemInstruction"] == body["systemInstruction"] and sent["tools"] == body["tools"]
+    assert sent["systemInstruction"] == body["systemInstruction"]
+    assert sent["tools"] == [*body["tools"], GeminiShape.definition]  # inflight_retrieve comes with the compaction
     originals = [orjson.dumps(c) for c in body["contents"] if c["role"] == "model"]
     assert all(orjson.dumps(c) in originals for c in sent["contents"] if c["role"] == "model")
     assert f"STEP {steps} DONE" in orjson.dumps(sent["contents"][-1]).decode()  # the latest turn kept

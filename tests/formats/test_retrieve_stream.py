@@ -6,7 +6,8 @@ from typing import Any
 
 import orjson
 
-from inflight.formats.retrieve_stream import ChatStitch, MessagesStitch
+from inflight.formats.retrieve_stream import ChatStitch, GeminiStitch, MessagesStitch
+from inflight.formats.retrieve_tool import GeminiShape
 
 
 def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
@@ -87,3 +88,41 @@ def test_a_continuations_blocks_follow_the_ones_sent_and_usage_is_summed() -> No
     assert indices[1:5] == [0, 0, 1, 1]
     delta = orjson.loads(out[-2].split(b"data: ", 1)[1])
     assert delta["usage"]["input_tokens"] == 250 and delta["usage"]["output_tokens"] == 17
+
+
+def gemini_chunk(parts: list[dict[str, Any]], *, finish: bool = False, prompt: int = 100) -> bytes:
+    candidate: dict[str, Any] = {"content": {"role": "model", "parts": parts}, "index": 0}
+    if finish:
+        candidate["finishReason"] = "STOP"
+    usage = {"promptTokenCount": prompt, "candidatesTokenCount": 5, "totalTokenCount": prompt + 5}
+    return b"data: " + orjson.dumps({"candidates": [candidate], "usageMetadata": usage})
+
+
+def test_a_gemini_stream_that_calls_the_tool_until_the_rounds_run_out_ends_once_with_every_rounds_counts() -> None:
+    stitch = GeminiStitch()
+    ours = {"functionCall": {"name": "inflight_retrieve", "args": {"handle": "inflight:1"}}, "thoughtSignature": "s"}
+    plain = gemini_chunk([{"text": "Let me look. "}])
+    out = stitch.event(plain)
+    assert out == [plain + b"\n\n"]  # an event with nothing of ours goes as it came
+    out += stitch.event(gemini_chunk([{"text": "Now."}, ours], finish=True))
+    calls, others = stitch.calls()
+    assert [call.arguments for call in calls] == ['{"handle":"inflight:1"}'] and not others
+    assert stitch.answer()["candidates"][0]["content"]["parts"][-1] == ours  # its signature kept for the continuation
+    stitch.next_round()
+    out += stitch.event(gemini_chunk([ours], finish=True, prompt=300))
+    out += stitch.finish()
+    sent = data(out)
+    parts = [part for chunk in sent for part in chunk["candidates"][0]["content"]["parts"]]
+    assert parts == [{"text": "Let me look. "}, {"text": "Now."}, {"text": ""}]
+    assert [chunk["candidates"][0].get("finishReason") for chunk in sent] == [None, None, "STOP"]
+    assert sent[-1]["usageMetadata"] == {"promptTokenCount": 400, "candidatesTokenCount": 10, "totalTokenCount": 410}
+
+
+def test_a_gemini_stream_read_without_alt_sse_is_joined_into_one_answer() -> None:
+    shape = GeminiShape()
+    chunks = [
+        orjson.loads(gemini_chunk(p, finish=f)[6:]) for p, f in (([{"text": "a"}], False), ([{"text": "b"}], True))
+    ]
+    joined = shape.whole_of(chunks)
+    assert joined is not None and joined["candidates"][0]["content"]["parts"] == [{"text": "a"}, {"text": "b"}]
+    assert joined["candidates"][0]["finishReason"] == "STOP" and shape.whole_of([]) is None

@@ -15,6 +15,7 @@ import orjson
 import pytest
 
 from inflight.formats.agent_prompts import GEMINI_CLI
+from inflight.formats.retrieve_tool import GeminiShape
 from tests.conftest import ProxyFactory
 from tests.http.test_archive import archived
 from tests.support.gemini import FakeGemini, GeminiTaskAgent, part_signature
@@ -124,7 +125,7 @@ def test_a_long_conversation_is_compacted_with_every_signed_turn_verbatim(
     assert app.gemini.rejected == [] and app.gemini.refused == 0  # every signature verified, every call answered
     models = [c for c in contents if c["role"] == "model"]
     assert all(c in models for c in sent["contents"] if c["role"] == "model")  # verbatim, or gone whole
-    assert sent["systemInstruction"] == SYSTEM and sent["tools"] == TOOLS
+    assert sent["systemInstruction"] == SYSTEM and sent["tools"] == [*TOOLS, GeminiShape.definition]
     assert sent["contents"][-2:] == contents[-2:]
     assert TASK_MARKER in orjson.dumps(sent["contents"][0]).decode()
     assert FakeGemini().count(sent) <= 12_000 - 2_000

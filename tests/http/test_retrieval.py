@@ -20,6 +20,8 @@ from inflight.tokens import TokenCounter
 from tests.compaction.test_compactor import agent_conversation
 from tests.conftest import ProxyFactory
 from tests.http.test_archive import archived
+from tests.http.test_gemini import MODEL as GEMINI
+from tests.http.test_gemini import agent_contents, body_of, gemini_proxy, generate
 from tests.http.test_metrics import scrape
 from tests.support.retriever import LOOKING, RetrievingModel, chat, digest_of
 from tests.support.servers import serve
@@ -289,6 +291,28 @@ def test_an_answer_that_also_calls_the_clients_tool_goes_to_it_without_ours(
     assert len(app.chat_requests()) == 1  # nothing answered in the client's place: its tool goes first
 
 
+def test_a_client_with_its_own_inflight_retrieve_keeps_it_and_gets_its_calls(
+    retrieving: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    """Another inflight in front (a team proxy behind a developer's own) offers a tool of our name: ours is left out,
+    so the upstream sees one tool of that name, and the model's call to it reaches the client unanswered."""
+    app, url = retrieving
+    app.retriever = RetrievingModel()
+    app.retriever.handle = "inflight:00000000000000aa"  # the one in front named it: not ours to read
+    theirs: Any = {"type": "function", "function": {"name": TOOL_NAME, "parameters": {"type": "object"}}}
+    with (
+        start_proxy(url, **WINDOW) as proxy_url,
+        openai.OpenAI(base_url=proxy_url, api_key="sk-a", max_retries=0) as client,
+    ):
+        reply = client.chat.completions.create(model=MODEL, messages=chat_conversation(), tools=[BASH, theirs])
+    (sent,) = upstream_conversations(app)  # no continuation: nothing was answered in the client's place
+    assert [tool["function"]["name"] for tool in sent["tools"]] == ["bash", TOOL_NAME]
+    assert sent["tools"][-1] == theirs and b"inflight:" not in orjson.dumps(sent["messages"])
+    calls = reply.choices[0].message.tool_calls or []
+    names = [call.model_dump()["function"]["name"] for call in calls]
+    assert names == [TOOL_NAME] and reply.choices[0].finish_reason == "tool_calls"
+
+
 def test_by_default_it_is_offered_in_every_compacted_request_and_a_header_turns_it_off(
     upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
 ) -> None:
@@ -337,6 +361,37 @@ def test_what_is_read_back_is_clipped_to_the_room_left_in_the_window(start_proxy
     assert TokenCounter().count_request(continuation, "o200k_base").total <= 8000
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_read_back_the_upstream_still_refuses_for_its_size_is_sent_once_more_unread(
+    start_proxy: ProxyFactory, stream: bool
+) -> None:
+    """The upstream counts more than inflight does (its window here under the budget inflight works to): a
+    continuation refused for its size goes once more with the call answered "no room left", and the client gets
+    the model's answer to that, never an empty one."""
+    app = UpstreamApp(windows={MODEL: 5000})
+    app.retriever = RetrievingModel()
+    messages = chat_conversation()
+    first = next(m for m in messages if m["role"] == "tool")
+    first["content"] = "\n".join(f"line {n}: {digest_of(str(n)) * 3}" for n in range(600))  # about 25,000 tokens
+    with (
+        serve(app) as url,
+        start_proxy(url + "/v1", **WINDOW) as proxy_url,
+        openai.OpenAI(base_url=proxy_url, api_key="sk-a", max_retries=0) as client,
+    ):
+        if stream:
+            chunks = list(client.chat.completions.create(model=MODEL, messages=messages, tools=[BASH], stream=True))
+            text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+            assert not any(c.choices and c.choices[0].delta.tool_calls for c in chunks)
+        else:
+            reply = client.chat.completions.create(model=MODEL, messages=messages, tools=[BASH])
+            text = reply.choices[0].message.content or ""
+            assert reply.choices[0].finish_reason == "stop" and reply.choices[0].message.tool_calls is None
+    assert app.retriever.received[-1] == "[inflight_retrieve: unavailable: no room left]"
+    assert text.startswith(LOOKING) and f"digest:{digest_of(app.retriever.received[-1])}" in text
+    sent = upstream_conversations(app)
+    assert [m["role"] for m in sent[-1]["messages"][-2:]] == ["assistant", "tool"]  # the last went with the call
+
+
 CRLF_STREAM = (
     b"".join(
         b"data: " + orjson.dumps(chunk) + b"\r\n\r\n"
@@ -379,3 +434,36 @@ def test_a_compacted_stream_the_model_called_no_tool_in_comes_as_it_came(start_p
     assert "mask" in headers["x-inflight-actions"]  # compacted, so the tool was offered
     assert received == CRLF_STREAM
     assert "content-length" not in headers or int(headers["content-length"]) == len(received)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_gemini_api_reads_back_a_masked_output(
+    retrieving: tuple[UpstreamApp, str], start_proxy: ProxyFactory, stream: bool
+) -> None:
+    app, url = retrieving
+    contents = agent_contents(12)
+    first_output = contents[2]["parts"][0]["functionResponse"]["response"]["output"]
+    window = {"models": {GEMINI: {"context_window": 8000}}, "discover_context_window": False}
+    with gemini_proxy(start_proxy, url, **window) as origin:
+        answer = generate(origin, body_of(contents), stream=stream)
+    assert answer.status_code == 200, answer.text
+    if stream:
+        chunks = [orjson.loads(line[6:]) for line in answer.text.splitlines() if line.startswith("data: ")]
+        candidates = [chunk["candidates"][0] for chunk in chunks]
+        assert [c.get("finishReason") for c in candidates].count("STOP") == 1
+        assert candidates[-1].get("finishReason") == "STOP"
+        parts = [part for c in candidates for part in c["content"]["parts"]]
+        usage = chunks[-1]["usageMetadata"]
+    else:
+        reply = answer.json()
+        parts = reply["candidates"][0]["content"]["parts"]
+        usage = reply["usageMetadata"]
+    assert not [part for part in parts if "functionCall" in part]
+    text = "".join(part.get("text", "") for part in parts)
+    assert text.startswith(LOOKING) and f"digest:{digest_of(first_output)}" in text
+    assert usage["promptTokenCount"] == 200 and usage["candidatesTokenCount"] == 20  # both rounds
+    first, second = (r.json() for r in app.gemini_requests())
+    assert first["tools"][-1]["functionDeclarations"][0]["name"] == TOOL_NAME
+    said, result = second["contents"][-2:]
+    assert said["role"] == "model" and said["parts"][-1]["functionCall"]["name"] == TOOL_NAME
+    assert result["parts"] == [{"functionResponse": {"name": TOOL_NAME, "response": {"output": first_output}}}]

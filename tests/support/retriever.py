@@ -43,15 +43,20 @@ class RetrievingModel:
             return said_for(result), None
         if not offers_tool(api, payload):
             return "nothing to read back", None
-        found = HANDLE.search(orjson.dumps(payload.get("messages") or payload.get("input") or []).decode())
+        history = payload.get("messages") or payload.get("input") or payload.get("contents") or []
+        found = HANDLE.search(orjson.dumps(history).decode())
         handle = self.handle or (found.group(0) if found else None)
         return (LOOKING, handle) if handle else ("nothing to read back", None)
 
-    def answer(self, api: str, payload: dict[str, Any]) -> tuple[bytes, list[bytes] | None]:
-        """The JSON body, or the SSE events when the request streams."""
+    def answer(
+        self, api: str, payload: dict[str, Any], *, stream: bool | None = None
+    ) -> tuple[bytes, list[bytes] | None]:
+        """The JSON body, or the SSE events when the request streams (`stream`: as its path says, else its body)."""
         text, handle = self.decide(api, payload)
         model = str(payload.get("model"))
-        stream = payload.get("stream") is True
+        stream = payload.get("stream") is True if stream is None else stream
+        if api == "gemini":
+            return (b"", gemini_events(text, handle)) if stream else (orjson.dumps(gemini(text, handle)), None)
         if api == "chat":
             usage = (payload.get("stream_options") or {}).get("include_usage")
             return (
@@ -73,6 +78,9 @@ class RetrievingModel:
 
 
 def offers_tool(api: str, payload: dict[str, Any]) -> bool:
+    if api == "gemini":
+        declarations = [d for tool in payload.get("tools") or [] for d in tool.get("functionDeclarations") or []]
+        return any(declaration.get("name") == TOOL for declaration in declarations)
     for tool in payload.get("tools") or []:
         name = (tool.get("function") or {}).get("name") if api == "chat" else tool.get("name")
         if name == TOOL:
@@ -86,6 +94,10 @@ def last_result(api: str, payload: dict[str, Any]) -> str | None:
         last = (payload.get("messages") or [{}])[-1]
         ours = last.get("role") == "tool" and str(last.get("tool_call_id")).startswith("call_retr")
         return str(last.get("content")) if ours else None
+    if api == "gemini":
+        parts = ((payload.get("contents") or [{}])[-1]).get("parts") or [{}]
+        response = parts[-1].get("functionResponse") or {}
+        return str((response.get("response") or {}).get("output")) if response.get("name") == TOOL else None
     if api == "responses":
         items = payload.get("input")
         last = items[-1] if isinstance(items, list) and items else {}
@@ -280,3 +292,31 @@ def messages_events(model: str, text: str, handle: str | None) -> list[bytes]:
         {"type": "message_stop"},
     ]
     return [named(document) for document in documents]
+
+
+GEMINI_USAGE = {"promptTokenCount": 100, "candidatesTokenCount": 10, "totalTokenCount": 110}
+
+
+def gemini_call(handle: str) -> dict[str, Any]:
+    """A call as Gemini makes it: no `id`, its arguments an object."""
+    return {"functionCall": {"name": TOOL, "args": {"handle": handle}}}
+
+
+def gemini(text: str, handle: str | None) -> dict[str, Any]:
+    parts: list[dict[str, Any]] = [{"text": text}, *([gemini_call(handle)] if handle else [])]
+    candidate = {"content": {"role": "model", "parts": parts}, "finishReason": "STOP", "index": 0}
+    return {"candidates": [candidate], "usageMetadata": GEMINI_USAGE, "responseId": "gemini-r"}
+
+
+def gemini_events(text: str, handle: str | None) -> list[bytes]:
+    """The text in two chunks, then the call if any; the last chunk has the finish; every one has the counts."""
+    pieces: list[dict[str, Any]] = [{"text": text[: len(text) // 2]}, {"text": text[len(text) // 2 :]}]
+    pieces += [gemini_call(handle)] if handle else []
+    events = []
+    for n, part in enumerate(pieces):
+        candidate: dict[str, Any] = {"content": {"role": "model", "parts": [part]}, "index": 0}
+        if n == len(pieces) - 1:
+            candidate["finishReason"] = "STOP"
+        chunk = {"candidates": [candidate], "usageMetadata": GEMINI_USAGE, "responseId": "gemini-r"}
+        events.append(b"data: " + orjson.dumps(chunk) + b"\r\n\r\n")
+    return events

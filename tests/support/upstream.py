@@ -495,6 +495,8 @@ class UpstreamApp:
             return
         if await self.scripted(record, send):
             return
+        if await self.retrieving(record, send, "gemini", payload, stream=method == "streamGenerateContent"):
+            return
         status, answer, chunks = self.gemini.answer(model, payload, stream=method == "streamGenerateContent")
         if chunks is not None:
             await self.stream(record, send, [sse_chunk(chunk) for chunk in chunks], delay=self.stream_interval)
@@ -511,13 +513,15 @@ class UpstreamApp:
             and r not in self.summaries
         ]
 
-    async def retrieving(self, record: Recorded, send: Any, api: str, payload: dict[str, Any]) -> bool:
+    async def retrieving(
+        self, record: Recorded, send: Any, api: str, payload: dict[str, Any], *, stream: bool | None = None
+    ) -> bool:
         """The retrieving model's answer, when it is on (False: it is off)."""
         if self.retriever is None:
             return False
         if api == "chat" and await self.refused(record, send, payload):
             return True
-        body, events = self.retriever.answer(api, payload)
+        body, events = self.retriever.answer(api, payload, stream=stream)
         if events is not None:
             await self.stream(record, send, events)
         else:
