@@ -19,6 +19,7 @@ from inflight.frozen import frozen
 LEDGER_HEADING = "## Ledger (kept verbatim by inflight from the dropped messages)"
 MAX_ENTRIES = 400  # per kind: more than any rendering shows, but keeps the record's size bounded
 CUT_MARK = " [... cut]"  # the end of a ledger too long for its room even at one entry of each kind
+SHORT_COMMANDS = (60, 40, 28)  # the widths every command is shortened to, in turn, before the oldest are left out
 
 
 @frozen
@@ -57,15 +58,22 @@ class Ledger:
         )
 
     def render(self, max_chars: int) -> str:
-        """Render the ledger within `max_chars`: all of it when it fits, else the newest entries of each kind, as many
-        of each as fit; when even one of each is too long, that cut at the end with a marker."""
+        """Render the ledger within `max_chars`: all of it when it fits; else every command still named, shortened
+        and without outcomes (so no call vanishes without a trace), with the newest entries of the other kinds; else
+        the newest entries of each kind, as many of each as fit; when even one of each is too long, that cut at the
+        end with a marker."""
         for keep in (None, 60, 30, 15, 8, 4, 2, 1):
             text = self._text(keep, outcomes=keep is None or keep >= 15)
             if len(text) <= max_chars:
                 return text
+            if keep is None:
+                for width in SHORT_COMMANDS:
+                    named = self._text(15, outcomes=False, every_command=width)
+                    if len(named) <= max_chars:
+                        return named
         return text[: max(max_chars - len(CUT_MARK), 0)] + CUT_MARK
 
-    def _text(self, keep: int | None, *, outcomes: bool) -> str:
+    def _text(self, keep: int | None, *, outcomes: bool, every_command: int = 0) -> str:
         def newest(items: tuple[str, ...] | list[str]) -> list[str]:
             return list(items) if keep is None else list(items)[-keep:]
 
@@ -74,7 +82,12 @@ class Ledger:
         if self.files:
             paths = newest(list(self.files))
             lines.append("Files: " + "; ".join(f"{path} (`{_short(self.files[path])}`)" for path in paths))
-        if self.commands:
+        if self.commands and every_command:
+            lines.append(
+                "Commands run, oldest first (shortened): "
+                + "; ".join(f"`{_elided(command, every_command)}`" for command in self.commands)
+            )
+        elif self.commands:
             lines.append("Commands run, oldest first:")
             for command in newest(self.commands):
                 outcome = self.outcomes.get(command) if outcomes else None
@@ -90,6 +103,16 @@ class Ledger:
 def _newest_last(old: tuple[str, ...], new: tuple[str, ...]) -> tuple[str, ...]:
     renewed = set(new)
     return (tuple(item for item in old if item not in renewed) + new)[-MAX_ENTRIES:]
+
+
+def _elided(command: str, limit: int) -> str:
+    """A command within `limit` characters, its middle left out: commands run one after another often share their
+    beginning and differ at the end."""
+    command = " ".join(command.split())
+    if len(command) <= limit:
+        return command
+    head = (limit - 3) // 2
+    return command[:head] + "..." + command[len(command) - (limit - 3 - head) :]
 
 
 def _short(command: str, limit: int = 60) -> str:

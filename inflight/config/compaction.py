@@ -111,9 +111,11 @@ class Retrieval(Section):
 
     mode: Literal["auto", "tool", "off"] = "auto"
     max_rounds: int = Field(3, ge=1, le=10)  # calls answered in one turn before the answer goes to the client
+    # The calls of one round that are read back; the rest are answered "unavailable: too many calls" unread.
+    max_calls: int = Field(16, ge=1, le=1000)
     max_chars: int = Field(40_000, ge=1000)  # the most of an original one call returns (a note says when clipped)
     ttl_s: float = Field(86400, gt=0)  # how long an original is kept
-    max_bytes: int = Field(64 * 1024 * 1024, ge=1024 * 1024)  # all originals kept in this process
+    max_bytes: int = Field(64 * 1024 * 1024, ge=1024 * 1024)  # all originals kept in this process, as stored (UTF-8)
 
     @model_validator(mode="before")
     @classmethod

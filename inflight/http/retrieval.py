@@ -38,6 +38,8 @@ MAX_ANSWER_BYTES = 64 * 1024 * 1024  # an answer read whole to look for calls; a
 # calibrated estimate: a fixed floor, and a share of the continuation's size.
 MARGIN_TOKENS = 64
 MARGIN_SHARE = 0.02
+READ_TOKENS = 1_024  # about what reading back one call costs, in the tokens `call_sized` weighs work by
+TOO_MANY = UNAVAILABLE.format(why="too many calls in one answer")
 
 
 @dataclass
@@ -68,14 +70,16 @@ class Retriever:
 
     def answers(self, calls: list[Call], *, room: int | None) -> list[tuple[Call, str]]:
         """Each call with the text it is answered with, all of them within `room` tokens (None: unbounded; 0: each
-        is answered "no room left" without reading anything)."""
+        is answered "no room left" without reading anything). Beyond `compaction.retrieval.max_calls` a call is
+        answered "too many calls", unread."""
         self.calls += len(calls)
         answered = []
-        for call in calls:
+        most = self.pipeline.retrieval_calls(self.model)
+        for index, call in enumerate(calls):
             self.handles.append((handle_in(call.arguments) or "?")[:40])
-            if room == 0:
+            if room == 0 or index >= most:
                 self.unavailable += 1
-                answered.append((call, NO_ROOM))
+                answered.append((call, NO_ROOM if room == 0 else TOO_MANY))
                 continue
             text = self.pipeline.read_back(call.arguments, model=self.model, tenant=self.tenant, room=room)
             if room is not None:
@@ -108,7 +112,10 @@ class Retriever:
             return None
         if room is not None:
             room = max(room - MARGIN_TOKENS - int(MARGIN_SHARE * self.size), 0)
-        results = self.answers(calls, room=room if read else 0)
+        bound = room if read else 0
+        # Reading back and counting what is read is work in proportion to the originals: off the loop when many.
+        read_size = min(len(calls), self.pipeline.retrieval_calls(self.model)) * READ_TOKENS if read else 0
+        results = await call_sized(lambda: self.answers(calls, room=bound), read_size)
         return await call_sized(lambda: self.shape.continued(base, answer, results), self.size)
 
     async def answered(

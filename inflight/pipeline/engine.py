@@ -233,6 +233,10 @@ class Pipeline:
         """How many rounds of calls one turn may answer (`compaction.retrieval.max_rounds`)."""
         return self.model_settings(model).compaction.retrieval.max_rounds
 
+    def retrieval_calls(self, model: str) -> int:
+        """How many calls of one round are read back (`compaction.retrieval.max_calls`)."""
+        return self.model_settings(model).compaction.retrieval.max_calls
+
     async def aclose(self) -> None:
         """Stop the background summaries and close the record store."""
         await self._compactions.aclose()

@@ -74,6 +74,16 @@ def test_the_ledger_grows_across_compactions_and_keeps_the_newest_when_short_of_
     assert len(short) <= 2000 and "`echo step299`" in short and "`echo step0`" not in short
 
 
+def test_short_of_room_for_every_outcome_the_ledger_still_names_every_command() -> None:
+    many = Ledger()
+    for turn in range(50):
+        command = f'for i in $(seq 1 40); do echo "line $i: checked module_{turn}_$i.py"; done; echo "STEP {turn}"'
+        many = many.add(facts_of(tool_turn(f"c{turn}", command, f"line 1: checked module_{turn}_1.py")), messages=2)
+    text = many.render(4000)
+    assert len(text) <= 4000 and "(shortened)" in text and " -> " not in text
+    assert all(f'echo "STEP {turn}"' in text for turn in range(50))  # the end of each, where they differ
+
+
 def test_a_masked_or_cut_output_keeps_its_errors_and_files_in_place() -> None:
     from inflight.compaction.stages.mask import placeholder
     from inflight.compaction.stages.truncate import Limits, truncate_text

@@ -313,6 +313,30 @@ def test_a_client_with_its_own_inflight_retrieve_keeps_it_and_gets_its_calls(
     assert names == [TOOL_NAME] and reply.choices[0].finish_reason == "tool_calls"
 
 
+def test_past_max_calls_a_rounds_calls_are_answered_too_many_unread(
+    upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
+) -> None:
+    app, url = upstream
+    answer = orjson.loads(chat(MODEL, "Reading many.", None))
+    arguments = orjson.dumps({"handle": "inflight:00000000000000bb"}).decode()
+    calls = [
+        {"id": f"call_r{n}", "type": "function", "function": {"name": TOOL_NAME, "arguments": arguments}}
+        for n in range(40)
+    ]
+    answer["choices"][0]["message"]["tool_calls"] = calls
+    answer["choices"][0]["finish_reason"] = "tool_calls"
+    app.script.extend([Scripted(body=answer), Scripted(body=orjson.loads(chat(MODEL, "Done.", None)))])
+    with (
+        start_proxy(url, **WINDOW, compaction={"retrieval": {"max_calls": 16}}) as proxy_url,
+        openai.OpenAI(base_url=proxy_url, api_key="sk-a", max_retries=0) as client,
+    ):
+        reply = client.chat.completions.create(model=MODEL, messages=chat_conversation(), tools=[BASH])
+    assert reply.choices[0].message.content == "Reading many.Done."
+    results = [m["content"] for m in upstream_conversations(app)[-1]["messages"] if m["role"] == "tool"][-40:]
+    too_many = "[inflight_retrieve: unavailable: too many calls in one answer]"
+    assert [text == too_many for text in results] == [False] * 16 + [True] * 24
+
+
 def test_by_default_it_is_offered_in_every_compacted_request_and_a_header_turns_it_off(
     upstream: tuple[UpstreamApp, str], start_proxy: ProxyFactory
 ) -> None:
