@@ -67,13 +67,19 @@ from inflight.http.server import uvicorn_options
 from tests.agents.claude_code import claude_binary, run_claude
 from tests.agents.codex import codex_binary, run_codex
 from tests.agents.gemini_cli import gemini_binary, run_gemini
-from tests.support import gemini, messages
 from tests.support.billing import Bill
 from tests.support.gemini import GeminiTaskAgent
 from tests.support.messages import MessagesTaskAgent
 from tests.support.responses import TASK_MARKER, TaskAgent, last_step
 from tests.support.servers import serve
-from tests.support.tool_outputs import lognormal_tokens, newest_kept, rewrites, step_lines, tokens_per_line
+from tests.support.tool_outputs import (
+    lognormal_tokens,
+    newest_kept,
+    rewrites,
+    step_lines,
+    task_requests,
+    tokens_per_line,
+)
 from tests.support.upstream import Recorded, UpstreamApp
 
 PROMPT = f"Do the {TASK_MARKER}: run the steps one by one."
@@ -413,20 +419,7 @@ def api_requests(app: UpstreamApp, name: str) -> list[Recorded]:
 def conversation(recorded: list[Recorded], agent: LongAgent) -> list[dict[str, object]]:
     """The bodies of the task's answered requests (its own compaction's included), without the agent's side
     requests (a title, a quota probe, Gemini CLI's next-speaker and loop checks), which carry no shell tool."""
-    turns: list[dict[str, object]] = []
-    for record in recorded:
-        payload = record.json()
-        if record.status != 200 or not isinstance(payload, dict):
-            continue
-        tools = list(payload.get("tools") or [])
-        if agent.name == "claude" and (payload.get("model") != agent.model or messages.shell_tool(tools) is None):
-            continue
-        config = payload.get("generationConfig") or {}
-        side = "responseJsonSchema" in config or "responseSchema" in config
-        if agent.name == "gemini" and (side or gemini.shell_tool(tools) is None):
-            continue
-        turns.append(payload)
-    return turns
+    return task_requests([record.json() for record in recorded if record.status == 200], agent.name, agent.model)
 
 
 def long_report(agent: LongAgent, outcomes: dict[str, LongOutcome]) -> str:

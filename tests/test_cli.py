@@ -204,7 +204,7 @@ def test_eval_says_what_inflight_retrieve_can_read_back_of_the_facts_lost(capsys
     traces = sorted(str(path) for path in Path(TRACE).parent.glob("*.json"))
     code, out, _ = run(capsys, "eval", *traces, "--window", "2000")
     assert code == 0
-    assert "facts lost 117: 52 can be read back (inflight_retrieve), in 6 retrievals" in out
+    assert "facts lost 65: 33 can be read back (inflight_retrieve), in 6 retrievals" in out
     rows = [line.split("|") for line in out.splitlines() if line.startswith("| swe_marshmallow_text_actions |")]
     rows = [row for row in rows if len(row) == 14]  # the compacted requests' table, not the prompt cache's
     assert rows and all(row[12].strip().endswith(": 0 (0)") for row in rows)

@@ -19,7 +19,7 @@ from inflight.frozen import frozen
 LEDGER_HEADING = "## Ledger (kept verbatim by inflight from the dropped messages)"
 MAX_ENTRIES = 400  # per kind: more than any rendering shows, but keeps the record's size bounded
 CUT_MARK = " [... cut]"  # the end of a ledger too long for its room even at one entry of each kind
-SHORT_COMMANDS = (60, 40, 28)  # the widths every command is shortened to, in turn, before the oldest are left out
+SHORT_COMMANDS = (40, 28)  # the widths every command is shortened to, in turn, before the oldest are left out
 
 
 @frozen

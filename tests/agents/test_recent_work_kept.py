@@ -21,12 +21,19 @@ from tests.agents.codex import run_codex
 from tests.agents.gemini_cli import run_gemini
 from tests.agents.installed import required_binary
 from tests.conftest import ProxyFactory
-from tests.support import gemini, messages
 from tests.support.gemini import GeminiTaskAgent
 from tests.support.messages import MessagesTaskAgent
 from tests.support.responses import TASK_MARKER, TaskAgent, last_step
 from tests.support.servers import serve
-from tests.support.tool_outputs import OUTPUT_LINE, lognormal_tokens, newest_kept, step_lines, strings, tokens_per_line
+from tests.support.tool_outputs import (
+    OUTPUT_LINE,
+    lognormal_tokens,
+    newest_kept,
+    step_lines,
+    strings,
+    task_requests,
+    tokens_per_line,
+)
 from tests.support.upstream import Recorded, UpstreamApp
 
 STEPS = 50
@@ -89,7 +96,7 @@ def run_agent(agent: Agent, binary: str, proxy: str) -> tuple[int, str]:
     return run.returncode, run.output
 
 
-def task_requests(app: UpstreamApp, agent: Agent) -> list[dict[str, Any]]:
+def answered_task(app: UpstreamApp, agent: Agent) -> list[dict[str, Any]]:
     """The bodies of the agent's answered task requests, without its side requests (a title, a quota probe, Gemini
     CLI's next-speaker and loop checks), which carry no shell tool; inflight's summaries go elsewhere."""
     recorded: list[Recorded] = {
@@ -97,20 +104,7 @@ def task_requests(app: UpstreamApp, agent: Agent) -> list[dict[str, Any]]:
         "codex": app.responses_requests,
         "gemini": app.gemini_requests,
     }[agent.name]()
-    turns: list[dict[str, Any]] = []
-    for record in recorded:
-        payload = record.json()
-        if record.status != 200 or not isinstance(payload, dict):
-            continue
-        tools = list(payload.get("tools") or [])
-        if agent.name == "claude" and (payload.get("model") != agent.model or messages.shell_tool(tools) is None):
-            continue
-        config = payload.get("generationConfig") or {}
-        side = "responseJsonSchema" in config or "responseSchema" in config
-        if agent.name == "gemini" and (side or gemini.shell_tool(tools) is None):
-            continue
-        turns.append(payload)
-    return turns
+    return task_requests([record.json() for record in recorded if record.status == 200], agent.name, agent.model)
 
 
 def texts(payload: Any) -> Iterator[str]:
@@ -177,7 +171,7 @@ def test_every_request_keeps_the_task_the_newest_outputs_and_a_trace_of_each_ste
         }
         with start_proxy(f"{url}/v1", **overrides) as proxy:
             returncode, output = run_agent(agent, binary, proxy)
-    turns = task_requests(app, agent)
+    turns = answered_task(app, agent)
     assert returncode == 0 and f"All {STEPS} steps are done. FINISHED" in output, output[-2000:]
     assert turns and last_step(orjson.dumps(turns[-1]).decode(), STEPS) == STEPS
     found = [list(texts(payload)) for payload in turns]

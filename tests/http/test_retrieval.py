@@ -362,12 +362,18 @@ def test_by_default_it_is_offered_in_every_compacted_request_and_a_header_turns_
     assert TOOL_NAME.encode() not in plain and b"inflight:" not in plain
 
 
+def with_a_long_first_output() -> tuple[Any, dict[str, Any]]:
+    """The conversation, its first tool output about 25,000 tokens; and that output's message."""
+    messages = chat_conversation()
+    first = next(m for m in messages if m["role"] == "tool")
+    first["content"] = "\n".join(f"line {n}: {digest_of(str(n)) * 3}" for n in range(600))
+    return messages, first
+
+
 def test_what_is_read_back_is_clipped_to_the_room_left_in_the_window(start_proxy: ProxyFactory) -> None:
     app = UpstreamApp(windows={MODEL: 8000})  # refuses a continuation over the window, as OpenAI does
     app.retriever = RetrievingModel()
-    messages = chat_conversation()
-    first = next(m for m in messages if m["role"] == "tool")
-    first["content"] = "\n".join(f"line {n}: {digest_of(str(n)) * 3}" for n in range(600))  # about 25,000 tokens
+    messages, first = with_a_long_first_output()
     with (
         serve(app) as url,
         start_proxy(url + "/v1", **WINDOW) as proxy_url,
@@ -394,9 +400,7 @@ def test_a_read_back_the_upstream_still_refuses_for_its_size_is_sent_once_more_u
     the model's answer to that, never an empty one."""
     app = UpstreamApp(windows={MODEL: 5000})
     app.retriever = RetrievingModel()
-    messages = chat_conversation()
-    first = next(m for m in messages if m["role"] == "tool")
-    first["content"] = "\n".join(f"line {n}: {digest_of(str(n)) * 3}" for n in range(600))  # about 25,000 tokens
+    messages, _ = with_a_long_first_output()
     with (
         serve(app) as url,
         start_proxy(url + "/v1", **WINDOW) as proxy_url,

@@ -22,6 +22,7 @@ from typing import Any
 import orjson
 
 from inflight.tokens import load_encoding
+from tests.support import gemini, messages
 
 OUTPUT_LINE = re.compile(r"\bstep (\d+) log line \d+: ")  # a line of a step's output (not its command's `$i`)
 
@@ -96,3 +97,22 @@ def rewrites(payloads: Sequence[dict[str, Any]]) -> int:
     """The requests whose prompt does not begin with the whole of the previous one's."""
     prompts = [prompt_parts(payload) for payload in payloads]
     return sum(1 for before, after in pairwise(prompts) if after[: len(before)] != before)
+
+
+def task_requests(payloads: Sequence[Any], agent: str, model: str) -> list[dict[str, Any]]:
+    """The bodies of an agent's task requests among those answered 200 (`payloads`), without its side requests
+    (a title, a quota probe, Gemini CLI's next-speaker and loop checks), which carry no shell tool or ask for JSON.
+    `agent`: claude, codex or gemini; `model`: the task's model (Claude Code asks a smaller one for its titles)."""
+    turns: list[dict[str, Any]] = []
+    for payload in payloads:
+        if not isinstance(payload, dict):
+            continue
+        tools = list(payload.get("tools") or [])
+        if agent == "claude" and (payload.get("model") != model or messages.shell_tool(tools) is None):
+            continue
+        config = payload.get("generationConfig") or {}
+        side = "responseJsonSchema" in config or "responseSchema" in config
+        if agent == "gemini" and (side or gemini.shell_tool(tools) is None):
+            continue
+        turns.append(payload)
+    return turns
