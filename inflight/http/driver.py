@@ -25,7 +25,7 @@ from inflight.formats.retrieve_tool import Document, shape_of
 from inflight.http.exchange import Exchange
 from inflight.http.hold import Held, hold_until_known, may_refuse
 from inflight.http.keepalive import KeepAlive
-from inflight.http.relay import Relay, prepend, relay, tap
+from inflight.http.relay import Relay, closed, prepend, relay, tap
 from inflight.http.retrieval import Retriever, read_all, readable
 from inflight.http.target import checked_path
 from inflight.pipeline.accounting import Counted
@@ -290,7 +290,8 @@ class Driver:
         if retriever is not None:  # the first answer's counts are read as it passes, before any continuation
             passing = retriever.stream(passing, max_event_bytes=self.limits.max_event_bytes)
         answer = relay(response, exchange, chunks=passing)
-        if retriever is not None:  # a stream the calls are stitched into has a length of its own
+        if retriever is not None:  # a stream the calls are stitched into: continuations to wait on, a length of its own
+            answer.streaming = True
             answer.headers = [(name, value) for name, value in answer.headers if name != b"content-length"]
         if prepared.report is None:
             return answer
@@ -398,20 +399,23 @@ async def reported_events(
     """The stream event by event as it comes, each through `wire.reported_event`; past `max_event_bytes`
     with no end of an event in sight, the rest as it comes."""
     events = EventBuffer()
-    async for chunk in chunks:
-        events.add(chunk)
-        while (event := events.next_event()) is not None:
-            try:
-                yield wire.reported_event(event, report) + b"\n\n"
-            except ValueError:
-                yield event + b"\n\n"
-        if len(events) > max_event_bytes:
+    try:
+        async for chunk in chunks:
+            events.add(chunk)
+            while (event := events.next_event()) is not None:
+                try:
+                    yield wire.reported_event(event, report) + b"\n\n"
+                except ValueError:
+                    yield event + b"\n\n"
+            if len(events) > max_event_bytes:
+                yield events.pending
+                async for rest in chunks:
+                    yield rest
+                return
+        if events.pending:
             yield events.pending
-            async for rest in chunks:
-                yield rest
-            return
-    if events.pending:
-        yield events.pending
+    finally:
+        await closed(chunks)  # a read-back's stream under it, left early, closes its continuation
 
 
 async def exact_count(upstream: UpstreamClient, request: Request, counted: Counted) -> int | None:

@@ -9,6 +9,8 @@ where nothing taps the body, `prepend`.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
@@ -19,6 +21,10 @@ from inflight.http.exchange import Exchange
 from inflight.upstream.exceptions import STREAM_ERRORS
 from inflight.upstream.headers import RawHeaders, response_headers
 from inflight.upstream.response import Response as UpstreamResponse
+
+# Bytes relayed without a wait before the relay lets the loop run others: an upstream whose answer is all in, to a
+# client whose buffers have room, would otherwise be sent up to the upstream reader's high-water mark in one go.
+SLICE_BYTES = 256 * 1024
 
 
 @dataclass(slots=True)
@@ -42,8 +48,13 @@ class Relay:
         try:
             async with CancelledOnDisconnect(scope, receive):  # even while a silent upstream is waited on
                 await self.start(send)
+                unyielded = 0
                 async for chunk in self.chunks:
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                    unyielded += len(chunk)
+                    if unyielded >= SLICE_BYTES:  # chunks that were all in, sent to a client with room: let others run
+                        await asyncio.sleep(0)
+                        unyielded = 0
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except ClientGone:  # nothing is left to do: the upstream response is closed below
             self.exchange.note("client_disconnected", 1)
@@ -66,7 +77,9 @@ class Relay:
             await self._done(scope)
 
     async def _done(self, scope: Scope) -> None:
-        """The upstream's answer closed and the request's log line written, however the relay ended."""
+        """The upstream's answer closed and the request's log line written, however the relay ended. The chunks'
+        iterator is closed first: one that reads more upstream (a read-back's continuation) closes its own then."""
+        await closed(self.chunks)
         await self.close()
         note_send_timeout(scope, self.exchange)
         self.exchange.finish()
@@ -94,6 +107,15 @@ def relay(
         streaming=body is None and not response.complete,
         body=body,
     )
+
+
+async def closed(chunks: AsyncIterator[bytes]) -> None:
+    """Close an iterator of chunks that is a generator now, not when the garbage collector finds it: an `async for`
+    left early does not close what it read, so each one that wraps another closes it with this."""
+    closing = getattr(chunks, "aclose", None)
+    if closing is not None:
+        with contextlib.suppress(RuntimeError, *STREAM_ERRORS):  # RuntimeError: it is running (it raised)
+            await closing()
 
 
 def prepend(first: Sequence[bytes], rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:

@@ -24,6 +24,7 @@ from inflight.formats import WireFormat
 from inflight.formats.retrieve_stream import Stitch, stitch_for
 from inflight.formats.retrieve_tool import Call, Document, ToolShape
 from inflight.http.exchange import Exchange
+from inflight.http.relay import closed
 from inflight.offload import call_sized
 from inflight.pipeline.engine import Pipeline
 from inflight.pipeline.retrieval import handle_in
@@ -221,10 +222,13 @@ class Retriever:
     async def stream(self, first: AsyncIterator[bytes], *, max_event_bytes: int) -> AsyncIterator[bytes]:
         """The client's stream: the first answer's events as they come, without the tool's calls, then each
         continuation's stitched in. However it ends (the client may leave), the archive is told."""
+        rounds = self._stitched(first, max_event_bytes=max_event_bytes)
         try:
-            async for out in self._stitched(first, max_event_bytes=max_event_bytes):
+            async for out in rounds:
                 yield out
         finally:
+            await closed(rounds)  # and with it the continuation under way
+            self.noted()
             self.finished()
 
     async def _stitched(self, first: AsyncIterator[bytes], *, max_event_bytes: int) -> AsyncIterator[bytes]:
@@ -233,25 +237,29 @@ class Retriever:
         payload: Document | None = None
         chunks: AsyncIterator[bytes] = first
         as_came: dict[bytes, bytes] = {}  # the last events' bytes as they came, for those held back to the end
-        while True:
-            cut = Overflow()
-            as_came.clear()
-            async for out in stitched(chunks, stitch, max_event_bytes=max_event_bytes, overflow=cut, as_came=as_came):
-                yield out
-            if cut.happened:  # the rest went as it came: nothing more can be stitched
-                return
-            calls, others = stitch.calls()
-            if not calls or others or self.rounds >= self.pipeline.retrieval_rounds(self.model):
-                break
-            sent = await self.answered(payload, stitch.answer(), calls, self.continuation)
-            if sent is None:
-                break
-            payload, response = sent
-            stitch.next_round()
-            chunks = guarded(response, self.host)
+        try:
+            while True:
+                cut = Overflow()
+                as_came.clear()
+                async for out in stitched(
+                    chunks, stitch, max_event_bytes=max_event_bytes, overflow=cut, as_came=as_came
+                ):
+                    yield out
+                if cut.happened:  # the rest went as it came: nothing more can be stitched
+                    return
+                calls, others = stitch.calls()
+                if not calls or others or self.rounds >= self.pipeline.retrieval_rounds(self.model):
+                    break
+                sent = await self.answered(payload, stitch.answer(), calls, self.continuation)
+                if sent is None:
+                    break
+                payload, response = sent
+                stitch.next_round()
+                chunks = guarded(response, self.host)
+        finally:
+            await closed(chunks)  # a continuation left early (the client gone) is closed with the stream
         for out in stitch.finish():
             yield as_came.get(out, out)
-        self.noted()
 
 
 @dataclass

@@ -6,7 +6,9 @@ worker that wakes first takes most connections (README has the measured throughp
 `python -m benchmarks.state`).
 
 The parent only supervises: it starts the workers, restarts one that dies, and passes SIGTERM or
-SIGINT on to all of them (each then finishes its requests, as uvicorn does on its own). It also
+SIGINT on to all of them (each then finishes its requests, as uvicorn does on its own). Each worker's
+slot has a restart budget of its own (`Slot`): one that keeps dying is started again after a growing
+pause while the others keep serving; the parent stops when all of them keep dying. It also
 gives them a directory for their metrics, so that `GET /metrics` on any worker counts them all.
 """
 
@@ -25,6 +27,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from multiprocessing.process import BaseProcess
 from types import FrameType
 
@@ -37,8 +40,10 @@ from inflight.http.server import prepare_process, uvicorn_options
 
 log = logging.getLogger("inflight")
 
-RESTART_PAUSE_S = 1.0
-MAX_RESTARTS, CRASH_WINDOW_S = 5, 60
+RESTART_PAUSE_S = 1.0  # before a dead worker's replacement starts
+MAX_RESTARTS, CRASH_WINDOW_S = 5, 60  # this many deaths of one worker's slot within the window: a crash loop
+MAX_PAUSE_S = 60.0  # a crash-looping slot waits 2 * RESTART_PAUSE_S, then twice as long each death, up to this
+TICK_S = 0.2  # how often the parent looks at its workers
 PORT_IN_USE_EXIT = 2  # a worker that finds its port taken exits with this: the parent stops instead of restarting
 
 
@@ -144,13 +149,55 @@ def forget_metrics_of(process: BaseProcess, metrics_directory: str) -> None:
 
 
 def serve_workers(settings: Settings, workers: int) -> int:
-    """Run `workers` worker processes until SIGTERM or SIGINT; restart any that dies meanwhile."""
+    """Run `workers` worker processes until SIGTERM or SIGINT; restart any that dies meanwhile (`Slot`)."""
     with shared_metrics() as metrics_directory:
         return supervise(with_one_item_key(settings), workers, metrics_directory)
 
 
 def supervise(settings: Settings, workers: int, metrics_directory: str) -> int:
     return Supervisor(settings, metrics_directory).run(workers)
+
+
+def describe_exit(exitcode: int | None) -> str:
+    """How a worker ended, in words for the log: its exit status, or the signal that killed it, by name."""
+    if exitcode is None or exitcode >= 0:
+        return f"exited with status {exitcode}"
+    try:
+        name = signal.Signals(-exitcode).name
+    except ValueError:
+        name = f"signal {-exitcode}"
+    if name == "SIGKILL":  # nothing in inflight sends it: most often the kernel, out of memory
+        return "was killed by SIGKILL (the out-of-memory killer sends this)"
+    return f"was killed by {name}"
+
+
+@dataclass
+class Slot:
+    """One of the N workers, across its restarts. Each keeps a restart budget of its own: before, all deaths were
+    counted together, and one worker killed 6 times in a minute made the parent stop the healthy ones too."""
+
+    process: BaseProcess | None = None  # None while it waits to be started again
+    started: float = 0.0
+    deaths: list[float] = field(default_factory=list)  # when it died, within the last CRASH_WINDOW_S
+    pause_s: float = 0.0  # its back-off while it is crash-looping, else 0
+    restart_at: float = 0.0
+
+    @property
+    def crash_looping(self) -> bool:
+        return self.pause_s > 0
+
+    def died(self, now: float) -> float:
+        """Count a death at `now`; return how long to wait before starting the slot again.
+
+        RESTART_PAUSE_S, until the slot dies MAX_RESTARTS times within CRASH_WINDOW_S: then a pause that doubles
+        with each death up to MAX_PAUSE_S, rather than giving up on it, so that a fault that passes heals. A
+        worker that stayed up a whole window starts the slot afresh."""
+        if now - self.started >= CRASH_WINDOW_S:
+            self.deaths, self.pause_s = [], 0.0
+        self.deaths = [t for t in self.deaths if t > now - CRASH_WINDOW_S] + [now]
+        if self.crash_looping or len(self.deaths) >= MAX_RESTARTS:
+            self.pause_s = min(MAX_PAUSE_S, 2 * (self.pause_s or RESTART_PAUSE_S))
+        return self.pause_s or RESTART_PAUSE_S
 
 
 class Supervisor:
@@ -160,58 +207,83 @@ class Supervisor:
         self.settings = settings
         self.metrics_directory = metrics_directory
         self.context = multiprocessing.get_context("spawn")
-        self.running: list[BaseProcess] = []
-        self.restarts: list[float] = []
+        self.slots: list[Slot] = []
         self.stopping = False
-        self.port_in_use = False  # a worker found the port taken (it said so): no restart would do better
+        self.exit_status = 0  # PORT_IN_USE_EXIT if a worker found the port taken, 1 if every worker keeps dying
 
     def run(self, workers: int) -> int:
         signal.signal(signal.SIGTERM, self.stop)
         signal.signal(signal.SIGINT, self.stop)
-        self.running.extend(self.start() for _ in range(workers))
+        self.slots = [Slot() for _ in range(workers)]
+        for slot in self.slots:
+            self.start(slot)
         log.info("inflight: %d workers on port %d", workers, self.settings.listen.port)
         while not self.stopping:
-            self.replace_exited()
-            time.sleep(0.2)
-        for process in self.running:
-            process.join(timeout=30)
-            forget_metrics_of(process, self.metrics_directory)
-        if self.port_in_use:
-            return PORT_IN_USE_EXIT
-        return 1 if self.crashing else 0
+            self.tend()
+            time.sleep(TICK_S)
+        for slot in self.slots:
+            if slot.process is not None and slot.process.pid is not None:
+                slot.process.join(timeout=30)
+                forget_metrics_of(slot.process, self.metrics_directory)
+        return self.exit_status
 
-    @property
-    def crashing(self) -> bool:
-        """Workers die as fast as they start (the port taken, a broken config)."""
-        return len(self.restarts) > MAX_RESTARTS
-
-    def start(self) -> BaseProcess:
+    def spawn(self) -> BaseProcess:
         process = self.context.Process(target=run_worker, args=(self.settings,), daemon=False)
         process.start()
         return process
 
+    def start(self, slot: Slot) -> None:
+        slot.process, slot.started = self.spawn(), time.monotonic()
+        if self.stopping:  # the signal came while it started, before `stop` could see it
+            slot.process.terminate()
+
     def stop(self, signum: int, frame: FrameType | None) -> None:
         self.stopping = True
-        for process in self.running:
-            if process.pid is not None and process.is_alive():
+        for slot in self.slots:
+            process = slot.process
+            if process is not None and process.pid is not None and process.is_alive():
                 process.terminate()  # SIGTERM: uvicorn finishes what it is serving, then exits
 
-    def replace_exited(self) -> None:
-        for index, process in enumerate(self.running):
-            if process.is_alive() or self.stopping:
-                continue
-            if process.exitcode == PORT_IN_USE_EXIT:
-                self.port_in_use = True
-                self.stop(signal.SIGTERM, None)
+    def give_up(self, exit_status: int) -> None:
+        self.exit_status = exit_status
+        self.stop(signal.SIGTERM, None)
+
+    def tend(self) -> None:
+        """Note the workers that died since the last look, and start again those whose pause is over."""
+        now = time.monotonic()
+        for number, slot in enumerate(self.slots, start=1):
+            if self.stopping:  # a signal came meanwhile: workers exiting now were told to
                 return
-            now = time.monotonic()
-            self.restarts = [t for t in self.restarts if t > now - CRASH_WINDOW_S] + [now]
-            if self.crashing:
-                log.error("inflight: workers keep exiting (%d in %d s); stopping", len(self.restarts), CRASH_WINDOW_S)
-                self.stop(signal.SIGTERM, None)
-                return
-            log.warning("inflight: worker %d exited with %s; starting another", process.pid, process.exitcode)
-            forget_metrics_of(process, self.metrics_directory)
-            time.sleep(RESTART_PAUSE_S)
-            if not self.stopping:  # a signal may have come during the pause
-                self.running[index] = self.start()
+            process = slot.process
+            if process is None:
+                if now >= slot.restart_at:
+                    self.start(slot)
+            elif not process.is_alive():
+                if process.exitcode == PORT_IN_USE_EXIT:  # it said why; no restart would do better
+                    self.give_up(PORT_IN_USE_EXIT)
+                    return
+                self.bury(number, slot, now)
+        if all(slot.process is None and slot.crash_looping for slot in self.slots):
+            log.error("inflight: all %d workers keep exiting, none is left running; stopping", len(self.slots))
+            self.give_up(1)
+
+    def bury(self, number: int, slot: Slot, now: float) -> None:
+        """A worker died without being told to: say how, and when its slot starts again."""
+        process = slot.process
+        assert process is not None
+        forget_metrics_of(process, self.metrics_directory)
+        slot.process = None
+        pause = slot.died(now)
+        slot.restart_at = now + pause
+        who = f"inflight: worker {number} of {len(self.slots)} (pid {process.pid}) {describe_exit(process.exitcode)}"
+        if slot.crash_looping:
+            log.error(
+                "%s, %d deaths in the last %d s: crash loop, backing off %g s before starting it again "
+                "(the other workers keep serving)",
+                who,
+                len(slot.deaths),
+                CRASH_WINDOW_S,
+                pause,
+            )
+        else:
+            log.warning("%s; starting another in %g s", who, pause)

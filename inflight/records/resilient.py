@@ -5,6 +5,10 @@ is still served. Its compaction uses in-process records (the next turn's prefix 
 another worker sends, and a restart forgets them), the response says `x-inflight-state: degraded`, and
 a warning is logged. After a failure the shared store is not tried again for `RETRY_AFTER_S`, so a
 dead Redis costs one timeout per period rather than one per request.
+
+Records saved in memory meanwhile are carried over once the shared store is back: the next load of such a
+key takes them with the shared store's, and writes them there. A conversation compacted during the outage
+then keeps its summary and the prompt it was sent, rather than being summarized again.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from inflight.compaction.record import Record, RecordStore
+from inflight.compaction.record import MAX_RECORDS_PER_KEY, Record, RecordStore
 from inflight.metrics.observer import NO_OBSERVER, Observer
 from inflight.records.memory import MemoryRecordStore
 
@@ -34,16 +38,41 @@ class ResilientStore:
         self.observer = observer  # told of each failure, with the store's kind (`sqlite`, `redis`)
         self.failed_at: float | None = None  # when the shared store last failed (None: it works)
         self.errors = 0
+        # Keys saved in memory while the shared store failed, to carry over when it is back (the oldest forgotten
+        # past the memory store's own count: their records are gone from it too).
+        self.carried: dict[str, None] = {}
 
     @property
     def degraded(self) -> bool:
         return self.failed_at is not None
 
     async def load(self, key: str) -> list[Record]:
-        return await self._either(lambda store: store.load(key))
+        records = await self._either(lambda store: store.load(key))
+        if key in self.carried and not self.degraded:
+            records = await self._carry_over(key, records)
+        return records
 
     async def save(self, key: str, records: list[Record]) -> None:
         await self._either(lambda store: store.save(key, records))
+        if self.degraded:
+            self.carried.pop(key, None)
+            self.carried[key] = None
+            while len(self.carried) > self.fallback.max_entries:
+                del self.carried[next(iter(self.carried))]
+        else:
+            self.carried.pop(key, None)
+
+    async def _carry_over(self, key: str, shared: list[Record]) -> list[Record]:
+        """The shared store's records with those saved in memory during the outage after them (newest last: they
+        are the newer), written back to it; kept in memory still if that write fails."""
+        kept = await self.fallback.load(key)
+        records = [*(record for record in shared if record not in kept), *kept][-MAX_RECORDS_PER_KEY:]
+        await self._either(lambda store: store.save(key, records))
+        if self.degraded:  # failing again: kept in memory, still to carry over
+            return records
+        self.carried.pop(key, None)
+        log.info("[state] a conversation's records kept in memory while %s failed were carried over", self.name)
+        return records
 
     async def lease(self, name: str, owner: str, ttl_s: float) -> bool:
         return await self._either(lambda store: store.lease(name, owner, ttl_s))

@@ -54,8 +54,12 @@ def test_a_summary_asked_in_place_is_read_from_the_servers_cache(
 ) -> None:
     log = tmp_path / "server.log"
     # A summary job starts early (15% of the budget) and asks for a short note, so that the conversation
-    # and the instruction fit the 2,048-token window together: the condition for asking in place.
-    compaction = {"summarize": {"background_at": 0.15, "max_summary_tokens": 64}}
+    # and the instruction fit the 2,048-token window together: the condition for asking in place. Three outputs
+    # are all the agent's recent work by default (the newest five are never summarized): here only the newest is.
+    compaction = {
+        "summarize": {"background_at": 0.15, "max_summary_tokens": 64, "keep_recent_tokens": 0},
+        "mask": {"keep_tool_results": 1, "keep_tool_results_min": 1},
+    }
     with llama_server(free_port(), log) as server:
         recorder = LoggedRecorder(server.url, log)
         with serve(recorder) as recorder_url:

@@ -20,8 +20,11 @@ import pytest
 
 from tests.conftest import ProxyFactory
 from tests.http.test_metrics import scrape_when
+from tests.http.test_retrieval import BASH, MODEL, WINDOW, chat_conversation
 from tests.support.logs import log_lines
-from tests.support.upstream import Recorded, UpstreamApp
+from tests.support.retriever import RetrievingModel
+from tests.support.servers import serve
+from tests.support.upstream import FLOOD_CAP_BYTES, Recorded, UpstreamApp
 from tests.support.waiting import wait_until
 
 SEND_TIMEOUT_S = 1.0
@@ -32,7 +35,9 @@ END_OF_ANSWER = b"data: [DONE]\n\n\r\n0\r\n\r\n"  # the last event, then the end
 
 
 @contextmanager
-def flood_request(proxy_url: str, *, flood_bytes: int | None = None) -> Iterator[socket.socket]:
+def flood_request(
+    proxy_url: str, *, flood_bytes: int | None = None, body: bytes = BODY, flood: bool = True
+) -> Iterator[socket.socket]:
     """A raw connection that has sent a streaming request for a flood, with a 4 KB receive buffer (set before
     connecting: no window autotuning) and nothing read yet."""
     parts = urlsplit(proxy_url)
@@ -40,12 +45,13 @@ def flood_request(proxy_url: str, *, flood_bytes: int | None = None) -> Iterator
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sock.connect((parts.hostname, parts.port))
     size = f"x-flood-bytes: {flood_bytes}\r\n" if flood_bytes is not None else ""
+    scenario = "x-scenario: flood\r\n" if flood else ""
     head = (
-        f"POST /v1/chat/completions HTTP/1.1\r\nhost: proxy\r\ncontent-type: application/json\r\nx-scenario: flood\r\n"
-        f"{size}content-length: {len(BODY)}\r\n\r\n"
+        f"POST /v1/chat/completions HTTP/1.1\r\nhost: proxy\r\ncontent-type: application/json\r\n{scenario}"
+        f"{size}content-length: {len(body)}\r\n\r\n"
     )
     with sock:
-        sock.sendall(head.encode() + BODY)
+        sock.sendall(head.encode() + body)
         yield sock
 
 
@@ -121,3 +127,23 @@ def test_a_client_that_reads_slowly_is_not_cut(
     assert received.startswith(b"HTTP/1.1 200 ")
     assert record.flooded >= flood_bytes  # the whole flood went through
     assert "client_send_timeout_s" not in line and "client_disconnected" not in line, line
+
+
+def test_a_client_that_reads_nothing_of_a_read_back_is_cut_and_the_continuations_stream_closed(
+    start_proxy: ProxyFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The model reads back a masked output, and the continuation inflight sends is answered with a flood: the
+    client, reading nothing, is cut, and the continuation's upstream stream is closed with it."""
+    app = UpstreamApp()
+    app.retriever, app.flood_read_backs = RetrievingModel(), True
+    body = orjson.dumps({"model": MODEL, "stream": True, "messages": chat_conversation(), "tools": [BASH]})
+    caplog.set_level(logging.INFO, logger="inflight")
+    with serve(app) as url, start_proxy(url + "/v1", **WINDOW, **LIMITS) as proxy_url:
+        with flood_request(proxy_url, body=body, flood=False) as sock:
+            wait_until(lambda: any(r.flooded for r in app.chat_requests()), timeout=CEILING_S)
+            [continuation] = [r for r in app.chat_requests() if r.flooded]
+            assert continuation.disconnected.wait(CEILING_S), "the continuation's stream was never closed"
+            read_until_closed(sock)
+        [line] = log_lines(caplog, "POST /v1/chat/completions")
+    assert "client_send_timeout_s=1 " in line and "retrieved=" in line, line
+    assert continuation.flooded < FLOOD_CAP_BYTES  # cut off, not read to its end

@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
+from inflight.records.resilient import RETRY_AFTER_S
 from tests.http.test_background import TOOLS, conversation_at
 from tests.http.test_responses import MODEL as RESPONSES_MODEL
 from tests.http.test_responses import agent_items, compact
@@ -275,3 +276,27 @@ def test_a_second_proxy_with_workers_on_the_same_port_refuses_to_start(
         answered = {httpx.get(stats).json()["worker_pid"] for _ in range(40)}
     assert len(first) == 2 and answered <= first  # only the first proxy's workers take connections
     assert second.returncode == 2 and "is in use" in second.stderr and "Traceback" not in second.stderr
+
+
+def test_a_conversation_compacted_while_redis_was_down_keeps_its_summary_and_prompt_once_it_is_back(
+    recording_upstream: tuple[UpstreamApp, str],
+) -> None:
+    """Records kept in memory during the outage are carried over to Redis when it returns: the next turn is served
+    from them (no second summary of the same span) and the prompt sent upstream is the one before, grown."""
+    app, url = recording_upstream
+    port = free_port()
+    crossing = conversation_at(0.9)
+    turns = [crossing, [*crossing, {"role": "user", "content": "Go on."}]]
+    later = [*turns[1], {"role": "assistant", "content": "Done."}, {"role": "user", "content": "And now?"}]
+    with inflight(url, config(f"redis://127.0.0.1:{port}/0")) as proxy:
+        down = [post(proxy, messages) for messages in turns]
+        summaries = app.summary_count
+        with redis_server(port):
+            time.sleep(RETRY_AFTER_S)  # at least this long after its failure, the store is tried again
+            back = post(proxy, later)
+    assert [r.headers["x-inflight-state"] for r in down] == ["degraded", "degraded"]
+    assert back.status_code == 200 and back.headers.get("x-inflight-state") != "degraded"
+    assert app.summary_count == summaries  # no summary made again
+    assert "summary-cached" in back.headers["x-inflight-actions"].split(",")
+    sent_before, sent_after = (request.json()["messages"] for request in app.chat_requests()[-2:])
+    assert sent_after[: len(sent_before)] == sent_before

@@ -33,7 +33,7 @@ from tests.support.billing import Bill
 from tests.support.gemini import FakeGemini, model_of, sse_chunk, summary_reply
 from tests.support.messages import FakeMessages, beta_names, error_body, message_object, text_of
 from tests.support.responses import STEP_DONE, FakeResponses, assistant_message, response_object, sse_event
-from tests.support.retriever import RetrievingModel
+from tests.support.retriever import RetrievingModel, last_result
 from tests.support.servers import read_body
 
 Headers = list[tuple[bytes, bytes]]
@@ -255,6 +255,7 @@ class UpstreamApp:
 
         # A model that reads back what compaction took out (`inflight_retrieve`), in every format; None: off.
         self.retriever: RetrievingModel | None = None
+        self.flood_read_backs = False  # a chat request ending with the tool's result is answered with a flood
         self.compact_reply: Any = None  # POST /v1/responses/compact, as OpenAI answers it (None: 404)
         # When each of the latest POSTs arrived (wall clock, at its headers), its size and whether it was a
         # summary: what a benchmark measures the proxy's own time by, from outside.
@@ -407,6 +408,9 @@ class UpstreamApp:
         payload = record.json()
         if is_summarizer_call(payload):
             await self.summary(record, receive, send, payload.get("model", "unknown"))
+            return
+        if self.flood_read_backs and payload.get("stream") and last_result("chat", payload) is not None:
+            await self.flood(record, receive, send)
             return
         if await self.retrieving(record, send, "chat", payload):
             return
