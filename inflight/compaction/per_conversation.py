@@ -22,7 +22,6 @@ import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
-import xxhash
 from cachetools import LRUCache
 
 from inflight.compaction.actions import Action
@@ -32,7 +31,15 @@ from inflight.compaction.background.scheduler import BackgroundSummaries, Elsewh
 from inflight.compaction.compactor import Compactor
 from inflight.compaction.conversation import Conversation
 from inflight.compaction.draft import Budget
-from inflight.compaction.record import Precomputed, Record, RecordStore, best_record, new_compaction_id, with_record
+from inflight.compaction.record import (
+    Precomputed,
+    Record,
+    RecordStore,
+    best_record,
+    key_digest,
+    new_compaction_id,
+    with_record,
+)
 from inflight.compaction.stage import Outcome
 from inflight.compaction.stages.precomputed import PRECOMPUTED
 from inflight.metrics.observer import NO_OBSERVER, Observer
@@ -200,10 +207,6 @@ class ConversationCompactions:
     def lock_for(self, key: str) -> asyncio.Lock:
         """The conversation's lock in this process, taken by each of its turns and by a job saving its summary."""
         return self._locks.setdefault(key, asyncio.Lock())
-
-
-def key_digest(key: str) -> bytes:
-    return xxhash.xxh3_128_digest(key.encode("utf-8", "surrogatepass"))
 
 
 def with_ahead_kept(new: Record, stored: Sequence[Record], digests: Sequence[bytes]) -> Record:

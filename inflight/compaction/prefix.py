@@ -32,7 +32,7 @@ from inflight.config import Prices
 from inflight.frozen import frozen
 from inflight.policy.cost import prompt_cost
 
-ENTRY_OVERHEAD_BYTES = 600  # memory per conversation besides its messages: objects, key, the LRU's links
+ENTRY_OVERHEAD_BYTES = 720  # memory per conversation besides its messages: objects, key, the LRU's links (measured)
 ID_BYTES = 16  # a message's identity: its digest (xxh3-128 of its canonical JSON), or that of its replacement
 
 

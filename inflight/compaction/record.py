@@ -124,6 +124,11 @@ def best_record(records: Sequence[Record], digests: Sequence[bytes]) -> Record |
     return max(matching, key=lambda r: (r.prefix_len, len(r.replaced)), default=None)
 
 
+def key_digest(key: str) -> bytes:
+    """A conversation key's digest: what a map of this process keeps per conversation in its place."""
+    return xxhash.xxh3_128_digest(key.encode("utf-8", "surrogatepass"))
+
+
 def with_record(records: Sequence[Record], old: Record | None, new: Record) -> list[Record]:
     """Add `new` in place of the record it extends, newest last, keeping at most `MAX_RECORDS_PER_KEY`."""
     kept = [r for r in records if r is not old and r != new]

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from cachetools import TTLCache
 
+from inflight.compaction.record import key_digest
 from inflight.metrics.observer import NO_OBSERVER, Observer
 
 log = logging.getLogger("inflight")
@@ -47,6 +48,7 @@ class Superseded(Elsewhere):
     ran, as happens in a burst of requests from one conversation."""
 
 
+FAILED_REMEMBERED = 10_000  # conversations whose summary failed, remembered so as not to retry it at once
 # What `_failed` holds for a conversation whose failure no later base can mend (`lasting` on the exception).
 EVERY_BASE = b""
 QUEUED_PER_RUNNING = 1  # jobs that may wait for a slot, per slot (each keeps its conversation in memory)
@@ -95,7 +97,9 @@ class BackgroundSummaries:
         self._slots = asyncio.Semaphore(max_running)
         self.share = -(-max_running // 2)  # the slots one tenant may run at once (half, rounded up)
         self._shares: dict[str, asyncio.Semaphore] = {}  # per tenant with a job, its share of the slots
-        self._failed: TTLCache[str, bytes] = TTLCache(maxsize=100_000, ttl=idle_s)
+        # By the key's digest: a conversation key is hundreds of characters, and every conversation of a failing
+        # summarizer has an entry. Forgetting one costs one more try of its summary.
+        self._failed: TTLCache[bytes, bytes] = TTLCache(maxsize=FAILED_REMEMBERED, ttl=idle_s)
 
     def running(self, key: str) -> Job | None:
         return self._jobs.get(key)
@@ -120,7 +124,7 @@ class BackgroundSummaries:
 
         Returns None when the conversation already has a job, a job from this base failed, or the queue (or the
         tenant's share of it) is full."""
-        if key in self._jobs or self._failed.get(key) in (base, EVERY_BASE):
+        if key in self._jobs or self._failed.get(key_digest(key)) in (base, EVERY_BASE):
             return None
         tenants_jobs = sum(1 for job in self._jobs.values() if job.tenant == tenant)
         full = len(self._jobs) >= self.max_running * (1 + QUEUED_PER_RUNNING)
@@ -188,7 +192,7 @@ class BackgroundSummaries:
             self.counts.failed += 1
             # A Final failure (nothing to summarize yet) is not remembered: a later turn from this base may have more.
             if not isinstance(exc, Final):
-                self._failed[job.key] = EVERY_BASE if getattr(exc, "lasting", False) else job.base
+                self._failed[key_digest(job.key)] = EVERY_BASE if getattr(exc, "lasting", False) else job.base
             log.log(
                 logging.INFO if isinstance(exc, Final) else logging.WARNING,
                 "[compaction] background summary for %s failed: %s: %s",
