@@ -59,22 +59,31 @@ def parse_object(data: bytes) -> dict[str, Any]:
 
 
 def writable(data: bytes, payload: dict[str, Any]) -> bool:
-    """Whether orjson can write `payload` back (it is nested at most `MAX_WRITTEN_DEPTH` deep); a small body with
-    fewer brackets than that is not even tried. A big one is tried a top-level value, or an element of a top-level
-    array, at a time, each at the depth it has in the body: one write of 25 MB holds the GIL for tens of ms."""
+    """Whether orjson can write `payload` back: it is nested at most `MAX_WRITTEN_DEPTH` deep (every value orjson
+    read it writes). A small body with fewer brackets than that is not even tried, another is written once; a
+    big one is walked (`within_written_depth`): one write of 25 MB, or a count of its brackets, holds the GIL for
+    tens of ms."""
+    if len(data) >= PIECES_FROM_BYTES:
+        return within_written_depth(payload)
+    if data.count(b"[") + data.count(b"{") <= MAX_WRITTEN_DEPTH:
+        return True
     try:
-        if len(data) < PIECES_FROM_BYTES:  # (counting the brackets of 25 MB holds the GIL too)
-            if data.count(b"[") + data.count(b"{") > MAX_WRITTEN_DEPTH:
-                orjson.dumps(payload)
-            return True
-        for value in payload.values():
-            if isinstance(value, list):
-                for element in value:
-                    orjson.dumps([[element]])  # inside the body's object and its array
-            else:
-                orjson.dumps([value])
+        orjson.dumps(payload)
     except orjson.JSONEncodeError:
         return False
+    return True
+
+
+def within_written_depth(payload: dict[str, Any]) -> bool:
+    """Whether no container of `payload` is more than `MAX_WRITTEN_DEPTH` deep, found in Python's small steps."""
+    stack: list[tuple[dict[str, Any] | list[Any], int]] = [(payload, 1)]
+    while stack:
+        container, depth = stack.pop()
+        for item in container.values() if isinstance(container, dict) else container:
+            if isinstance(item, dict | list):
+                if depth >= MAX_WRITTEN_DEPTH:
+                    return False
+                stack.append((item, depth + 1))
     return True
 
 

@@ -40,3 +40,13 @@ def test_a_big_body_is_writable_exactly_when_the_whole_would_be(where: str) -> N
         assert countable == writable(data, parsed) == whole_writable(parsed), depth
         answers.append(countable)
     assert True in answers and False in answers  # orjson's limit lies within the depths tried
+
+
+def test_a_big_body_of_many_small_blocks_nested_wide_and_deep_is_answered_without_a_recursion_error() -> None:
+    level = b'{"k":"' + b"y" * 3000 + b'","v":['
+    wide = b'"a",' * 20
+    deep = (wide + level) * 400  # 400 levels of an object and a list of 21 items: past orjson's writing depth
+    data = b'{"model":"gpt-4o","messages":[' + level + deep + b"1" + b"]}" * 401 + b"]}"
+    assert len(data) >= PIECES_FROM_BYTES
+    parsed, countable = parse_request(data)
+    assert countable is False and writable(data, parsed) is whole_writable(parsed) is False
