@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from inflight.compaction.prefix import CacheFigures, CacheTurn
+from inflight.metrics.usage import CLIENT_GONE
 
 GROWTH_TURNS = 20  # the newest turns the average growth is taken over
 
@@ -44,16 +45,29 @@ def conversation_summary(meta: dict[str, Any]) -> dict[str, Any]:
 
 
 def cache_figures(turns: Sequence[dict[str, Any]]) -> CacheFigures:
-    """The prompt cache's figures over the stored turns that were measured (`compaction.prefix`)."""
+    """The prompt cache's figures over the stored turns that were measured (`compaction.prefix`). The costs count
+    the turns the upstream answered; and without inflight, a turn over the window would have been refused, unbilled."""
     figures = CacheFigures()
     for turn in turns:
         cached = turn.get("cached")
         if cached is not None:
             figures.add(CacheTurn(int(turn.get("sent") or 0), int(cached), bool(turn.get("rewrite"))))
-        if turn.get("cost") is not None and turn.get("cost_client") is not None:
+        if turn.get("cost") is not None and turn.get("cost_client") is not None and answered(turn):
             figures.cost += float(turn["cost"])
-            figures.client_cost += float(turn["cost_client"])
+            if not over_window(turn):
+                figures.client_cost += float(turn["cost_client"])
     return figures
+
+
+def answered(turn: dict[str, Any]) -> bool:
+    """Whether the upstream answered the turn, and so billed it (a client that left mid-answer included)."""
+    status = int(turn.get("status") or 0)
+    return status < 400 or status == CLIENT_GONE
+
+
+def over_window(turn: dict[str, Any]) -> bool:
+    """Whether the client's own request was over the model's window (the upstream would have refused it)."""
+    return int(turn.get("tokens") or 0) > int(turn.get("window") or 0) > 0
 
 
 def usage_of(turns: Sequence[dict[str, Any]]) -> dict[str, int]:
@@ -61,6 +75,8 @@ def usage_of(turns: Sequence[dict[str, Any]]) -> dict[str, int]:
     upstream tokens are the client's own (its `sent` is only what would have been sent)."""
     client = upstream = avoided = 0
     for turn in turns:
+        if not answered(turn):  # as `/inflight/usage`: a refused or failed turn adds no tokens
+            continue
         tokens, shadow = int(turn["tokens"]), bool(turn.get("shadow"))
         sent = tokens if shadow else int(turn["sent"])
         client += tokens

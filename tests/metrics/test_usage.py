@@ -172,3 +172,14 @@ def test_a_report_with_the_caches_figures_keeps_everything_else() -> None:
     with_figures = report.with_cache(figures)
     assert with_figures.cache is figures
     assert {name: getattr(with_figures, name) for name in values} == values
+
+
+@pytest.mark.parametrize("status", [400, 413, 429, 502])
+def test_a_refused_or_failed_request_adds_itself_and_no_tokens_nor_cost(status: int) -> None:
+    refused = TurnReport(
+        window=Window(9000, 8000, 6000), sent=Plan((Action.MASK,), 9000, 5000), cache=CacheFigures(0.5, False, 10, 20)
+    )
+    assert dataclasses.asdict(used_by(refused, status=status)) == dataclasses.asdict(ClientUsage(requests=1))
+    answered = used_by(refused, status=200)
+    assert (answered.client_tokens, answered.saved_tokens, answered.cost_units) == (9000, 4000, 10)
+    assert used_by(refused, status=499).cost_units == 10  # the client left mid-answer: the upstream bills it
