@@ -22,10 +22,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def wait_for_port(port: int, timeout: float = 20.0) -> None:
+    """Until something listens on `port`. A connection from `port` to itself is not that: a port picked by
+    binding port 0 is an ephemeral one, and the kernel may give the probe's own socket that very port as its
+    source, and connect it to itself with nobody listening (TCP's simultaneous open)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
+            if sock.connect_ex(("127.0.0.1", port)) == 0 and sock.getsockname()[1] != port:
                 return
         time.sleep(0.02)
     raise RuntimeError(f"nothing listening on port {port}")
