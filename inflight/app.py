@@ -28,13 +28,13 @@ from inflight.errors import UpstreamNotConfigured
 from inflight.formats import Responses, Route, WireFormat, key_headers, registered
 from inflight.formats.compaction_items import ItemKey
 from inflight.http.access import AccessGuard, OriginGuard, QueryKey
-from inflight.http.admin import healthz, metrics_route, stats_route, usage_route
+from inflight.http.admin import Readiness, healthz, metrics_route, stats_route, usage_route
 from inflight.http.archive_routes import ArchiveRoutes
 from inflight.http.conversation_handler import ConversationHandler
 from inflight.http.endpoint import Endpoint, Handler
 from inflight.http.exchange import Exchange
 from inflight.http.passthrough import PassThrough
-from inflight.http.routes import ExactRouter, JsonRoute, RouteTable, doubled_v1, not_found, route_label
+from inflight.http.routes import ExactRouter, JsonRoute, RouteTable, WrongAddresses, route_label
 from inflight.http.viewer import Viewer
 from inflight.metrics.prometheus import Metrics
 from inflight.metrics.usage import client_of
@@ -147,8 +147,10 @@ def create_app(
         endpoint = Endpoint(handler, route="/v1/responses/compact", on_finish=observe, wire=responses)
         return [JsonRoute("/v1/responses/compact", endpoint, methods=["POST"])]
 
+    wrong_addresses = WrongAddresses(served)  # what a wrong base URL is told, and the warnings already given
     routes: list[BaseRoute] = [
         JsonRoute("/healthz", healthz, methods=["GET"]),
+        JsonRoute("/readyz", Readiness(upstream).answer, methods=["GET"]),  # the default upstream answers too
         JsonRoute("/inflight/stats", stats_route(pipeline), methods=["GET"]),
         JsonRoute("/inflight/usage", usage_route(metrics), methods=["GET"]),
         JsonRoute("/metrics", metrics_route(metrics), methods=["GET"]),
@@ -156,12 +158,12 @@ def create_app(
         *Viewer().routes(),
         *(conversations(route, wire) for wire in served for route in wire.spec.routes),
         *compact_route(),
-        JsonRoute("/v1/v1/{path:path}", doubled_v1, methods=METHODS),  # a base URL with /v1 where none belongs
+        *wrong_addresses.routes(METHODS),  # a base URL with /v1 where none belongs (`/v1/v1/...`, `/v1/v1beta/...`)
         *(forwarded(pattern, wire) for pattern, wire in forwarded_patterns(served)),
     ]
     # A plain Router, not a Starlette app: the endpoints render their own errors, so the app's two
     # error-handling middlewares would only wrap every `send` of every response for nothing.
-    router = ExactRouter(routes, lifespan=lifespan, default=not_found)
+    router = ExactRouter(routes, lifespan=lifespan, default=wrong_addresses.not_found)
     query_keys = frozenset(name for wire in served if (name := wire.spec.query_key) is not None)
     return guarded(
         router,

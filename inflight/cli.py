@@ -1,17 +1,26 @@
-"""The `inflight` command: `serve` the proxy, `health` (is it up?), and the offline commands `count`,
-`compact` and `eval`. The offline commands keep their records in memory unless `--state URL` names a
-store, so they never write into the store a running proxy uses (a forced compaction's record would
-otherwise be replayed into the live conversation)."""
+"""The `inflight` command: `serve` the proxy, `check` a config, `run` an agent through a proxy of its own,
+`health` (is it up?), and the offline commands `count`, `compact` and `eval`. The offline commands keep their
+records in memory unless `--state URL` names a store, so they never write into the store a running proxy uses
+(a forced compaction's record would otherwise be replayed into the live conversation)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
+import shutil
+import signal
+import socket
+import subprocess
 import sys
+import tempfile
+import time
 import urllib.request
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import orjson
@@ -52,7 +61,8 @@ def offline_settings(args: argparse.Namespace, overrides: dict[str, Any] | None 
 
 
 def serving_settings(args: argparse.Namespace) -> Settings:
-    """The settings `serve` runs with (and `health` asks about): the config, then `--host`, `--port`, `--upstream`."""
+    """The settings `serve` runs with (and `check` shows, `health` asks about): the config, then `--host`, `--port`,
+    `--upstream`, `--upstream-messages`, `--upstream-gemini`."""
     overrides: dict[str, Any] = {}
     if args.host is not None:
         overrides.setdefault("listen", {})["host"] = args.host
@@ -60,6 +70,9 @@ def serving_settings(args: argparse.Namespace) -> Settings:
         overrides.setdefault("listen", {})["port"] = args.port
     if getattr(args, "upstream", None) is not None:
         overrides.setdefault("upstream", {})["base_url"] = args.upstream
+    for wire in ("messages", "gemini"):
+        if (url := getattr(args, f"upstream_{wire}", None)) is not None:
+            overrides.setdefault("upstreams", {}).setdefault(wire, {})["base_url"] = url
     if getattr(args, "log_level", None) is not None:
         overrides["log_level"] = args.log_level
     return _load(args, overrides)
@@ -108,6 +121,28 @@ def health(args: argparse.Namespace) -> int:
     return 0 if status == 200 else 1
 
 
+FORMATS = ("chat_completions", "responses", "messages", "gemini")
+
+
+def check(args: argparse.Namespace) -> int:
+    """Validate the config as `serve` would (the same loader, `${VAR}` expanded, the same refusals to start) and
+    say where it listens and where each wire format's requests go; exit 2 (in `main`) with the problem if invalid."""
+    settings = serving_settings(args)
+    problem = startup_problem(settings)
+    if problem is not None:
+        raise ConfigError(problem)
+    listen = settings.listen
+    host = f"[{listen.host}]" if ":" in listen.host else listen.host
+    print(f"inflight: {args.config or 'the built-in defaults'}: valid")
+    print(f"listen: http://{host}:{listen.port}/v1")
+    width = max(len(wire) for wire in FORMATS)
+    for wire in FORMATS:
+        print(f"{wire:<{width}} -> {settings.destination(wire)}")
+    for hint in upstream_warnings(settings):
+        print(f"warning: {hint}")
+    return 0
+
+
 def local_address(host: str) -> str:
     """The address to reach a server listening on `host` from the same machine (loopback if it listens on all)."""
     if host in ("", "0.0.0.0"):
@@ -115,6 +150,155 @@ def local_address(host: str) -> str:
     if host == "::":
         return "[::1]"
     return f"[{host}]" if ":" in host else host
+
+
+# `inflight run`: a command given a proxy of its own on loopback, as a child process.
+READY_TIMEOUT_S = 60.0  # the longest the proxy may take to answer /healthz
+STOP_TIMEOUT_S = 20.0  # after SIGTERM, the longest it may take to finish its requests before it is killed
+CODEX_PROVIDER = "inflight"
+
+
+def agent_environment(base: str) -> dict[str, str]:
+    """The variables that point the agents at a proxy on `base` (`http://127.0.0.1:P`): the OpenAI SDKs take the
+    `/v1` URL, Claude Code and Gemini CLI the origin (they add `/v1/messages`, `/v1beta/...` themselves)."""
+    return {"OPENAI_BASE_URL": f"{base}/v1", "ANTHROPIC_BASE_URL": base, "GOOGLE_GEMINI_BASE_URL": base}
+
+
+def agent_command(command: list[str], base: str, environ: dict[str, str]) -> list[str]:
+    """`command`, and for the Codex CLI (which reads no base URL from the environment for a custom provider) a
+    provider pointed at the proxy, on its command line as `-c` overrides: the keys of docs/agents.md's
+    `config.toml`, the key from `OPENAI_API_KEY` when it is set (else none: the proxy's, or a server's that needs
+    none)."""
+    if Path(command[0]).name != "codex":
+        return command
+    provider = f"model_providers.{CODEX_PROVIDER}"
+    overrides = [
+        f'model_provider="{CODEX_PROVIDER}"',
+        f'{provider}.name="OpenAI through inflight"',
+        f'{provider}.base_url="{base}/v1"',
+        f'{provider}.wire_api="responses"',
+        f"{provider}.supports_websockets=false",
+    ]
+    if environ.get("OPENAI_API_KEY"):
+        overrides.append(f'{provider}.env_key="OPENAI_API_KEY"')
+    return [command[0], *(word for override in overrides for word in ("-c", override)), *command[1:]]
+
+
+def answers_healthz(port: int, timeout_s: float = 2.0) -> bool:
+    """Whether an inflight answers `GET /healthz` on 127.0.0.1:`port` (200, a JSON object whose `status` is ok)."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(f"http://127.0.0.1:{port}/healthz", timeout=timeout_s) as response:
+            said = orjson.loads(response.read()) if response.status == 200 else None
+    except (OSError, ValueError):
+        return False
+    return isinstance(said, dict) and said.get("status") == "ok"
+
+
+def free_loopback_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def die_with_parent() -> Callable[[], None] | None:
+    """What the proxy's process runs before `inflight serve` (Linux): ask for SIGTERM when `inflight run` dies, so
+    that even a killed `run` leaves no proxy behind. Looked up here, in the parent, so the child only calls it."""
+    if sys.platform != "linux":
+        return None
+    import ctypes
+
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    return lambda: prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+@contextlib.contextmanager
+def own_proxy(args: argparse.Namespace, port: int, log: Path) -> Iterator[None]:
+    """`python -m inflight serve` on 127.0.0.1:`port`, its output in `log`, until it answers /healthz; stopped
+    (SIGTERM, then waited for) when the block ends. In a session of its own, so a Ctrl-C meant for the agent
+    does not stop it under the agent."""
+    command = [sys.executable, "-m", "inflight", "serve", "--host", "127.0.0.1", "--port", str(port)]
+    command += ["--config", args.config] if args.config else []
+    with log.open("ab") as sink:
+        proxy = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=sink,
+            stderr=sink,
+            start_new_session=True,
+            preexec_fn=die_with_parent(),  # `run` has started no thread, so the fork is safe
+        )
+    try:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while not answers_healthz(port, timeout_s=1.0):
+            if proxy.poll() is not None or time.monotonic() > deadline:
+                tail = log.read_text(errors="replace").strip().splitlines()[-5:]
+                said = "".join(f"\n  {line}" for line in tail)
+                raise CommandError(f"run: the proxy did not start on port {port} (its log, {log}):{said}")
+            time.sleep(0.05)
+        yield
+    finally:
+        if proxy.poll() is None:
+            proxy.terminate()
+            try:
+                proxy.wait(timeout=STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                proxy.kill()
+                proxy.wait()
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Run a command (an agent) with its base URLs pointed at a proxy: one already answering on `--port` or on
+    the config's `listen.port`, else one started for it on `--port` or a free loopback port, and stopped after.
+    Its exit code is the command's (128+N if a signal N ended it, 127 if it cannot be run)."""
+    command = args.command[1:] if args.command[:1] == ["--"] else list(args.command)
+    if not command:
+        raise CommandError("run: name the command to run after --, e.g. inflight run -- claude")
+    if shutil.which(command[0]) is None:  # said before a proxy is started for it
+        print(f"inflight run: {command[0]}: command not found", file=sys.stderr)
+        return 127
+    settings = _load(args)  # a config error is said here, before anything starts
+    named = args.port or (settings.listen.port if args.config else 0)  # 0: none named
+    if named and answers_healthz(named):
+        base = f"http://127.0.0.1:{named}"
+        print(f"inflight run: using the inflight already on {base}/v1", file=sys.stderr)
+        return _run_agent(command, base)
+    port = args.port or free_loopback_port()
+    base = f"http://127.0.0.1:{port}"
+    log = Path(args.log) if args.log else Path(tempfile.gettempdir(), f"inflight-run-{os.getpid()}.log")
+    try:
+        with own_proxy(args, port, log):
+            print(f"inflight run: proxy on {base}/v1 (log {log})", file=sys.stderr)
+            return _run_agent(command, base)
+    except KeyboardInterrupt:  # Ctrl-C while the proxy was starting: it is stopped on the way out
+        return 130
+
+
+def _run_agent(command: list[str], base: str) -> int:
+    """The command, with the agents' variables set; SIGTERM and SIGHUP passed on to it, SIGINT left to it (the
+    terminal sends it to the command too), until it exits."""
+    env = {**os.environ, **agent_environment(base)}
+    try:
+        child = subprocess.Popen(agent_command(command, base, env), env=env)
+    except OSError as exc:
+        print(f"inflight run: {command[0]}: {exc.strerror}", file=sys.stderr)
+        return 127 if isinstance(exc, FileNotFoundError) else 126
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        if signum != signal.SIGINT:
+            child.send_signal(signum)
+
+    passed = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    before = {signum: signal.signal(signum, forward) for signum in passed}
+    try:
+        code = child.wait()
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
+    return 128 - code if code < 0 else code
 
 
 def read_request(path: str) -> dict[str, Any]:
@@ -288,6 +472,18 @@ def demo(args: argparse.Namespace) -> int:
         return 130
 
 
+def add_upstream_options(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--upstream", metavar="URL", help="upstream base URL, e.g. http://127.0.0.1:8080/v1")
+    command.add_argument(
+        "--upstream-messages", metavar="URL", help="the Messages API's own upstream (upstreams.messages.base_url)"
+    )
+    command.add_argument(
+        "--upstream-gemini",
+        metavar="URL",
+        help="the Gemini API's own upstream, an origin (upstreams.gemini.base_url), e.g. http://127.0.0.1:9000",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="inflight", description="A proxy that keeps agent conversations in context.")
     parser.add_argument("--version", action="version", version=f"inflight {__version__}")
@@ -309,7 +505,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve_cmd.add_argument("--config", help="YAML config file (default: built-in defaults)")
     serve_cmd.add_argument("--host", help="address to listen on (default: listen.host, 127.0.0.1)")
     serve_cmd.add_argument("--port", type=int, help="port to listen on (default: listen.port, 8787)")
-    serve_cmd.add_argument("--upstream", metavar="URL", help="upstream base URL, e.g. http://127.0.0.1:8080/v1")
+    add_upstream_options(serve_cmd)
     serve_cmd.add_argument(
         "--log-level", choices=["debug", "info", "warning", "error"], help="log verbosity (default: log_level, info)"
     )
@@ -317,6 +513,31 @@ def build_parser() -> argparse.ArgumentParser:
         "--workers", type=int, default=1, help="processes on the port, sharing state.url (not memory://; default 1)"
     )
     serve_cmd.set_defaults(run=serve)
+
+    check_cmd = commands.add_parser(
+        "check", help="validate a config as serve reads it; say where it listens and where each format's requests go"
+    )
+    check_cmd.add_argument("--config", help="YAML config file (default: built-in defaults)")
+    check_cmd.add_argument("--host", help="as serve's --host")
+    check_cmd.add_argument("--port", type=int, help="as serve's --port")
+    add_upstream_options(check_cmd)
+    check_cmd.set_defaults(run=check)
+
+    run_cmd = commands.add_parser(
+        "run", help="run a command (an agent) through a proxy on loopback, its base URLs pointed at it"
+    )
+    run_cmd.add_argument("--config", help="YAML config file for the proxy it starts (default: built-in defaults)")
+    run_cmd.add_argument(
+        "--port",
+        type=int,
+        help="use the inflight on this port, or start one there (default: the config's listen.port if an inflight "
+        "answers there, else a free port)",
+    )
+    run_cmd.add_argument(
+        "--log", metavar="FILE", help="the started proxy's log (default: a file in the temp directory)"
+    )
+    run_cmd.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...", help="the command to run")
+    run_cmd.set_defaults(run=run_command)
 
     health_cmd = commands.add_parser("health", help="exit 0 if the server the config describes answers /healthz")
     health_cmd.add_argument("--config", help="YAML config file (listen.host and listen.port)")

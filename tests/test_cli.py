@@ -138,7 +138,7 @@ def test_help_names_every_command_with_what_it_does(capsys: pytest.CaptureFixtur
     shown = capsys.readouterr().out
     description = shown.split("\n\n")[1]  # the paragraph after the usage line
     helped = set(re.findall(r"^    (\w+) +\S", shown, re.MULTILINE))
-    commands = {"demo", "serve", "health", "count", "compact", "eval"}
+    commands = {"demo", "serve", "check", "run", "health", "count", "compact", "eval"}
     assert helped == commands, helped
     assert all(name in description for name in commands), description
 

@@ -37,6 +37,13 @@ PROVIDER_APIS = {
 }
 
 
+def origin_of(base_url: str) -> str:
+    """`scheme://host:port` of a base URL, without its path or query: where a Gemini request goes on the same
+    server (its paths carry their version, `/v1beta/...`, so `http://host:8080/v1` would make `/v1/v1beta/...`)."""
+    parts = urlsplit(base_url)
+    return urlunsplit((parts.scheme, parts.netloc, "", "", ""))
+
+
 class Listen(Section):
     host: str = "127.0.0.1"
     port: int = Field(8787, ge=0, le=65535)
@@ -338,6 +345,14 @@ class Telemetry(Section):
         return bool(self.otlp.endpoint) or any(environ.get(name) for name in OTEL_ENDPOINTS)
 
 
+class Log(Section):
+    """How the log's lines are written (their level is `log_level`): `text`, a line of words and `key=value`
+    fields; `json`, one JSON object per line (`time`, `level`, `logger`, `message`, and a request line's
+    fields as keys of their own), for a log collector."""
+
+    format: Literal["text", "json"] = "text"
+
+
 class MetricsSettings(Section):
     """`GET /metrics` and `GET /inflight/usage`: how many clients get a label of their own."""
 
@@ -363,12 +378,14 @@ class Settings(Section):
     # Anthropic-compatible server and OpenAI-format agents to another.
     upstreams: dict[FormatName, Upstream] = Field(default_factory=dict)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log: Log = Log()
     metrics: MetricsSettings = MetricsSettings()
     telemetry: Telemetry = Telemetry()
     # Each `models.<glob>.compaction` merged over the global block once, here, not on every request.
     _compactions: dict[str, Compaction] = PrivateAttr(default_factory=dict)
-    # Each wire format's own upstream: `upstreams`, plus Anthropic's API for the Messages API when the default
-    # upstream is OpenAI's (which has none), set once, here.
+    # Each wire format's own upstream: `upstreams`, plus Anthropic's API for the Messages API and Google's for the
+    # Gemini API when the default upstream is OpenAI's (which has neither), else the Gemini API at the upstream's
+    # origin; set once, here.
     _format_upstreams: dict[str, Upstream] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="after")
@@ -390,10 +407,19 @@ class Settings(Section):
     def _messages_go_to_anthropic(self) -> Settings:
         """With no `upstreams.messages` and the default upstream OpenAI's, which has no Messages API, `/v1/messages`
         goes to Anthropic's, with the client's own key; with `access.keys` the proxy has no Anthropic key to send,
-        so it goes nowhere (`unserved` says why). The Gemini API likewise goes to Google's."""
+        so it goes nowhere (`unserved` says why). The Gemini API likewise goes to Google's.
+
+        With any other upstream (a local server, a gateway: any host but api.openai.com) the Messages API goes to it
+        as the others do, and the Gemini API to its origin, with its key: Gemini's paths carry their version
+        (`/v1beta/...`), which `http://host:8080/v1` would turn into `/v1/v1beta/...`."""
         for name, own in self.upstreams.items():
             self._format_upstreams[name] = own
-        if urlsplit(self.upstream.base_url).hostname != OPENAI_HOST or self.access.keys:
+        if urlsplit(self.upstream.base_url).hostname != OPENAI_HOST:
+            if "gemini" not in self.upstreams:
+                origin = origin_of(self.upstream.base_url)
+                self._format_upstreams["gemini"] = self.upstream.model_copy(update={"base_url": origin})
+            return self
+        if self.access.keys:
             return self
         for wire, (base_url, _, _) in PROVIDER_APIS.items():
             if wire not in self.upstreams:
@@ -405,7 +431,7 @@ class Settings(Section):
     @property
     def format_upstreams(self) -> dict[str, Upstream]:
         """The wire formats that have an upstream of their own (`upstreams`, or Anthropic's API for Messages and
-        Google's for Gemini)."""
+        Google's for Gemini, or the upstream's origin for Gemini)."""
         return self._format_upstreams
 
     def unserved(self, wire: str) -> str | None:
@@ -423,6 +449,13 @@ class Settings(Section):
     def upstream_for(self, wire: str) -> Upstream:
         """The upstream of a wire format (`format_upstreams`, else `upstream`)."""
         return self._format_upstreams.get(wire, self.upstream)
+
+    def destination(self, wire: str) -> str:
+        """Where a wire format's requests go, for a log line: its upstream's URL (`redacted_url`), or
+        `none (set upstreams.<wire>)` when it has none (`unserved`)."""
+        if self.unserved(wire) is not None:
+            return f"none (set upstreams.{wire})"
+        return redacted_url(self.upstream_for(wire).base_url)
 
     def exact_counts(self, wire: str) -> Messages | Gemini:
         """The section that says when to ask a wire format's upstream for an exact count."""

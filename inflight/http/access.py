@@ -3,7 +3,7 @@
 With `access.keys` set, every request to a wire format's API must carry one of them as
 `Authorization: Bearer …` or in another header a registered format's clients send their key in
 (`x-api-key` for Anthropic's; the upstream gets `upstream.api_key` instead), and `/inflight/*` and
-`/metrics` one of `access.admin_keys`. `/healthz` stays open for load balancers. A key a format's clients
+`/metrics` one of `access.admin_keys`. `/healthz` and `/readyz` stay open for load balancers. A key a format's clients
 send in the query string (Gemini's `?key=`) is taken as that format's key header first (`QueryKey`).
 Keys are compared in constant time, each against all.
 """
@@ -19,10 +19,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from inflight.config import Access, Settings
 from inflight.errors import Forbidden, ProxyError
-from inflight.http.error_response import DEFAULT_SHAPE, render
+from inflight.http.error_response import DEFAULT_SHAPE, answer
 from inflight.http.routes import RouteTable
 
-OPEN_PATHS = frozenset({"/healthz"})
+OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 VIEWER = "/inflight/ui"  # static files that hold no data: the page asks for an admin key before any JSON
 
 
@@ -83,7 +83,7 @@ class AccessGuard:
             keys = self.access.admin if admin else self.access.keys
             if admin and not keys and self.access.keys:  # client keys are tenants' keys: none opens these paths
                 message = "this proxy has no admin keys: set access.admin_keys to reach its archive, stats and metrics"
-                await render(Forbidden(message), wire=DEFAULT_SHAPE)(scope, receive, send)
+                await answer(Forbidden(message), wire=DEFAULT_SHAPE)(scope, receive, send)
                 if self.on_refused is not None:
                     self.on_refused(self.routes.label(scope["path"]))
                 return
@@ -95,7 +95,7 @@ class AccessGuard:
                 message = (
                     f"Incorrect or missing API key: this proxy needs {kind} as 'Authorization: Bearer <key>'{others}."
                 )
-                await render(InvalidApiKey(message), wire=self.routes.wire(scope["path"]))(scope, receive, send)
+                await answer(InvalidApiKey(message), wire=self.routes.wire(scope["path"]))(scope, receive, send)
                 if self.on_refused is not None:
                     self.on_refused(self.routes.label(scope["path"]))
                 return
@@ -158,7 +158,7 @@ class OriginGuard:
             problem = self.problem(scope)
             if problem is not None:
                 wire = self.routes.wire(scope["path"]) if self.routes is not None else DEFAULT_SHAPE
-                await render(Forbidden(problem), wire=wire)(scope, receive, send)
+                await answer(Forbidden(problem), wire=wire)(scope, receive, send)
                 return
         await self.app(scope, receive, send)
 

@@ -18,7 +18,7 @@ from inflight.archive.store import ArchiveStore
 from inflight.archive.views import conversation_summary, conversation_view
 from inflight.errors import BadRequest, NotFound, ProxyError
 from inflight.http.access import is_loopback
-from inflight.http.error_response import render
+from inflight.http.error_response import answer as own_answer
 from inflight.http.routes import JsonRoute
 
 DEFAULT_LIMIT, MAX_LIMIT = 100, 1000
@@ -67,10 +67,10 @@ def answered(handler: Handler, *, loopback_only: bool) -> Handler:
                 )
             return await handler(request)
         except ProxyError as exc:
-            return render(exc)
+            return own_answer(exc)
         except Exception as exc:
             log.warning("[archive] %s failed: %s: %s", request.url.path, type(exc).__name__, exc)
-            return render(ArchiveUnavailable(f"the archive's store failed ({type(exc).__name__}); try again later"))
+            return own_answer(ArchiveUnavailable(f"the archive's store failed ({type(exc).__name__}); try again later"))
 
     return answer
 

@@ -21,6 +21,18 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("inflight")
 MAX_FIELD_CHARS = 256
+# The log record's attribute that holds a request line's fields, for a formatter that writes them as its own
+# (`log.format: json`: `inflight.http.server.JsonFormatter`); the text line ignores it.
+REQUEST_FIELDS = "inflight_fields"
+
+
+class LineFields:
+    """Whether a request's log record carries its fields (`REQUEST_FIELDS`): set by `log.format: json`
+    (`inflight.http.server.log_formatter`), since building them costs every request a dict."""
+
+    wanted = False
+
+
 # The report of a request no turn handled, one for all of them: frozen to the type checker, never assign its fields.
 NOTHING_DONE = TurnReport()
 
@@ -120,6 +132,15 @@ class Exchange:
         fields = "".join(f" {key}={clean(value)}" for key, value in self.fields.items())
         queued = self.queue_s
         queue = f" queue_ms={queued * 1000:.1f}" if queued is not None else ""
+        extra = None
+        if LineFields.wanted:  # the same, as values of their own for the JSON lines, None where the line has `-`
+            own = {"method": self.method, "path": self.path, "status": self.status, **self.fields}
+            own["proxy_ms"] = round(added * 1000, 1) if added is not None else None
+            if queued is not None:
+                own["queue_ms"] = round(queued * 1000, 1)
+            own["upstream_ms"] = round(self.upstream_ms, 1) if self.upstream_ms is not None else None
+            own["total_ms"] = round(total_ms, 1)
+            extra = {REQUEST_FIELDS: own}
         log.info(
             "%s %s %d%s proxy_ms=%s%s upstream_ms=%s total_ms=%.1f",
             self.method,
@@ -130,6 +151,7 @@ class Exchange:
             queue,
             upstream,
             total_ms,
+            extra=extra,
         )
         if self.on_finish is not None:
             try:

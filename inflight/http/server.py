@@ -43,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import json
 import logging
 import os
 import socket
@@ -53,6 +54,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from inflight import __version__
@@ -60,7 +62,7 @@ from inflight.config import Limits, Settings
 from inflight.config.settings import redacted_url
 from inflight.http.disconnect import DISCONNECT, SEND_TIMED_OUT, Disconnect
 from inflight.http.error_response import error_body
-from inflight.http.exchange import clean
+from inflight.http.exchange import MAX_FIELD_CHARS, REQUEST_FIELDS, LineFields, clean
 from inflight.upstream.client import missing_v1
 
 log = logging.getLogger("inflight")
@@ -362,7 +364,7 @@ def bounded_protocol(limits: Limits) -> type[BoundedHttpProtocol]:
     return type("BoundedHttpProtocol", (BoundedHttpProtocol,), bounds)
 
 
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"  # `log.format: text`
 
 
 class LineFormatter(logging.Formatter):
@@ -381,6 +383,57 @@ class LineFormatter(logging.Formatter):
         return self.default_msec_format % (text, record.msecs)
 
 
+class JsonFormatter(logging.Formatter):
+    """`log.format: json`: each line one JSON object, `time` (UTC, ISO 8601, to the millisecond), `level`,
+    `logger`, `message` (the text line's own words), and `exception` for a traceback. A request line's fields
+    (`Exchange.finish` gives them as `extra`: method, path, status, each `key=value`, the timings) are keys of
+    their own, none of them over a text line's `MAX_FIELD_CHARS`; they never replace the four."""
+
+    _second: tuple[int, str] = (-1, "")  # the second last written, and its text
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, object] = {
+            "time": self.formatTime(record),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        fields = getattr(record, REQUEST_FIELDS, None)
+        if isinstance(fields, dict):
+            for key, value in fields.items():
+                entry.setdefault(str(key), json_value(value))
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        if record.stack_info:
+            entry["stack"] = self.formatStack(record.stack_info)
+        try:
+            return orjson.dumps(entry, default=str).decode()
+        except TypeError:  # what orjson does not take (a lone surrogate, an int past 64 bits): the standard library
+            return json.dumps(entry, default=str)
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        second, text = self._second
+        if int(record.created) != second:
+            second, text = int(record.created), time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            self._second = (second, text)
+        return f"{text}.{int(record.msecs):03d}Z"
+
+
+def json_value(value: object) -> object:
+    """A request field as a JSON value: numbers, booleans and None as they are, anything else as text clipped
+    like the text line's."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    text = str(value)
+    return f"{text[:MAX_FIELD_CHARS]}...(+{len(text) - MAX_FIELD_CHARS})" if len(text) > MAX_FIELD_CHARS else text
+
+
+def log_formatter(settings: Settings) -> logging.Formatter:
+    """The formatter of `log.format`; JSON also asks each request's line for its fields (`LineFields`)."""
+    LineFields.wanted = settings.log.format == "json"
+    return JsonFormatter() if LineFields.wanted else LineFormatter(LOG_FORMAT)
+
+
 # Libraries that log a line of their own per HTTP request they make (httpx's "HTTP Request: POST …" at
 # INFO, httpcore's at DEBUG): the log has one line per request, ours, so these speak only of trouble,
 # unless `log_level: debug` asks for everything.
@@ -391,11 +444,12 @@ def prepare_process(settings: Settings) -> None:
     """What a serving process (`inflight serve`, or each of its `--workers`) sets before uvicorn starts.
 
     Its log lines to stderr at `log_level`, one per request (uvicorn's access log is off, and the
-    `CHATTY_LOGGERS` say only warnings), each with no more looked up than `LOG_FORMAT` shows; and a
+    `CHATTY_LOGGERS` say only warnings), each with no more looked up than `LOG_FORMAT` shows (or, with
+    `log.format: json`, as JSON objects: `JsonFormatter`, uvicorn's own lines too); and a
     short GIL switch interval: counting runs in worker threads, and with Python's default of 5 ms a
     counting thread could hold up the event loop (and every small request) that long."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(LineFormatter(LOG_FORMAT))
+    handler.setFormatter(log_formatter(settings))
     logging.basicConfig(level=settings.log_level.upper(), handlers=[handler])
     # What the format never shows is not looked up for each line (the logging HOWTO's "Optimization").
     logging.logThreads, logging.logProcesses, logging.logMultiprocessing = False, False, False
@@ -406,17 +460,17 @@ def prepare_process(settings: Settings) -> None:
 
 
 def startup_line(settings: Settings, *, workers: int) -> str:
-    """The one line `inflight serve` logs as it starts: what runs, where its state goes, who may use it.
+    """The one line `inflight serve` logs as it starts: what runs, where each format's requests go, where its state
+    goes, who may use it. After `->` comes the upstream of Chat Completions and the Responses API (unless one has
+    its own: `chat_completions -> URL`), then always where the Messages and Gemini APIs go.
 
     Credentials never appear: a password or a credential-like query parameter in a URL is starred
     (`redacted_url`), and an upstream's `user:password@` was taken out of its URL when the config was read."""
     listen = settings.listen
     host = f"[{listen.host}]" if ":" in listen.host else listen.host
     upstream = redacted_url(settings.upstream.base_url)
-    upstreams = "".join(f", {name} -> {redacted_url(own.base_url)}" for name, own in settings.format_upstreams.items())
-    for wire in ("messages", "gemini"):
-        if settings.unserved(wire) is not None:
-            upstreams += f", {wire} -> none (set upstreams.{wire})"
+    own = [wire for wire in ("chat_completions", "responses") if wire in settings.format_upstreams]
+    upstreams = "".join(f", {wire} -> {settings.destination(wire)}" for wire in (*own, "messages", "gemini"))
     compaction = settings.compaction.mode if settings.compaction.enabled else "off"  # `models:` may override it
     return (
         f"inflight {__version__} listening on http://{host}:{listen.port}/v1 -> {upstream}"
@@ -484,6 +538,8 @@ def uvicorn_options(settings: Settings) -> dict[str, Any]:
         "timeout_keep_alive": settings.limits.client_idle_timeout_s,
         "log_level": settings.log_level,
         "access_log": False,
+        # `log.format: json`: uvicorn's lines go to the process's handler (`prepare_process`), not its own format.
+        **({"log_config": None} if settings.log.format == "json" else {}),
         # The upstream's own Date/Server headers are relayed; uvicorn must not add a second pair.
         "server_header": False,
         "date_header": False,

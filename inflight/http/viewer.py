@@ -14,7 +14,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute
 
 from inflight.errors import NotFound
-from inflight.http.error_response import render
+from inflight.http.error_response import answer
 from inflight.http.routes import JsonRoute
 
 FILES = {"index.html": "text/html; charset=utf-8", "viewer.css": "text/css", "viewer.js": "text/javascript"}
@@ -47,7 +47,7 @@ class Viewer:
     async def asset(self, request: Request) -> Response:
         name = request.path_params["name"]
         if name not in self.files:
-            return render(NotFound(f"no file {name[:80]!r} in the viewer"))
+            return answer(NotFound(f"no file {name[:80]!r} in the viewer"))
         return self.serve(name)
 
     def serve(self, name: str) -> Response:

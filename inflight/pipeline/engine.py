@@ -562,6 +562,7 @@ class Pipeline:
             plan = shadowed(unchanged(), accounting, outcome)
             return self._cache_figures(plan, counted, outcome, key=plan_key, scheduled=scheduled)
         retrieves = self.retrieves(counted, options)
+        added = self.retrieve_tool_tokens(counted, options)  # counted by the compaction, never sent by the client
         sent = counted
         if retrieves:
             retrieves = self._keep_originals(counted, outcome, tenant=options.tenant)
@@ -570,7 +571,7 @@ class Pipeline:
                 sent = replace(counted, payload=shape.with_tool(counted.payload))
         # The body is written from what was kept, which may be megabytes if compaction could not make it fit.
         prepared = await call_sized(
-            lambda: rewritten(sent, accounting, outcome, limit=limit, key=key), outcome.tokens_after
+            lambda: rewritten(sent, accounting, outcome, limit=limit, key=key, added=added), outcome.tokens_after
         )
         if retrieves:  # compaction counted the tool's definition in the fixed part; so does calibration
             fixed = prepared.sent_fixed + self.retrieve_tool_tokens(counted, options)

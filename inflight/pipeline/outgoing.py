@@ -160,9 +160,12 @@ def unopened(counted: Counted, prepared: Prepared) -> Prepared:
     return replace(prepared, plan=plan, fields=prepared.fields | {"actions": plan.said()})
 
 
-def rewritten(counted: Counted, accounting: Accounting, outcome: Outcome, *, limit: int, key: str) -> Prepared:
-    """The compacted body, with the plan and log fields that describe what was done to it."""
-    plan, fields = described(accounting, outcome, limit=limit, key=key)
+def rewritten(
+    counted: Counted, accounting: Accounting, outcome: Outcome, *, limit: int, key: str, added: int = 0
+) -> Prepared:
+    """The compacted body, with the plan and log fields that describe what was done to it (`added`: the tokens of
+    what inflight adds, its tool's definition, which the compaction counted but the client did not send)."""
+    plan, fields = described(accounting, outcome, limit=limit, key=key, added=added)
     too_long = None
     if not outcome.fits:
         before, after = plan.tokens_before, plan.tokens_after
@@ -186,9 +189,13 @@ def shadowed(untouched: Prepared, accounting: Accounting, outcome: Outcome) -> P
     return replace(untouched, fields=untouched.fields | fields, outcome=outcome, shadow=True, shadow_plan=plan)
 
 
-def described(accounting: Accounting, outcome: Outcome, *, limit: int, key: str) -> tuple[Plan, dict[str, object]]:
-    """The plan and log fields that describe what a compaction did (or, in shadow mode, would have done)."""
-    before, after = accounting.calibrated(outcome.tokens_before), accounting.calibrated(outcome.tokens_after)
+def described(
+    accounting: Accounting, outcome: Outcome, *, limit: int, key: str, added: int = 0
+) -> tuple[Plan, dict[str, object]]:
+    """The plan and log fields that describe what a compaction did (or, in shadow mode, would have done). Before is
+    what the client sent, without the `added` tokens of inflight's own; after is what went upstream."""
+    before = accounting.calibrated(outcome.tokens_before - added)
+    after = accounting.calibrated(outcome.tokens_after)
     # The id of this compaction, or of the one whose stored record this request replays (the archive's id).
     plan = Plan(tuple(outcome.actions), before, after, outcome.compaction_id or None)
     fields: dict[str, object] = {

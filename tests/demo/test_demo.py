@@ -157,3 +157,15 @@ def test_serve_keeps_the_proxy_and_its_viewer_up_until_interrupted() -> None:
 def test_the_shipped_conversation_is_the_one_the_tests_replay() -> None:
     fixture = ROOT / "tests" / "fixtures" / "traces" / "swe_marshmallow_function_calling_replace.json"
     assert load_trace() == json.loads(fixture.read_text())
+
+
+def test_readmes_demo_table_is_what_the_demo_prints() -> None:
+    """README shows a run of `inflight demo`: its table, totals and counts, line for line (the two addresses, which
+    are free ports, aside). A change to compaction that changes the figures changes README with it."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    shown = re.search(r"```text\n(inflight demo: .*?)```", readme, re.S)
+    assert shown, "README shows no run of `inflight demo`"
+    address = re.compile(r"http://127\.0\.0\.1:\d+")
+    expected = [address.sub("ADDRESS", line.rstrip()) for line in shown[1].splitlines()]
+    printed = [address.sub("ADDRESS", line.rstrip()) for line in demo()]
+    assert printed[: len(expected)] == expected

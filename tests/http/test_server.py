@@ -43,7 +43,7 @@ def test_the_startup_line_says_what_runs_and_hides_every_secret(tmp_path: Path) 
     port = url.removesuffix("/v1").rpartition(":")[2]
     assert line == (
         f"inflight {__version__} listening on http://127.0.0.1:{port}/v1 -> http://127.0.0.1:9/v1, "
-        "messages -> https://anthropic.example/v1?api-key=***&v=2; compaction shadow; "
+        "messages -> https://anthropic.example/v1?api-key=***&v=2, gemini -> http://127.0.0.1:9; compaction shadow; "
         f"state redis://:***@{redis_url.rpartition('@')[2]}; archive on; "
         "access: keys required, admin keys required; workers 1"
     )
