@@ -144,7 +144,7 @@ def test_the_archive_says_where_the_next_compaction_comes_and_what_each_turn_cos
 ) -> None:
     """Scheduled by cost with `goal: fit`, a turn past `prune_at` that went as it came is archived with the point
     its compaction waits for, not the configured one it passed; every turn with its cost beside what the client's
-    request would have cost, and the conversation with their totals."""
+    request would have cost, and the conversation with their totals (without inflight, of the turns that fit)."""
     _, url = upstream
     turns = range(2, 30)
     with start_proxy(url, **WINDOW, archive={"enabled": True}, compaction={"goal": "fit"}) as proxy_url:
@@ -161,4 +161,7 @@ def test_the_archive_says_where_the_next_compaction_comes_and_what_each_turn_cos
     assert waited, [(t["sent"], t["actions"]) for t in view["turns"]]  # past the configured prune_at, sent as it came
     assert all(t["next_at"] >= t["sent"] for t in waited)
     assert all(t["cost"] is not None and t["cost_client"] is not None for t in view["turns"])
-    assert view["cost"] == sum(t["cost"] for t in view["turns"]) < view["cost_client"]
+    assert view["cost"] == sum(t["cost"] for t in view["turns"])
+    # Without inflight, the turns over the window are refused, and nobody bills them.
+    within = [t for t in view["turns"] if t["tokens"] <= t["window"]]
+    assert len(within) < len(view["turns"]) and view["cost_client"] == sum(t["cost_client"] for t in within)
