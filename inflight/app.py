@@ -12,7 +12,6 @@ import asyncio
 import functools
 import gc
 import hashlib
-import logging
 import os
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -62,7 +61,8 @@ def create_app(
 
     `formats`: the wire formats it serves (default: `registered`). `on_started`: called once the app is ready to
     serve (`inflight serve` tunes the garbage collector there: `tune_collector`)."""
-    item_key = ItemKey(item_secret(settings))
+    secret, note = item_secret(settings)
+    item_key = ItemKey(secret, first_use_note=note)
     served = tuple(formats) if formats is not None else registered(item_key)
     upstream, by_format = upstream_clients(settings, served)
     clients = [upstream, *by_format.values()]
@@ -285,18 +285,18 @@ def forwarded_patterns(served: Sequence[WireFormat]) -> list[tuple[str, WireForm
     return sorted(patterns, key=lambda item: -len(item[0].partition("{")[0]))
 
 
-def item_secret(settings: Settings) -> bytes:
+def item_secret(settings: Settings) -> tuple[bytes, str | None]:
     """The secret for our compaction items: `responses.item_key`, else one derived from the upstream's key
-    (the same in every worker and after a restart), else a random one for this process only."""
+    (the same in every worker and after a restart), else a random one for this process only, with the note to log
+    when the first item is sealed with it (the note concerns only a proxy that answers the compaction itself)."""
     if settings.responses.item_key:
-        return settings.responses.item_key.encode()
+        return settings.responses.item_key.encode(), None
     if settings.upstream_for("responses").api_key:
         key = settings.upstream_for("responses").api_key
-        return hashlib.sha256(b"inflight compaction items\0" + key.encode()).digest()
-    if settings.responses.compact_fallback:
-        logging.getLogger("inflight").info(
-            "[responses] when inflight answers /v1/responses/compact itself, the compaction items it gives the "
-            "client are sealed with a key of this process only: after a restart or in another worker they open "
-            "no more and their turns go as a note (set responses.item_key, or upstream.api_key, to keep them)"
-        )
-    return os.urandom(32)
+        return hashlib.sha256(b"inflight compaction items\0" + key.encode()).digest(), None
+    note = (
+        "[responses] inflight answered /v1/responses/compact itself: the compaction items it gives the client are "
+        "sealed with a key of this process only, so after a restart or in another worker they open no more and "
+        "their turns go as a note (set responses.item_key, or upstream.api_key, to keep them)"
+    )
+    return os.urandom(32), note if settings.responses.compact_fallback else None

@@ -12,6 +12,7 @@ changed byte fails the tag check.
 from __future__ import annotations
 
 import base64
+import logging
 import os
 import time
 import uuid
@@ -38,12 +39,16 @@ MAX_ITEM_CHARS = 4 * 1024 * 1024  # a summary is a few KB, so anything this larg
 class ItemKey:
     """The key that encrypts and decrypts our compaction items (from `responses.item_key`)."""
 
-    def __init__(self, secret: bytes) -> None:
+    def __init__(self, secret: bytes, *, first_use_note: str | None = None) -> None:
         key = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=KEY_INFO).derive(secret)
         self._aead = AESGCM(key)
+        self._note = first_use_note  # logged once, as the first item is sealed: it concerns only a proxy that seals
 
     def seal(self, text: str, *, tenant: str) -> str:
         """`text` encrypted for the client whose tenant is `tenant` ("" for a client that presents no key)."""
+        if self._note is not None:
+            note, self._note = self._note, None
+            logging.getLogger("inflight").info("%s", note)
         nonce = os.urandom(NONCE_BYTES)
         sealed = self._aead.encrypt(nonce, text.encode("utf-8"), tenant.encode("utf-8"))
         return PREFIX + base64.urlsafe_b64encode(nonce + sealed).decode("ascii")

@@ -475,7 +475,9 @@ def startup_line(settings: Settings, *, workers: int) -> str:
     return (
         f"inflight {__version__} listening on http://{host}:{listen.port}/v1 -> {upstream}"
         f"{upstreams}; compaction {compaction}; state {settings.state.redacted_url}; "
-        f"archive {'on' if settings.archive.enabled else 'off'}; access: {access_summary(settings)}; workers {workers}"
+        f"archive {'on' if settings.archive.enabled else 'off'}; "
+        f"tracing {'on' if settings.telemetry.exports(os.environ) else 'off'}; "
+        f"access: {access_summary(settings)}; workers {workers}"
     )
 
 

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import base64
+import logging
 
+import pytest
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from hypothesis import given
 from hypothesis import strategies as st
 
+from inflight.app import create_app
+from inflight.config import load_settings
 from inflight.formats.compaction_items import KEY_INFO, PREFIX, ItemKey, is_ours
 from inflight.policy.tenants import tenant_of
 
@@ -65,3 +69,17 @@ def test_an_item_of_the_former_scheme_is_ours_but_never_opens() -> None:
     """Sealed by an earlier inflight: recognised (so it is not forwarded as if the upstream's), never opened."""
     old = "inflight1." + base64.urlsafe_b64encode(bytes(48)).decode()
     assert is_ours(old) and KEY.open(old, tenant="") is None
+
+
+def test_the_note_on_a_process_only_key_is_logged_at_the_first_item_sealed_not_at_start(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="inflight")
+    create_app(load_settings(None))  # no responses.item_key, no upstream.api_key: a key of this process only
+    assert not [r for r in caplog.records if r.getMessage().startswith("[responses]")]
+    key = ItemKey(b"three", first_use_note="[responses] sealed with a key of this process only")
+    key.seal("a summary", tenant=ALICE)
+    key.seal("another", tenant=ALICE)
+    assert [r.getMessage() for r in caplog.records if r.getMessage().startswith("[responses]")] == [
+        "[responses] sealed with a key of this process only"
+    ]

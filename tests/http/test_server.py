@@ -7,10 +7,12 @@ import re
 from pathlib import Path
 
 import httpx
+import pytest
 
 from inflight import __version__
 from inflight.config import load_settings
 from inflight.http.server import LOG_FORMAT, LineFormatter, state_warning
+from inflight.http.server import startup_line as line_for
 from tests.http.test_background import TOOLS, conversation_at
 from tests.support.processes import fake_upstream, inflight_process
 from tests.support.servers import free_port
@@ -44,7 +46,7 @@ def test_the_startup_line_says_what_runs_and_hides_every_secret(tmp_path: Path) 
     assert line == (
         f"inflight {__version__} listening on http://127.0.0.1:{port}/v1 -> http://127.0.0.1:9/v1, "
         "messages -> https://anthropic.example/v1?api-key=***&v=2, gemini -> http://127.0.0.1:9; compaction shadow; "
-        f"state redis://:***@{redis_url.rpartition('@')[2]}; archive on; "
+        f"state redis://:***@{redis_url.rpartition('@')[2]}; archive on; tracing off; "
         "access: keys required, admin keys required; workers 1"
     )
     assert "secret" not in log.read_text()
@@ -55,7 +57,7 @@ def test_the_startup_line_of_the_defaults(tmp_path: Path) -> None:
     with inflight_process("http://127.0.0.1:9/v1", "", output=log):
         line = startup_line(log)
     access = "access: no keys (each client's own key goes upstream), no admin keys"
-    assert line.endswith(f"; compaction active; state memory://; archive off; {access}; workers 1")
+    assert line.endswith(f"; compaction active; state memory://; archive off; tracing off; {access}; workers 1")
 
 
 def test_a_request_that_calls_the_summarizer_logs_its_one_line_and_no_library_lines(tmp_path: Path) -> None:
@@ -106,3 +108,13 @@ def test_the_log_lines_read_as_loggings_own_formatter_writes_them() -> None:
         record.created = 1_700_000_000 + step * 0.37
         record.msecs = (record.created - int(record.created)) * 1000
         assert ours.format(record) == plain.format(record)
+
+
+def test_the_startup_line_says_when_tracing_is_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_SDK_DISABLED"):
+        monkeypatch.delenv(name, raising=False)
+    traced = load_settings(None, overrides={"telemetry": {"otlp": {"endpoint": "http://127.0.0.1:4318"}}})
+    assert "; tracing on; " in line_for(traced, workers=1)
+    assert "; tracing off; " in line_for(load_settings(None), workers=1)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
+    assert "; tracing on; " in line_for(load_settings(None), workers=1)
