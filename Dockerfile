@@ -2,10 +2,14 @@ FROM python:3.12-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 WORKDIR /app
-COPY pyproject.toml README.md ./
-COPY inflight ./inflight
-# With the `telemetry` extra: OTEL_EXPORTER_OTLP_ENDPOINT on the container turns traces on.
-RUN pip install --no-cache-dir ".[telemetry]" && useradd --create-home --uid 10001 inflight \
+COPY pyproject.toml README.md constraints.txt /src/
+COPY inflight /src/inflight
+# The product as `.ci/run` tests it: the wheel built from the source, installed against constraints.txt (the
+# dependency set the tests ran with), the source then removed. With the `telemetry` extra:
+# OTEL_EXPORTER_OTLP_ENDPOINT on the container turns traces on.
+RUN pip wheel --no-cache-dir --no-deps --wheel-dir /tmp/dist /src \
+    && pip install --no-cache-dir --constraint /src/constraints.txt "$(ls /tmp/dist/inflight-*.whl)[telemetry]" \
+    && rm -rf /tmp/dist /src && useradd --create-home --uid 10001 inflight \
     && mkdir -p /var/lib/inflight && chown inflight /var/lib/inflight
 COPY config/inflight.yaml /etc/inflight/config.yaml
 # A relative SQLite path in state.url (the example's sqlite:///inflight.db) resolves here, not under

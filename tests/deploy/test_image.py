@@ -95,7 +95,9 @@ def test_databases_stay_out_of_the_build_context(path: str) -> None:
     assert ignored(path, [p for p in patterns if p and not p.startswith("#")])
 
 
-@pytest.mark.parametrize("path", ["pyproject.toml", "README.md", "inflight/app.py", "config/inflight.yaml"])
+@pytest.mark.parametrize(
+    "path", ["pyproject.toml", "README.md", "constraints.txt", "inflight/app.py", "config/inflight.yaml"]
+)
 def test_what_the_image_copies_stays_in_the_build_context(path: str) -> None:
     patterns = [line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()]
     assert not ignored(path, [p for p in patterns if p and not p.startswith("#")])
