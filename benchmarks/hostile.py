@@ -9,7 +9,9 @@ before the probe compared with while it runs. The goal: growth under 64 MB, p99 
 idle. It asserts nothing. The G rows give the growth of work with what was sent (a size series and the
 seconds each size took: linear is twice the time for twice the size), N and S what unreadable bodies get.
 Issue 41's probes (L to Z) read only an answer: what one tenant could do to another, and the operator's
-traps, each with the proxy and the fake upstream in this process.
+traps, each with the proxy and the fake upstream in this process. The R rows are issue 53's (hostile round
+five): read-backs that do not fit or call too often, streaming clients that never read, the originals' bound
+in bytes, a worker killed again and again, and the heaviest round of big requests at once.
 
     python -m benchmarks.hostile
 """
@@ -19,9 +21,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gzip
+import hashlib
 import multiprocessing
 import os
 import random
+import signal
 import socket
 import stat
 import string
@@ -50,6 +55,7 @@ from inflight.tokens import TokenCounter
 from tests.support.hostile import ECHOED_ROLE_ERROR, ENCODED_DOT_PATHS
 from tests.support.processes import fake_upstream, inflight_process
 from tests.support.raw import HEADER_OPENING, EndlessField, raw_upstream, read_post
+from tests.support.retriever import HANDLE, RetrievingModel
 from tests.support.servers import serve
 from tests.support.upstream import Scripted, UpstreamApp
 
@@ -73,8 +79,9 @@ def rss_mb(pid: int) -> float:
     return float("nan")
 
 
-def poll_healthz(port: int, stop: Any, out: Connection) -> None:
-    """In its own process: (start, latency in ms) of a keep-alive `GET /healthz` every POLL_INTERVAL_S."""
+def poll_healthz(port: int, stop: Any, out: Connection, ready: Any) -> None:
+    """In its own process: (start, latency in ms) of a keep-alive `GET /healthz` every POLL_INTERVAL_S; `ready` is
+    set once the first is in."""
     request = f"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()
     samples: list[tuple[float, float]] = []
     sock: socket.socket | None = None
@@ -95,6 +102,7 @@ def poll_healthz(port: int, stop: Any, out: Connection) -> None:
                 sock.close()
             sock = None
         samples.append((start, (time.monotonic() - start) * 1000))
+        ready.set()
         time.sleep(POLL_INTERVAL_S)
     out.send(samples)
 
@@ -121,10 +129,11 @@ def watching(pid: int, proxy_url: str) -> Iterator[Watch]:
             time.sleep(0.01)
 
     context = multiprocessing.get_context("spawn")
-    stop = context.Event()
+    stop, ready = context.Event(), context.Event()
     receiving, sending = context.Pipe(duplex=False)
-    poller = context.Process(target=poll_healthz, args=(watch.port, stop, sending))
+    poller = context.Process(target=poll_healthz, args=(watch.port, stop, sending, ready))
     poller.start()
+    ready.wait(60)  # a loaded machine takes seconds to start the poller: the idle samples come after it is up
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     try:
@@ -219,6 +228,14 @@ def agent_conversation(turns: int, tag: str) -> list[dict[str, Any]]:
         output = "\n".join(f"{turn}:{i} output line with some words in it" for i in range(5))
         messages.append({"role": "tool", "tool_call_id": f"call_{turn}", "content": output})
     return messages
+
+
+def counts(values: list[str]) -> str:
+    """As `tally`, for values of several words: "10 answered, 2 refused"."""
+    found: dict[str, int] = {}
+    for value in values:
+        found[value] = found.get(value, 0) + 1
+    return ", ".join(f"{n} {value}" for value, n in sorted(found.items()))
 
 
 def tally(values: list[str]) -> str:
@@ -909,6 +926,354 @@ def probe_s(upstream_url: str) -> Row:
     return row
 
 
+# --- issue 53, hostile round five (R): read-backs, clients that never read, originals in bytes, workers, the heaviest
+# round. The proxy runs as its own process (its event loop its own); a fake upstream that must be scripted or read
+# (`Recorded.flooded`) is served in this process.
+
+READ_BACK_MODEL = "gpt-4o"
+BASH_TOOL: dict[str, Any] = {"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}
+READ_BACK_WINDOW = 6000
+FLOOD_BYTES = 32 * MiB  # each flood: past the 4 MiB the kernel buffers for a client that reads nothing, and more
+UNAVAILABLE_START = "[inflight_retrieve: unavailable"
+
+
+def read_back_conversation(tag: str, *, first_lines: int = 600) -> list[dict[str, Any]]:
+    """An agent's 12 tool calls (60-line outputs), `tag` making it its own; its first output `first_lines` lines of
+    distinct hex (about 25,000 tokens at 600), more than a 6,000-token window has room for."""
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": f"Fix the failing test in src/app.py ({tag})."},
+    ]
+    for turn in range(12):
+        call = {"id": f"call_{turn}", "type": "function", "function": {"name": "bash", "arguments": f'{{"n": {turn}}}'}}
+        messages.append({"role": "assistant", "content": f"Step {turn}.", "tool_calls": [call]})
+        if turn == 0 and first_lines:
+            lines = (
+                f"line {n}: " + hashlib.sha256(f"{tag}:{n}".encode()).hexdigest()[:16] * 3 for n in range(first_lines)
+            )
+        else:
+            lines = (f"{tag} {turn}:{i} output line with some words in it" for i in range(60))
+        messages.append({"role": "tool", "tool_call_id": f"call_{turn}", "content": "\n".join(lines)})
+    return messages
+
+
+def read_back_outcome(reply: httpx.Response) -> str:
+    """What the client got of a turn whose model read back: the model's answer to what it read, to a call answered
+    unread, or only the words it said before its call (the continuation failed)."""
+    if reply.status_code != 200:
+        return str(reply.status_code)
+    content = reply.json()["choices"][0]["message"].get("content") or ""
+    if "seen:" not in content:
+        return "empty" if not content else "only the words before the call"
+    return "answered unread" if f"seen:{UNAVAILABLE_START}" in content else "answered what it read"
+
+
+def probe_r1(upstream_window: int) -> Row:
+    """R1: ten turns whose model reads back a 25,000-token output at a 6,000-token window (`reserve_tokens: 0`),
+    the upstream refusing a prompt over `upstream_window` (counting more than inflight does)."""
+    row = Row(f"R1: read-back, window 6,000, upstream refuses over {upstream_window:,}")
+    app = UpstreamApp(windows={READ_BACK_MODEL: upstream_window})
+    app.retriever = RetrievingModel()
+    settings = config(
+        models={READ_BACK_MODEL: {"context_window": READ_BACK_WINDOW}},
+        discover_context_window=False,
+        compaction={"reserve_tokens": 0},
+    )
+    with serve(app) as url, inflight_process(url + "/v1", settings) as (proxy_url, pid):
+        warm(proxy_url)
+
+        def run() -> str:
+            outcomes = []
+            for n in range(10):
+                body = {"model": READ_BACK_MODEL, "messages": read_back_conversation(f"r1-{n}"), "tools": [BASH_TOOL]}
+                outcomes.append(read_back_outcome(httpx.post(f"{proxy_url}/chat/completions", json=body, timeout=60)))
+            refused = sum(request.status == 400 for request in app.chat_requests())
+            return f"{counts(outcomes)}; the upstream refused {refused}"
+
+        return measure(row, pid, proxy_url, run)
+
+
+def probe_r2(*, read_back: bool, clients: int = 150) -> Row:
+    """R2: `clients` raw sockets (a 4 KB receive buffer, nothing read) each ask for a stream the upstream floods
+    (FLOOD_BYTES of 16 KB events as fast as they are taken); with `read_back`, the first answer calls
+    `inflight_retrieve` and the continuation is what floods. `limits.client_send_timeout_s: 1`."""
+    what = "a read-back's continuation floods" if read_back else "x-scenario: flood"
+    row = Row(f"R2: {clients} streaming clients that never read, {what}, {FLOOD_BYTES // MiB} MiB each")
+    app = UpstreamApp()
+    if read_back:
+        app.retriever, app.flood_read_backs = RetrievingModel(), True
+    settings = config(
+        models={READ_BACK_MODEL: {"context_window": 8000}},
+        discover_context_window=False,
+        limits={"client_send_timeout_s": 1},
+    )
+    if read_back:
+        messages = read_back_conversation("r2", first_lines=0)
+        body = orjson.dumps({"model": READ_BACK_MODEL, "stream": True, "messages": messages, "tools": [BASH_TOOL]})
+        scenario = ""
+    else:
+        body = orjson.dumps({**CHAT, "stream": True})
+        scenario = "x-scenario: flood\r\n"
+    with serve(app) as url, inflight_process(url + "/v1", settings) as (proxy_url, pid):
+        warm(proxy_url)
+        parts = urlsplit(proxy_url)
+        head = (
+            f"POST /v1/chat/completions HTTP/1.1\r\nhost: proxy\r\ncontent-type: application/json\r\n{scenario}"
+            f"x-flood-bytes: {FLOOD_BYTES}\r\ncontent-length: {len(body)}\r\n\r\n"
+        ).encode()
+
+        def run() -> str:
+            start = time.monotonic()
+            seen = len(app.requests)
+            sockets = []
+            try:
+                for _ in range(clients):
+                    sock = socket.socket()
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connecting: no autotuning
+                    sock.connect((parts.hostname, parts.port))
+                    sock.sendall(head + body)
+                    sockets.append(sock)
+
+                def floods() -> list[Any]:
+                    return [request for request in app.requests[seen:] if request.flooded]
+
+                deadline, counted, changed = time.monotonic() + 300, 0, time.monotonic()
+                while time.monotonic() < deadline:
+                    found = floods()
+                    if len(found) != counted:
+                        counted, changed = len(found), time.monotonic()
+                    ended = all(r.disconnected.is_set() or r.flooded >= FLOOD_BYTES for r in found)
+                    if ended and (counted >= clients or time.monotonic() - changed > 5):  # all, or no more coming
+                        break
+                    time.sleep(0.1)
+                found = floods()
+                cut = sum(r.disconnected.is_set() and r.flooded < FLOOD_BYTES for r in found)
+                sent = sum(r.flooded for r in found)
+            finally:
+                for sock in sockets:
+                    sock.close()
+            return (
+                f"{cut} of {len(found)} floods closed before their end; the upstream sent {sent / MiB:,.0f} MiB "
+                f"in {time.monotonic() - start:.1f} s"
+            )
+
+        return measure(row, pid, proxy_url, run)
+
+
+def many_calls(calls: int, handle: str) -> dict[str, Any]:
+    """A Chat Completions answer that calls `inflight_retrieve` `calls` times at once, each for `handle`."""
+    arguments = orjson.dumps({"handle": handle}).decode()
+    function = {"name": "inflight_retrieve", "arguments": arguments}
+    message: dict[str, Any] = {"role": "assistant", "content": "Reading many.", "refusal": None}
+    message["tool_calls"] = [{"id": f"call_r{n}", "type": "function", "function": function} for n in range(calls)]
+    return {
+        "id": "chatcmpl-r",
+        "object": "chat.completion",
+        "created": 1,
+        "model": READ_BACK_MODEL,
+        "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}],
+        "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110},
+    }
+
+
+def done_answer() -> dict[str, Any]:
+    """The model's answer once its calls are answered: no more calls."""
+    choice = {"index": 0, "message": {"role": "assistant", "content": "Done."}, "finish_reason": "stop"}
+    return {**many_calls(0, ""), "choices": [choice]}
+
+
+def probe_r3(sizes: tuple[int, ...] = (500, 2_000, 4_000)) -> list[Row]:
+    """R3: a model answering with N `inflight_retrieve` calls at once, each for the one handle the compacted turn
+    names (its summary's: the whole transcript), at a 1,000,000-token window (room for many); one row per N."""
+    rows = []
+    app = UpstreamApp()
+    settings = config(models={READ_BACK_MODEL: {"context_window": 1_000_000}}, discover_context_window=False)
+    body = {"model": READ_BACK_MODEL, "messages": read_back_conversation("r3", first_lines=0), "tools": [BASH_TOOL]}
+    forced = {"x-inflight-compaction": "force"}  # compacted (and so offering the tool) though far under the window
+    with serve(app) as url, inflight_process(url + "/v1", settings) as (proxy_url, pid):
+        warm(proxy_url)
+        app.script.append(Scripted(body=done_answer()))
+        httpx.post(f"{proxy_url}/chat/completions", json=body, headers=forced, timeout=60)
+        handle = HANDLE.findall(app.chat_requests()[-1].body.decode())[0]
+        for size in sizes:
+            app.script.clear()
+            app.script.extend([Scripted(body=many_calls(size, handle)), Scripted(body=done_answer())])
+
+            def run() -> str:
+                reply = httpx.post(f"{proxy_url}/chat/completions", json=body, headers=forced, timeout=600)
+                content = reply.json()["choices"][0]["message"].get("content") if reply.status_code == 200 else None
+                last = app.chat_requests()[-1].json()["messages"]
+                results = [m["content"] for m in last if m["role"] == "tool" and m["tool_call_id"].startswith("call_r")]
+                kinds = [
+                    "too many" if "too many calls" in text else "no room" if "no room left" in text else "read"
+                    for text in results
+                ]
+                return (
+                    f"{reply.status_code} {content!r}; calls answered: {counts(kinds) or 'none (no continuation went)'}"
+                )
+
+            rows.append(measure(Row(f"R3: {size:,} read-back calls in one answer"), pid, proxy_url, run))
+    return rows
+
+
+WIDE_LETTERS = "".join(chr(0x1D41A + n) for n in range(26))  # MATHEMATICAL BOLD SMALL A to Z: 4 bytes each in UTF-8
+
+
+def distinct_outputs(
+    letters: str, tag: str, *, conversations: int = 80, outputs: int = 8, chars: int = 30_000
+) -> list[bytes]:
+    """`conversations` chat requests of `outputs` tool outputs of about `chars` random words of `letters` each, no two
+    outputs alike."""
+    rng = random.Random(5)
+    bodies = []
+    for n in range(conversations):
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": "You are a coding agent."},
+            {"role": "user", "content": f"Fix the failing test ({tag} {n})."},
+        ]
+        for turn in range(outputs):
+            call = {"id": f"call_{turn}", "type": "function", "function": {"name": "bash", "arguments": "{}"}}
+            messages.append({"role": "assistant", "content": f"Step {turn}.", "tool_calls": [call]})
+            words = " ".join("".join(rng.choices(letters, k=rng.randint(3, 9))) for _ in range(chars // 7))
+            messages.append({"role": "tool", "tool_call_id": f"call_{turn}", "content": f"{n}-{turn} {words}"})
+        bodies.append(orjson.dumps({"model": READ_BACK_MODEL, "messages": messages, "tools": [BASH_TOOL]}))
+    return bodies
+
+
+def fill_originals(proxy_url: str, bodies: list[bytes]) -> str:
+    """Each body sent in turn; their statuses, and the originals `/inflight/stats` says are kept."""
+    with httpx.Client(timeout=300, headers={"content-type": "application/json"}) as client:
+        statuses = [str(client.post(f"{proxy_url}/chat/completions", content=body).status_code) for body in bodies]
+    kept = httpx.get(proxy_url.removesuffix("/v1") + "/inflight/stats").json()["retrieval"]
+    return f"{tally(statuses)}; /inflight/stats: {kept['originals']} originals, {kept['bytes'] / MiB:.1f} MiB"
+
+
+def probe_r5(upstream_url: str, letters: str, name: str) -> Row:
+    """R5: `compaction.retrieval.max_bytes` 16 MiB, filled with originals of `letters` by 80 compacted conversations
+    (8 outputs of 30,000 characters each, at a 32,000-token window); the same traffic with `retrieval: off` as the
+    control, so that the store's share of the growth shows."""
+    probe = f"R5: originals max_bytes 16 MiB, {name}"
+    bodies = distinct_outputs(letters, name)
+    rows = []
+    for mode in ("off", "tool"):
+        settings = config(
+            models={READ_BACK_MODEL: {"context_window": 32_000}},
+            discover_context_window=False,
+            compaction={"retrieval": {"mode": mode, "max_bytes": 16 * MiB}},
+        )
+        with inflight_process(upstream_url, settings) as (proxy_url, pid):
+            warm(proxy_url)
+            rows.append(measure(Row(probe), pid, proxy_url, partial(fill_originals, proxy_url, bodies)))
+    control, row = rows
+    row.answer += f"; growth with retrieval off {control.after - control.before:+.1f} MB"
+    return row
+
+
+def proc_stat(pid: int) -> list[str]:
+    """A process's /proc stat fields after its name (state, parent, ...); none once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()  # the name may hold spaces or ")"
+    except OSError:
+        return []
+
+
+def alive(pid: int) -> bool:
+    return proc_stat(pid)[:1] not in ([], ["Z"], ["X"])  # a zombie is dead, only not yet reaped
+
+
+def worker_processes(parent: int) -> set[int]:
+    """The live workers `parent` spawned (multiprocessing's `spawn_main`), scanned from /proc."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and proc_stat(int(entry.name))[1:2] == [str(parent)] and alive(int(entry.name)):
+            with contextlib.suppress(OSError):
+                if b"spawn_main" in (entry / "cmdline").read_bytes():
+                    found.add(int(entry.name))
+    return found
+
+
+def probe_r7(upstream_url: str, folder: Path) -> Row:
+    """R7: `inflight serve --workers 2` on SQLite; one worker's slot SIGKILLed 6 times, each replacement as soon as
+    it is up (6 deaths within the minute); then 20 chat completions, each on a new connection."""
+    row = Row("R7: --workers 2, one slot SIGKILLed 6 times, then 20 requests")
+    settings = config(state={"url": f"sqlite:///{folder}/r7.db"})
+    with inflight_process(upstream_url, settings, "--workers", "2") as (proxy_url, parent):
+        stats_url = proxy_url.removesuffix("/v1") + "/inflight/stats"
+        deadline, answered = time.monotonic() + 30, set[int]()
+        while len(answered) < 2 and time.monotonic() < deadline:  # both up and answering
+            answered.add(httpx.get(stats_url, timeout=10).json()["worker_pid"])
+        keeper, victim = sorted(answered)
+        killed = {victim}
+        os.kill(victim, signal.SIGKILL)
+        while len(killed) < 6:
+            deadline = time.monotonic() + 30
+            while not (fresh := worker_processes(parent) - {keeper} - killed) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            if not fresh:
+                break
+            victim = fresh.pop()
+            killed.add(victim)
+            os.kill(victim, signal.SIGKILL)
+        time.sleep(3)  # the slot's pause, or the parent's stop
+        served = 0
+        for _ in range(20):
+            with contextlib.suppress(httpx.TransportError):
+                served += httpx.post(f"{proxy_url}/chat/completions", json=CHAT, timeout=10).status_code == 200
+        running = "the parent running" if alive(parent) else "the parent exited"
+        row.answer = f"{served} of 20 served ({len(killed)} kills; {running}, {len(worker_processes(parent))} workers)"
+    return row
+
+
+def probe_r10(upstream_url: str) -> Row:
+    """R10: the heaviest round, all at once: five 25 MB chat requests (issue 27's conversation: 125 tool outputs of
+    200 KB of distinct log lines), a 27 MB `/v1/messages` turn of 40,000 tool results, and four more 25 MB chat
+    requests gzip-compressed (7 MB each as sent)."""
+    from benchmarks.big import conversation  # benchmarks.big imports this module
+
+    row = Row("R10: 5 x 25 MB chat, a 27 MB Messages turn of 40k blocks, 4 x 25 MB gzip, at once")
+    plain = [conversation(seed, 125, 200) for seed in range(5)]
+    zipped = [gzip.compress(conversation(100 + seed, 125, 200), 6) for seed in range(4)]
+    uses = [
+        {"type": "tool_use", "id": f"t{i}", "name": "Bash", "input": {"cmd": f"cat {i}.log"}} for i in range(40_000)
+    ]
+    results = [
+        {"type": "tool_result", "tool_use_id": f"t{i}", "content": f"part {i}: " + f"log line {i} of the build " * 20}
+        for i in range(40_000)
+    ]
+    turn = [{"role": "user", "content": "Go through the logs."}, {"role": "assistant", "content": uses}]
+    wide = {"model": "claude-sonnet-4-5", "max_tokens": 1024, "messages": [*turn, {"role": "user", "content": results}]}
+    json_type = {"content-type": "application/json"}
+    sends: list[tuple[str, bytes, dict[str, str]]] = [("/chat/completions", body, json_type) for body in plain]
+    # The fake upstream answers this one at once, unread (its own Messages API is slow on 40,000 blocks).
+    messages_headers = {**json_type, "anthropic-version": "2023-06-01", "x-scenario": "status-200"}
+    sends.append(("/messages", orjson.dumps(wide), messages_headers))
+    sends += [("/chat/completions", body, {**json_type, "content-encoding": "gzip"}) for body in zipped]
+    with inflight_process(upstream_url) as (proxy_url, pid):
+        warm(proxy_url)
+
+        def run() -> str:
+            statuses: list[str] = []
+            took: list[float] = []
+            start = time.monotonic()
+
+            def send(path: str, body: bytes, headers: dict[str, str]) -> None:
+                try:
+                    response = httpx.post(proxy_url + path, content=body, headers=headers, timeout=600)
+                    statuses.append(str(response.status_code))
+                except httpx.HTTPError as exc:
+                    statuses.append(type(exc).__name__)
+                took.append(time.monotonic() - start)
+
+            threads = [threading.Thread(target=send, args=sent) for sent in sends]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            return f"{tally(statuses)}; the last answered after {max(took):.1f} s"
+
+        return measure(row, pid, proxy_url, run)
+
+
 def arguments() -> argparse.ArgumentParser:
     """The command line (`tests/test_docs.py` checks each command the docs show against it)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -920,7 +1285,7 @@ def main() -> None:
     only = set(arguments().parse_args().only.upper())
     rows: list[Row] = []
     with fake_upstream() as upstream_url, tempfile.TemporaryDirectory() as folder:
-        probes: list[tuple[str, Callable[[], Row]]] = [
+        probes: list[tuple[str, Callable[[], Row | list[Row]]]] = [
             ("K", partial(probe_k, upstream_url)),
             ("C", probe_c),
             ("B", probe_b_line),
@@ -948,11 +1313,25 @@ def main() -> None:
             ("Y", probe_dot_segments),
             ("Z", probe_day_one),
         ]
+        # Issue 53 (hostile round five): items 1-3, 5, 7 and 10; item 8's row goes after R7, with its own change.
+        probes += [
+            ("R", partial(probe_r1, READ_BACK_WINDOW - 10)),
+            ("R", partial(probe_r1, READ_BACK_WINDOW - 1000)),
+            ("R", partial(probe_r2, read_back=False)),
+            ("R", partial(probe_r2, read_back=True)),
+            ("R", probe_r3),
+            ("R", partial(probe_r5, upstream_url, string.ascii_lowercase, "ASCII")),
+            ("R", partial(probe_r5, upstream_url, WIDE_LETTERS, "4-byte characters")),
+            ("R", partial(probe_r7, upstream_url, Path(folder))),
+            ("R", partial(probe_r10, upstream_url)),
+        ]
         for letter, probe in probes:
             if only and letter not in only:
                 continue
-            rows.append(probe())
-            print(" | ".join(map(str, rows[-1].cells())), flush=True)
+            made = probe()
+            for row in made if isinstance(made, list) else [made]:
+                rows.append(row)
+                print(" | ".join(map(str, row.cells())), flush=True)
         if not only or only & set("EJ"):
             rows.extend(probe_e(upstream_url, Path(folder)))
     print()

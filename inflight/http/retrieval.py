@@ -40,6 +40,7 @@ MAX_ANSWER_BYTES = 64 * 1024 * 1024  # an answer read whole to look for calls; a
 MARGIN_TOKENS = 64
 MARGIN_SHARE = 0.02
 READ_TOKENS = 1_024  # about what reading back one call costs, in the tokens `call_sized` weighs work by
+CALL_TOKENS = 64  # roughly what one call adds to a continuation (its call, its result, their framing)
 TOO_MANY = UNAVAILABLE.format(why="too many calls in one answer")
 
 
@@ -107,7 +108,8 @@ class Retriever:
             base: Document = payload if payload is not None else orjson.loads(self.sent)
             return base, self.room_in(self.shape.continued(base, answer, [(call, "") for call in calls]))
 
-        base, room = await call_sized(held, self.size)
+        size = self.size + len(calls) * CALL_TOKENS  # the calls' answers, results and count grow with their number
+        base, room = await call_sized(held, size)
         if room is not None and room < 0:
             self.exchange.note("retrieval_error", "no-room-left")
             return None
@@ -117,7 +119,7 @@ class Retriever:
         # Reading back and counting what is read is work in proportion to the originals: off the loop when many.
         read_size = min(len(calls), self.pipeline.retrieval_calls(self.model)) * READ_TOKENS if read else 0
         results = await call_sized(lambda: self.answers(calls, room=bound), read_size)
-        return await call_sized(lambda: self.shape.continued(base, answer, results), self.size)
+        return await call_sized(lambda: self.shape.continued(base, answer, results), size)
 
     async def answered(
         self, payload: Document | None, answer: Document, calls: list[Call], ask: Callable[[Document], Awaitable[T]]
