@@ -161,6 +161,24 @@ async def test_a_store_that_fails_is_replaced_by_memory_until_it_is_back() -> No
     await store.close()
 
 
+async def test_records_kept_in_memory_meanwhile_are_carried_over_with_the_stores_own_once_it_is_back() -> None:
+    """A key saved in memory while Redis was down: its next load, once Redis is back, gives Redis's record and the
+    one kept in memory after it (the newer), and writes both to Redis; a key saved since has nothing to carry."""
+    port = free_port()
+    redis = RedisRecordStore(f"redis://127.0.0.1:{port}/0", ttl_s=60)
+    store = ResilientStore(redis, MemoryRecordStore(max_entries=10, max_bytes=MB, ttl_s=60), name="redis")
+    await store.save("k", [full_record(1)])  # nothing listens: kept in memory, to carry over
+    with redis_server(port):
+        await redis.save("k", [full_record(2)])  # another worker's, saved meanwhile
+        store.failed_at = time.monotonic() - 60  # as if the retry pause were over
+        assert await store.load("k") == [full_record(2), full_record(1)]
+        assert await redis.load("k") == [full_record(2), full_record(1)]
+        assert not store.carried
+        await redis.save("k", [full_record(3)])
+        assert await store.load("k") == [full_record(3)]  # carried once: the store's own from then on
+    await store.close()
+
+
 def test_the_url_names_the_store(tmp_path: Path) -> None:
     cache = Cache()
     assert isinstance(open_record_store(State(), cache), MemoryRecordStore)
