@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from inflight.compaction.prefix import CacheFigures, CacheTurn
-from inflight.metrics.usage import CLIENT_GONE
 
 GROWTH_TURNS = 20  # the newest turns the average growth is taken over
 
@@ -60,9 +59,8 @@ def cache_figures(turns: Sequence[dict[str, Any]]) -> CacheFigures:
 
 
 def answered(turn: dict[str, Any]) -> bool:
-    """Whether the upstream answered the turn, and so billed it (a client that left mid-answer included)."""
-    status = int(turn.get("status") or 0)
-    return status < 400 or status == CLIENT_GONE
+    """Whether the upstream answered the turn (the status archived is the upstream's), and so billed it."""
+    return int(turn.get("status") or 0) < 400
 
 
 def over_window(turn: dict[str, Any]) -> bool:

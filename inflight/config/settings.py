@@ -38,10 +38,16 @@ PROVIDER_APIS = {
 
 
 def origin_of(base_url: str) -> str:
-    """`scheme://host:port` of a base URL, without its path or query: where a Gemini request goes on the same
-    server (its paths carry their version, `/v1beta/...`, so `http://host:8080/v1` would make `/v1/v1beta/...`)."""
+    """Where a Gemini request goes on the same server: the base URL without its query and its trailing API version
+    (`/v1`, or Google's own `/v1beta/openai`), since Gemini's paths carry theirs (`/v1beta/...`): `http://host:8080/v1`
+    would make `/v1/v1beta/...`. A gateway's prefix stays (`https://host/llm/v1` gives `https://host/llm`)."""
     parts = urlsplit(base_url)
-    return urlunsplit((parts.scheme, parts.netloc, "", "", ""))
+    path = parts.path.rstrip("/")
+    for version in ("/v1beta/openai", "/v1"):
+        if path.endswith(version):
+            path = path.removesuffix(version)
+            break
+    return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
 
 
 class Listen(Section):

@@ -66,6 +66,9 @@ class Exchange:
     # The prompt cache's figures, worked out once the answer is out (off the request's path).
     cache_figures: Callable[[], CacheFigures | None] | None = field(default=None, repr=False)
     send_timed_out: bool = False  # the client was cut for reading nothing (`limits.client_send_timeout_s`)
+    # The client got an error, not the upstream's answer, though the status says 200 (a keep-alive stream's 200 went
+    # out before the error came): nothing of it is billed, and the usage figures count none of it.
+    unanswered: bool = False
     client: str | None = None  # a conversation request's tenant (the digest of its key), for the usage figures
     trace: RequestTrace | None = field(default=None, repr=False)  # its spans, when telemetry is on
     _sent_at: float | None = field(default=None, repr=False)

@@ -67,11 +67,13 @@ class KeepAlive:
             relay = self.work.result()
         except ProxyError as exc:
             self.exchange.note("error", exc.code or exc.error_type)
+            self.exchange.unanswered = True
             await self._end(send, self.wire.spec.errors.event(body_of(exc, self.wire)))
             return
         except Exception as exc:  # a bug of ours, after the 200: still an answer in OpenAI's shape, and logged
             log.exception("internal error while a keep-alive stream waited")
             self.exchange.note("error", type(exc).__name__)
+            self.exchange.unanswered = True
             await self._end(
                 send,
                 self.wire.spec.errors.event(
@@ -88,6 +90,7 @@ class KeepAlive:
             finally:
                 await relay.close()
             self.exchange.note("upstream_status", relay.status)
+            self.exchange.unanswered = True
             await self._end(send, self.wire.spec.errors.event(body))
             return
         relay.started = True

@@ -79,10 +79,14 @@ class Relay:
     async def _done(self, scope: Scope) -> None:
         """The upstream's answer closed and the request's log line written, however the relay ended. The chunks'
         iterator is closed first: one that reads more upstream (a read-back's continuation) closes its own then."""
-        await closed(self.chunks)
-        await self.close()
-        note_send_timeout(scope, self.exchange)
-        self.exchange.finish()
+        try:
+            await closed(self.chunks)
+        finally:
+            try:
+                await self.close()
+            finally:
+                note_send_timeout(scope, self.exchange)
+                self.exchange.finish()
 
     async def start(self, send: Send) -> None:
         if not self.started:

@@ -229,9 +229,11 @@ class Retriever:
             async for out in rounds:
                 yield out
         finally:
-            await closed(rounds)  # and with it the continuation under way
-            self.noted()
-            self.finished()
+            try:
+                await closed(rounds)  # and with it the continuation under way
+            finally:
+                self.noted()
+                self.finished()
 
     async def _stitched(self, first: AsyncIterator[bytes], *, max_event_bytes: int) -> AsyncIterator[bytes]:
         stitch = stitch_for(self.wire.spec.name)

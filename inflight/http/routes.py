@@ -80,7 +80,9 @@ class WrongAddresses:
         return [
             JsonRoute("/v1/v1/{path:path}", self.doubled_v1, methods=list(methods)),
             *(
-                JsonRoute(f"/v1/{version}/{{path:path}}", self.versioned_under_v1, methods=list(methods))
+                # Only the shape of the format's own paths (`/v1beta/models/...`): another path under it, such as
+                # Google's OpenAI-compatible `/v1/v1beta/openai/...`, goes on to the default upstream as before.
+                JsonRoute(f"/v1/{version}/models/{{path:path}}", self.versioned_under_v1, methods=list(methods))
                 for version in self.versions
             ),
         ]

@@ -100,12 +100,13 @@ def check_workers(settings: Settings, workers: int) -> None:
 
 
 def listening_socket(host: str, port: int) -> socket.socket:
+    """The worker's socket on the shared port, bound but not yet listening: uvicorn listens once the app has
+    started, so the kernel gives a starting worker (or one that dies as it starts) no connection to hold."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind((host, port))
-    sock.listen(2048)
     sock.set_inheritable(True)
     return sock
 

@@ -69,6 +69,9 @@ class FinishedRequest(Protocol):
     @property
     def client(self) -> str | None: ...  # the tenant of a conversation request (None: another route)
 
+    @property
+    def unanswered(self) -> bool: ...  # an error came after a 200 already sent (a keep-alive stream's)
+
 
 @frozen(slots=True)
 class Finished:
@@ -82,6 +85,7 @@ class Finished:
     report: TurnReport
     send_timed_out: bool
     client: str | None
+    unanswered: bool = False
 
     @classmethod
     def of(cls, request: FinishedRequest) -> Finished:
@@ -94,6 +98,7 @@ class Finished:
             request.report,
             request.send_timed_out,
             request.client,
+            request.unanswered,
         )
 
 
@@ -345,7 +350,7 @@ class Metrics:
         self._reported(finished.report)
         self._retrieved(finished.report)
         if finished.client is not None:
-            usage = used_by(finished.report, status=finished.status)
+            usage = used_by(finished.report, status=finished.status, answered=not finished.unanswered)
             label = self.usage.add(client_of(finished.client), usage)
             if (batched := by_label.get(label)) is None:
                 by_label[label] = usage

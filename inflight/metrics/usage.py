@@ -38,7 +38,7 @@ class ClientUsage:
     cost_units: int = 0  # what was sent, in units of one uncached input token (`pricing:`)
     cost_units_client: int = 0  # what the client's own requests would have cost
     refusals_avoided: int = 0  # requests over the window, or refused and retried, that the client got an answer to
-    # Tokens, savings and cost count the requests answered (and those whose client left mid-answer) only.
+    # Tokens, savings and cost count the requests the upstream answered only (a client that left mid-answer included).
 
     def add(self, other: ClientUsage) -> None:
         """Add `other`'s figures to these (field by field: this runs on every request)."""
@@ -57,14 +57,12 @@ def client_of(tenant: str) -> str:
     return tenant[:DIGEST_CHARS] if tenant else ANONYMOUS
 
 
-CLIENT_GONE = 499  # the client left while it was answered: the upstream had the request, and bills it
-
-
-def used_by(report: TurnReport, *, status: int) -> ClientUsage:
+def used_by(report: TurnReport, *, status: int, answered: bool = True) -> ClientUsage:
     """What one finished request adds to its client's figures: a request refused or failed (a 4xx or 5xx, the
-    upstream's or ours) adds only itself, since nobody bills its tokens."""
+    upstream's or ours, a client gone before its answer began, or an error after a keep-alive's 200: `answered`
+    False) adds only itself, since nobody bills its tokens."""
     usage = ClientUsage(requests=1)
-    if status >= 400 and status != CLIENT_GONE:
+    if status >= 400 or not answered:
         return usage
     sent, window = report.sent, report.window
     if sent is not None:

@@ -17,9 +17,9 @@ def test_a_refused_turn_costs_nothing_and_one_over_the_window_costs_nothing_with
         turn(200, 5000, 5000, 500, 500),
         turn(200, 9000, 6000, 600, 900),  # compacted: without inflight the upstream would have refused it
         turn(400, 7000, 7000, 700, 700),  # refused: nobody billed it
-        turn(499, 3000, 3000, 300, 300),  # the client left mid-answer: the upstream billed it
+        turn(502, 3000, 3000, 300, 300),  # the upstream failed
     ]
     figures = cache_figures(turns)
-    assert (figures.cost, figures.client_cost) == (500 + 600 + 300, 500 + 300)
+    assert (figures.cost, figures.client_cost) == (500 + 600, 500)
     used = usage_of(turns)
-    assert (used["client_tokens"], used["upstream_tokens"]) == (5000 + 9000 + 3000, 5000 + 6000 + 3000)
+    assert (used["client_tokens"], used["upstream_tokens"]) == (5000 + 9000, 5000 + 6000)

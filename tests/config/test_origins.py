@@ -1,4 +1,4 @@
-"""Where each wire format's requests go: the Gemini API at the upstream's origin unless it is OpenAI's.
+"""Where each wire format's requests go: the Gemini API at the upstream's base, less its /v1, unless it is OpenAI's.
 
 `inflight serve --upstream http://127.0.0.1:PORT/v1` (README's way for a local server) once sent Gemini CLI's
 `/v1beta/...` to `PORT/v1/v1beta/...`, a 404 on which Gemini CLI exits. Gemini's paths carry their version, so
@@ -26,7 +26,9 @@ GENERATE = "/v1beta/models/gemini-2.5-pro:generateContent"
     [
         ("http://127.0.0.1:9000/v1", "http://127.0.0.1:9000"),
         ("http://127.0.0.1:9000", "http://127.0.0.1:9000"),
-        ("https://openrouter.ai/api/v1", "https://openrouter.ai"),
+        ("https://openrouter.ai/api/v1", "https://openrouter.ai/api"),
+        # A gateway that routes by path: Gemini stays under its prefix, never beside it on the same host.
+        ("https://corp.example/llm/v1", "https://corp.example/llm"),
         # Google's OpenAI-compatible endpoint: the Gemini API is its own origin's.
         ("https://generativelanguage.googleapis.com/v1beta/openai", "https://generativelanguage.googleapis.com"),
     ],

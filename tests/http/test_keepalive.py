@@ -52,10 +52,14 @@ def test_an_upstream_error_after_the_comments_arrives_as_an_error_event(
     app, url = upstream
     app.summarizer_delay = 1.0
     with start_proxy(url, **CONFIG) as proxy_url:
-        response = stream(proxy_url, **{"x-scenario": "status-503"})
+        response = stream(proxy_url, **{"x-scenario": "status-503"}, authorization="Bearer sk-refused")
+        usage = httpx.get(proxy_url.removesuffix("/v1") + "/inflight/usage", timeout=10).json()
     assert response.status_code == 200
     comments, _, last = response.content.rpartition(b"\n\n" + b"data: ")
     assert comments.startswith(b": inflight") and last.startswith(b'{"error":{"message":"upstream says 503"')
+    # The 200 went out before the upstream failed: the usage figures count the request, and nothing billed.
+    total = usage["total"]
+    assert total["requests"] == 1 and total["client_tokens"] == total["saved_tokens"] == total["cost_units"] == 0
 
 
 def test_without_the_setting_a_slow_compaction_sends_nothing_until_the_answer(

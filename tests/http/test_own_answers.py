@@ -113,3 +113,11 @@ def test_the_warnings_kept_are_bounded() -> None:
     for n in range(WARNED_KEPT * 2):
         wrong.refused({"type": "http", "method": "GET", "path": f"/v1/v1/{n}", "client": ("10.0.0.1", 1)}, "hint")
     assert len(wrong.warned) == WARNED_KEPT
+
+
+def test_another_path_under_v1_v1beta_is_forwarded_as_before(upstream: tuple[UpstreamApp, str], proxy: str) -> None:
+    """Google's OpenAI-compatible API under a base URL of `.../v1/v1beta/openai` is not a Gemini client's mistake:
+    it goes to the default upstream as any `/v1/...` path does."""
+    answer = httpx.post(f"{proxy}/v1beta/openai/embeddings", json={"input": "hi", "model": "m"}, timeout=10)
+    assert [r.path for r in upstream[0].requests] == ["/v1/v1beta/openai/embeddings"]
+    assert "GOOGLE_GEMINI_BASE_URL" not in answer.text

@@ -67,11 +67,10 @@ def served(proxy: str) -> tuple[int, set[int]]:
     ok, answered = 0, set[int]()
     for _ in range(20):
         try:
-            reply = httpx.post(
-                f"{proxy}/chat/completions", json={"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
-            )
+            body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
+            reply = httpx.post(f"{proxy}/chat/completions", json=body, timeout=60)  # however busy the machine
             ok += reply.status_code == 200
-            answered.add(httpx.get(proxy.removesuffix("/v1") + "/inflight/stats").json()["worker_pid"])
+            answered.add(httpx.get(proxy.removesuffix("/v1") + "/inflight/stats", timeout=60).json()["worker_pid"])
         except httpx.TransportError:
             continue
     return ok, answered

@@ -182,4 +182,5 @@ def test_a_refused_or_failed_request_adds_itself_and_no_tokens_nor_cost(status: 
     assert dataclasses.asdict(used_by(refused, status=status)) == dataclasses.asdict(ClientUsage(requests=1))
     answered = used_by(refused, status=200)
     assert (answered.client_tokens, answered.saved_tokens, answered.cost_units) == (9000, 4000, 10)
-    assert used_by(refused, status=499).cost_units == 10  # the client left mid-answer: the upstream bills it
+    assert used_by(refused, status=499).cost_units == 0  # the client left before its answer began
+    assert used_by(refused, status=200, answered=False).cost_units == 0  # an error after a keep-alive's 200
