@@ -195,6 +195,13 @@ def answers_healthz(port: int, timeout_s: float = 2.0) -> bool:
     return isinstance(said, dict) and said.get("status") == "ok"
 
 
+def own_log() -> Path:
+    """A new log file of this user's own (created, not followed through a link someone placed at a guessable name)."""
+    handle, name = tempfile.mkstemp(prefix="inflight-run-", suffix=".log")
+    os.close(handle)
+    return Path(name)
+
+
 def free_loopback_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -268,7 +275,7 @@ def run_command(args: argparse.Namespace) -> int:
         return _run_agent(command, base)
     port = args.port or free_loopback_port()
     base = f"http://127.0.0.1:{port}"
-    log = Path(args.log) if args.log else Path(tempfile.gettempdir(), f"inflight-run-{os.getpid()}.log")
+    log = Path(args.log) if args.log else own_log()
     try:
         with own_proxy(args, port, log):
             print(f"inflight run: proxy on {base}/v1 (log {log})", file=sys.stderr)
