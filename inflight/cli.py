@@ -109,16 +109,21 @@ def health(args: argparse.Namespace) -> int:
     This is the container's HEALTHCHECK, so it follows the configured port."""
     settings = serving_settings(args)
     url = f"http://{local_address(settings.listen.host)}:{settings.listen.port}/healthz"
-    # Ignore any proxy from the environment (HTTP_PROXY): the server is on this machine.
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
-        with opener.open(url, timeout=args.timeout) as response:
-            status = response.status
+        status, _ = asked_locally(url, args.timeout)
     except OSError as exc:  # refused, timed out, or an HTTP error status (HTTPError is an OSError too)
         print(f"inflight: {url}: {getattr(exc, 'reason', exc)}", file=sys.stderr)
         return 1
     print(f"inflight: {url}: {status}")
     return 0 if status == 200 else 1
+
+
+def asked_locally(url: str, timeout_s: float) -> tuple[int, bytes]:
+    """`GET url` on this machine: its status and body, any proxy from the environment (HTTP_PROXY) ignored. Raises
+    OSError when refused, timed out or answered with an HTTP error status (HTTPError is an OSError too)."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(url, timeout=timeout_s) as response:
+        return response.status, response.read()
 
 
 FORMATS = ("chat_completions", "responses", "messages", "gemini")
@@ -186,10 +191,9 @@ def agent_command(command: list[str], base: str, environ: dict[str, str]) -> lis
 
 def answers_healthz(port: int, timeout_s: float = 2.0) -> bool:
     """Whether an inflight answers `GET /healthz` on 127.0.0.1:`port` (200, a JSON object whose `status` is ok)."""
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
-        with opener.open(f"http://127.0.0.1:{port}/healthz", timeout=timeout_s) as response:
-            said = orjson.loads(response.read()) if response.status == 200 else None
+        status, body = asked_locally(f"http://127.0.0.1:{port}/healthz", timeout_s)
+        said = orjson.loads(body) if status == 200 else None
     except (OSError, ValueError):
         return False
     return isinstance(said, dict) and said.get("status") == "ok"

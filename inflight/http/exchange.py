@@ -37,12 +37,15 @@ class LineFields:
 NOTHING_DONE = TurnReport()
 
 
+def clipped(text: str) -> str:
+    """`text` at most MAX_FIELD_CHARS long, saying how much more there was."""
+    return f"{text[:MAX_FIELD_CHARS]}...(+{len(text) - MAX_FIELD_CHARS})" if len(text) > MAX_FIELD_CHARS else text
+
+
 def clean(value: object) -> str:
     """A log field that cannot forge a line or a field, nor fill the log: control characters and spaces
     escaped, clipped to MAX_FIELD_CHARS (a client's 2 MB model name is 2 MB no more)."""
-    text = str(value)
-    if len(text) > MAX_FIELD_CHARS:
-        text = f"{text[:MAX_FIELD_CHARS]}...(+{len(text) - MAX_FIELD_CHARS})"
+    text = clipped(str(value))
     if text.isprintable() and " " not in text:
         return text
     return text.encode("unicode_escape").decode("ascii").replace(" ", "\\x20")

@@ -62,7 +62,7 @@ from inflight.config import Limits, Settings
 from inflight.config.settings import redacted_url
 from inflight.http.disconnect import DISCONNECT, SEND_TIMED_OUT, Disconnect
 from inflight.http.error_response import error_body
-from inflight.http.exchange import MAX_FIELD_CHARS, REQUEST_FIELDS, LineFields, clean
+from inflight.http.exchange import REQUEST_FIELDS, LineFields, clean, clipped
 from inflight.upstream.client import missing_v1
 
 log = logging.getLogger("inflight")
@@ -424,8 +424,7 @@ def json_value(value: object) -> object:
     like the text line's."""
     if value is None or isinstance(value, (bool, int, float)):
         return value
-    text = str(value)
-    return f"{text[:MAX_FIELD_CHARS]}...(+{len(text) - MAX_FIELD_CHARS})" if len(text) > MAX_FIELD_CHARS else text
+    return clipped(str(value))
 
 
 def log_formatter(settings: Settings) -> logging.Formatter:

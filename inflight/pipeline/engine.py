@@ -574,7 +574,7 @@ class Pipeline:
             lambda: rewritten(sent, accounting, outcome, limit=limit, key=key, added=added), outcome.tokens_after
         )
         if retrieves:  # compaction counted the tool's definition in the fixed part; so does calibration
-            fixed = prepared.sent_fixed + self.retrieve_tool_tokens(counted, options)
+            fixed = prepared.sent_fixed + added
             prepared = replace(prepared, retrieves=True, sent_fixed=fixed).noted(retrieval="offered")
         return self._cache_figures(prepared, counted, outcome, key=key, scheduled=scheduled)
 

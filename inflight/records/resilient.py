@@ -18,6 +18,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+from cachetools import LRUCache
+
 from inflight.compaction.record import MAX_RECORDS_PER_KEY, Record, RecordStore
 from inflight.metrics.observer import NO_OBSERVER, Observer
 from inflight.records.memory import MemoryRecordStore
@@ -40,7 +42,7 @@ class ResilientStore:
         self.errors = 0
         # Keys saved in memory while the shared store failed, to carry over when it is back (the oldest forgotten
         # past the memory store's own count: their records are gone from it too).
-        self.carried: dict[str, None] = {}
+        self.carried: LRUCache[str, bool] = LRUCache(maxsize=fallback.max_entries)
 
     @property
     def degraded(self) -> bool:
@@ -55,10 +57,7 @@ class ResilientStore:
     async def save(self, key: str, records: list[Record]) -> None:
         await self._either(lambda store: store.save(key, records))
         if self.degraded:
-            self.carried.pop(key, None)
-            self.carried[key] = None
-            while len(self.carried) > self.fallback.max_entries:
-                del self.carried[next(iter(self.carried))]
+            self.carried[key] = True
         else:
             self.carried.pop(key, None)
 
